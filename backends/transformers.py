@@ -1,0 +1,285 @@
+"""Hugging Face transformers: the reference implementation, on CPU or CUDA.
+
+Requests in flight are served by one engine thread, either one at a time
+(``batching=serial``) or in static batches with left padding (``batching=static``): a
+batch starts with the requests waiting at that moment and runs to its longest request
+before the next batch starts. Either way a request's clock starts when the runner hands it
+over, so TTFT includes its wait.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional
+
+from backends import backend_registry
+from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from harness.errors import ConfigError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class TransformersConfig(BackendConfig):
+    name: str = "transformers"
+    device: str = "auto"  # auto: cuda when available, else cpu; or cpu, cuda, cuda:1…
+    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    batching: str = "serial"  # serial | static
+    max_batch_size: int = 8
+    batch_wait_s: float = 0.0  # static: wait up to this long for a batch to fill
+    num_threads: Optional[int] = None  # torch CPU threads; null keeps torch's default
+    attn_implementation: Optional[str] = None  # e.g. sdpa, eager; null lets transformers choose
+
+    def validate(self) -> None:
+        super().validate()
+        if self.mode != "inprocess":
+            raise ConfigError("backend=transformers runs in-process only (backend.mode=inprocess)")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"backend.dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
+        if self.batching not in ("serial", "static"):
+            raise ConfigError(f"backend.batching must be serial or static (got {self.batching!r})")
+        if self.max_batch_size < 1:
+            raise ConfigError(f"backend.max_batch_size must be >= 1 (got {self.max_batch_size})")
+        if self.batch_wait_s < 0:
+            raise ConfigError(f"backend.batch_wait_s must be >= 0 (got {self.batch_wait_s})")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ConfigError(f"backend.num_threads must be >= 1 (got {self.num_threads})")
+
+
+class _Job:
+    """A request inside the engine, and the way back to the runner's event loop."""
+
+    def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop):
+        self.request = request
+        self.loop = loop
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.produced = 0
+        self.finished = False
+        self.cancelled = False
+
+    def emit(self, event: Any) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+
+    def finish(self, event: Any) -> None:
+        if not self.finished:
+            self.finished = True
+            self.emit(event)
+
+    def batch_key(self) -> tuple:
+        return (self.request.exact_output_len, self.request.sampling)
+
+
+@backend_registry.register("transformers", TransformersConfig)
+class TransformersBackend(Backend):
+    requires = ("torch", "transformers")
+    extra = "transformers"
+    config: TransformersConfig
+
+    def load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        self._torch = torch
+        cfg = self.config
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype_name = cfg.dtype if cfg.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+        self.device, self.dtype = torch.device(device), getattr(torch, dtype_name)
+        hf_dir = self.model.require_hf_dir()
+        hf_logging.disable_progress_bar()
+        kwargs = {"dtype": self.dtype}
+        if cfg.attn_implementation:
+            kwargs["attn_implementation"] = cfg.attn_implementation
+        self._model = AutoModelForCausalLM.from_pretrained(hf_dir, **kwargs).to(self.device).eval()
+        self._tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+        eos = self._model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self._eos_ids = sorted({t for t in eos + [self._tokenizer.eos_token_id] if t is not None})
+        pad = self._tokenizer.pad_token_id
+        self._pad_id = pad if pad is not None else self._eos_ids[0]  # pad = eos when batching
+        self._jobs: queue.Queue = queue.Queue()
+        self._deferred: collections.deque = collections.deque()
+        self._thread = threading.Thread(target=self._engine_loop, name="transformers-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def engine_name(self) -> str:
+        return "transformers"
+
+    @property
+    def engine_version(self) -> str:
+        import transformers
+
+        return transformers.__version__
+
+    def engine_info(self) -> dict[str, Any]:
+        info = {"batching": self.config.batching, "max_batch_size": self.config.max_batch_size}
+        if hasattr(self, "_model"):
+            info.update(device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
+                        torch=self._torch.__version__, threads=self._torch.get_num_threads())
+        return info
+
+    def memory(self) -> dict[str, Any]:
+        if not hasattr(self, "_model"):
+            return {}
+        tensors = list(self._model.parameters()) + list(self._model.buffers())
+        return {
+            "weights_bytes": sum(t.numel() * t.element_size() for t in tensors),
+            "kv_bytes_per_value": self._torch.tensor([], dtype=self.dtype).element_size(),
+        }
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        job = _Job(request, asyncio.get_running_loop())
+        self._jobs.put(job)
+        try:
+            while True:
+                event = await job.events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+                if isinstance(event, RequestDone):
+                    return
+        finally:
+            job.cancelled = True  # stops the engine working for a reader that went away
+
+    def close(self) -> None:
+        if hasattr(self, "_thread"):
+            self._jobs.put(None)
+            self._thread.join(timeout=60)
+            del self._model
+            if self.device.type == "cuda":
+                self._torch.cuda.empty_cache()
+
+    # --- the engine thread: stage 2 (scheduler) to stage 7 (clean-up) --------------------
+
+    def _engine_loop(self) -> None:
+        while True:
+            job = self._deferred.popleft() if self._deferred else self._jobs.get()
+            if job is None:
+                return
+            batch = [job] + (self._gather_batch(job) if self.config.batching == "static" else [])
+            batch = [j for j in batch if not j.cancelled]
+            if not batch:
+                continue
+            try:
+                self._generate(batch)
+            except Exception as exc:  # noqa: BLE001 - the error goes to each request's stream
+                for j in batch:
+                    j.finish(exc)
+
+    def _gather_batch(self, first: _Job) -> list[_Job]:
+        """Stage 2, scheduler: the waiting requests that can share a batch with ``first``."""
+        batch: list[_Job] = []
+        deadline = time.perf_counter() + self.config.batch_wait_s
+        skipped: list[_Job] = []
+        while len(batch) + 1 < self.config.max_batch_size:
+            try:
+                if self._deferred:
+                    job = self._deferred.popleft()
+                else:
+                    wait = deadline - time.perf_counter()
+                    job = self._jobs.get(timeout=wait) if wait > 0 else self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                skipped.append(job)
+                break
+            (batch if job.batch_key() == first.batch_key() else skipped).append(job)
+        self._deferred.extend(skipped)
+        return batch
+
+    def _generate(self, batch: list[_Job]) -> None:
+        torch = self._torch
+        scheduled_t = time.perf_counter()
+        prompts = [j.request.prompt_token_ids for j in batch]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        max_new = max(j.request.max_new_tokens for j in batch)
+        first = batch[0].request
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=max_new,
+            pad_token_id=self._pad_id,
+            eos_token_id=self._eos_ids,
+            do_sample=not first.sampling.greedy,
+        )
+        if first.exact_output_len:
+            kwargs["min_new_tokens"] = max_new  # suppresses every eos id until max_new
+        if not first.sampling.greedy:
+            kwargs.update(temperature=first.sampling.temperature, top_p=first.sampling.top_p, top_k=first.sampling.top_k)
+            if first.sampling.seed is not None:
+                torch.manual_seed(first.sampling.seed)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        streamer = _BatchStreamer(batch, set(self._eos_ids), scheduled_t)
+        # Stages 3 and 4, prefill and the decode loop; the streamer is stage 6, return.
+        with torch.inference_mode():
+            self._model.generate(
+                input_ids=input_ids, attention_mask=attention, streamer=streamer,
+                stopping_criteria=streamer.stopping_criterion(), **kwargs,
+            )
+        streamer.end_all()  # stage 7, clean-up: every request's stream is closed
+
+
+class _BatchStreamer:
+    """Receives each decode step's tokens from generate() and routes them to their requests."""
+
+    def __init__(self, batch: list[_Job], eos_ids: set[int], scheduled_t: float):
+        self.batch = batch
+        self.eos_ids = eos_ids
+        self.scheduled_t = scheduled_t
+        self.prompt_seen = False
+        self.done = [False] * len(batch)
+        self.stats = {"batch_size": len(batch)}
+
+    def put(self, value: Any) -> None:
+        t = time.perf_counter()  # the moment the step's tokens exist on the host
+        if not self.prompt_seen:  # generate() first hands over the prompt itself
+            self.prompt_seen = True
+            return
+        tokens = value.reshape(-1).tolist()
+        for i, (job, token) in enumerate(zip(self.batch, tokens)):
+            if self.done[i]:
+                continue
+            if job.cancelled:
+                self.done[i] = True
+                continue
+            request = job.request
+            if not request.exact_output_len and token in self.eos_ids:
+                self._finish(i, "stop")
+                continue
+            job.emit(TokenChunk([token], t))
+            job.produced += 1
+            if job.produced >= request.max_new_tokens:
+                self._finish(i, "length")
+
+    def end(self) -> None:
+        pass
+
+    def end_all(self) -> None:
+        for i in range(len(self.batch)):
+            if not self.done[i]:
+                self._finish(i, "stop" if self.batch[i].produced else "length")
+
+    def _finish(self, i: int, reason: str) -> None:
+        self.done[i] = True
+        self.batch[i].finish(RequestDone(reason, scheduled_t=self.scheduled_t, engine_stats=dict(self.stats)))
+
+    def stopping_criterion(self):
+        """Marks rows finished as their own lengths are reached, and stops when all are."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        done = self.done
+
+        class RowsDone(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                return torch.tensor(done, device=input_ids.device)
+
+        return StoppingCriteriaList([RowsDone()])

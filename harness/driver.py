@@ -1,0 +1,147 @@
+"""Replays a workload plan against a backend: arrivals, concurrency, sessions, timing.
+
+The driver never serializes requests on the engine's behalf: every session in flight has
+its own request in the engine at once, and the engine decides how to batch them.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, Optional
+
+from backends.base import Backend, GenerationRequest, RequestDone, SamplingParams, TokenChunk
+from harness.metrics import RequestRecord, build_record
+from workloads.base import SessionSpec, WorkloadPlan
+from workloads.prompts import PromptRenderer, chat_messages
+
+
+async def execute(
+    backend: Backend,
+    request: GenerationRequest,
+    t0: float,
+    scheduled_s: Optional[float] = None,
+    expected_prompt_tokens: Optional[int] = None,
+) -> tuple[RequestRecord, list[int]]:
+    """Send one request and time it; an engine error is recorded, not raised."""
+    chunks: list[tuple[float, int]] = []
+    output_ids: list[int] = []
+    lag_max = 0.0
+    done: Optional[RequestDone] = None
+    error = None
+    send_t = time.perf_counter()
+    try:
+        async for event in backend.stream(request):
+            if type(event) is TokenChunk:
+                lag = time.perf_counter() - event.t
+                if lag > lag_max:
+                    lag_max = lag
+                chunks.append((event.t, len(event.token_ids)))
+                output_ids.extend(event.token_ids)
+            else:
+                done = event
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the run
+        error = f"{type(exc).__name__}: {exc}".strip()[:500]
+    end_t = time.perf_counter()
+    record = build_record(
+        request=request,
+        t0=t0,
+        send_t=send_t,
+        end_t=end_t,
+        chunks=chunks,
+        output_token_ids=output_ids,
+        scheduled_s=scheduled_s,
+        expected_prompt_tokens=expected_prompt_tokens,
+        scheduled_t=done.scheduled_t if done else None,
+        finish_reason=done.finish_reason if done else None,
+        error=error,
+        delivery_lag_max_s=lag_max if chunks else None,
+        engine_stats=done.engine_stats if done else {},
+    )
+    return record, output_ids
+
+
+class Driver:
+    def __init__(
+        self,
+        backend: Backend,
+        renderer: PromptRenderer,
+        plan: WorkloadPlan,
+        on_record: Callable[[RequestRecord], None],
+    ):
+        self.backend = backend
+        self.renderer = renderer
+        self.plan = plan
+        self.on_record = on_record
+        self.sampling = SamplingParams(**plan.sampling)
+        self.t0 = 0.0
+
+    async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+        """Run the sessions; returns the measured wall time T (first send to last finish)."""
+        cap = self.plan.concurrency or (None if open_loop else 1)
+        semaphore = asyncio.Semaphore(cap) if cap else None
+        first_ids = _request_ids(sessions)
+        self.t0 = time.perf_counter()
+        tasks = [
+            asyncio.create_task(self._session(s, first_id, semaphore, open_loop))
+            for s, first_id in zip(sessions, first_ids)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return time.perf_counter() - self.t0
+
+    async def _session(
+        self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
+    ) -> None:
+        if open_loop and session.arrival_s:
+            await asyncio.sleep(max(0.0, self.t0 + session.arrival_s - time.perf_counter()))
+        if semaphore is not None:
+            async with semaphore:
+                await self._turns(session, first_id, open_loop)
+        else:
+            await self._turns(session, first_id, open_loop)
+
+    async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool) -> None:
+        history: list[dict[str, str]] = []
+        for turn_index, turn in enumerate(session.turns):
+            if turn.think_time_s > 0:
+                await asyncio.sleep(turn.think_time_s)
+            history.append({"role": "user", "content": turn.user})
+            messages = chat_messages(session.system, history)
+            # Stage 1, intake: the prompt as the model's chat template renders it.
+            prompt_ids = turn.prompt_token_ids or self.renderer.render(messages)
+            request = GenerationRequest(
+                request_id=first_id + turn_index,
+                prompt_token_ids=prompt_ids,
+                max_new_tokens=turn.output_len,
+                exact_output_len=self.plan.exact_output_len,
+                sampling=self.sampling,
+                messages=messages,
+                session_id=session.session_id,
+                turn=turn_index,
+            )
+            scheduled = session.arrival_s if open_loop and turn_index == 0 else None
+            record, output_ids = await execute(
+                self.backend, request, self.t0, scheduled,
+                expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
+            )
+            # Stage 5, post-processing: the reply as text, which the next turn re-sends.
+            record.output_text = self.renderer.decode(output_ids) if output_ids else ""
+            self.on_record(record)
+            if not record.ok:
+                return  # a conversation cannot go on without its reply
+            history.append({"role": "assistant", "content": record.output_text})
+
+
+def _request_ids(sessions: list[SessionSpec]) -> list[int]:
+    """The id of each session's first request: requests are numbered in plan order."""
+    ids, next_id = [], 0
+    for s in sessions:
+        ids.append(next_id)
+        next_id += len(s.turns)
+    return ids

@@ -1,0 +1,17 @@
+"""Errors the harness reports to the user as one line, without a traceback."""
+
+
+class HarnessError(Exception):
+    """A problem the user can fix; the CLI prints ``error: <message>`` and exits non-zero."""
+
+
+class ConfigError(HarnessError):
+    """The configuration is invalid; raised before any model loads."""
+
+
+class BackendUnavailable(HarnessError):
+    """A backend's engine is not installed; the message names the pip extra."""
+
+
+class ModelError(HarnessError):
+    """A model could not be found, fetched or converted."""

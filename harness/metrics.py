@@ -1,0 +1,234 @@
+"""Every metric the harness reports: one small function each, formula in the docstring.
+
+Times are seconds from ``time.perf_counter()`` (monotonic), taken in the harness process.
+The clock of a request starts just before it is handed to the engine (``send``); a token's
+time is when the engine produced it (in-process) or when its chunk was parsed (HTTP).
+docs/metrics.md lists the same definitions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+# --- per request ------------------------------------------------------------------------
+
+
+def ttft(send_t: float, first_token_t: float) -> float:
+    """Time to first token (s) = t(first output token) − t(send). Includes queueing and prefill."""
+    return first_token_t - send_t
+
+
+def e2e_latency(send_t: float, last_token_t: float) -> float:
+    """End-to-end latency (s) = t(last output token) − t(send)."""
+    return last_token_t - send_t
+
+
+def tpot(e2e_s: float, ttft_s: float, n_out: int) -> Optional[float]:
+    """Time per output token (s/token) = (E2E − TTFT) / (n_out − 1); undefined for n_out ≤ 1."""
+    if n_out <= 1:
+        return None
+    return (e2e_s - ttft_s) / (n_out - 1)
+
+
+def inter_token_latencies(chunks: Sequence[tuple[float, int]]) -> list[float]:
+    """Gaps between consecutive tokens (s), one per token after the first.
+
+    ``chunks`` are (time, tokens in chunk). A chunk of k tokens arriving g after the previous
+    chunk contributes k gaps of g / k, so ITL stays token-weighted and Σ ITL = E2E − TTFT
+    even when an engine or server sends several tokens at once.
+    """
+    gaps: list[float] = []
+    first_t, first_n = chunks[0]
+    gaps.extend([0.0] * (first_n - 1))  # tokens that arrived together with the first one
+    prev_t = first_t
+    for t, n in chunks[1:]:
+        if n > 0:
+            gaps.extend([(t - prev_t) / n] * n)
+            prev_t = t
+    return gaps
+
+
+def output_tokens_per_second(n_out: int, e2e_s: float) -> Optional[float]:
+    """Per-request output rate (tokens/s) = n_out / E2E, as the user sees it."""
+    return n_out / e2e_s if e2e_s > 0 else None
+
+
+def decode_tokens_per_second(tpot_s: Optional[float]) -> Optional[float]:
+    """Per-request decode rate (tokens/s) = 1 / TPOT = (n_out − 1) / (E2E − TTFT)."""
+    return 1.0 / tpot_s if tpot_s else None
+
+
+def queue_wait(send_t: float, scheduled_t: Optional[float]) -> Optional[float]:
+    """Queue wait (s) = t(engine began work on the request) − t(send), where the engine says."""
+    return None if scheduled_t is None else max(0.0, scheduled_t - send_t)
+
+
+# --- per run ----------------------------------------------------------------------------
+
+
+def distribution(values: Sequence[float]) -> dict[str, Optional[float]]:
+    """mean, std, min, max and p50/p90/p95/p99 (linear interpolation between order statistics)."""
+    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    keys = ["count", "mean", "std", "min", "max"] + [f"p{p}" for p in PERCENTILES]
+    if arr.size == 0:
+        return {k: (0 if k == "count" else None) for k in keys}
+    out: dict[str, Optional[float]] = {
+        "count": int(arr.size),
+        "mean": float(arr.mean()),
+        "std": float(arr.std()),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+    }
+    for p, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
+        out[f"p{p}"] = float(v)
+    return out
+
+
+def request_throughput(n_completed: int, duration_s: float) -> float:
+    """Requests/s = completed requests / T, T = wall time of the measured phase."""
+    return n_completed / duration_s if duration_s > 0 else 0.0
+
+
+def output_token_throughput(output_tokens: Sequence[int], duration_s: float) -> float:
+    """Output tokens/s = Σ n_out / T over completed requests."""
+    return float(sum(output_tokens)) / duration_s if duration_s > 0 else 0.0
+
+
+def total_token_throughput(prompt_tokens: Sequence[int], output_tokens: Sequence[int], duration_s: float) -> float:
+    """Total tokens/s = Σ (n_in + n_out) / T over completed requests."""
+    return float(sum(prompt_tokens) + sum(output_tokens)) / duration_s if duration_s > 0 else 0.0
+
+
+def meets_slo(ttft_s: float, tpot_s: Optional[float], e2e_s: float, slo: Any) -> bool:
+    """A request meets the SLO when TTFT ≤ slo.ttft_s, TPOT ≤ slo.tpot_s and E2E ≤ slo.e2e_s (unset = no limit)."""
+    if slo.ttft_s is not None and ttft_s > slo.ttft_s:
+        return False
+    if slo.tpot_s is not None and tpot_s is not None and tpot_s > slo.tpot_s:
+        return False
+    if slo.e2e_s is not None and e2e_s > slo.e2e_s:
+        return False
+    return True
+
+
+def goodput(n_meeting_slo: int, duration_s: float) -> float:
+    """Goodput (requests/s) = requests meeting every SLO / T."""
+    return n_meeting_slo / duration_s if duration_s > 0 else 0.0
+
+
+def mean_concurrency(e2e_values: Sequence[float], duration_s: float) -> float:
+    """Mean requests in flight (Little's law) = Σ E2E / T."""
+    return float(sum(e2e_values)) / duration_s if duration_s > 0 else 0.0
+
+
+def kv_cache_bytes_per_token(hf_config: dict[str, Any], bytes_per_value: float) -> Optional[int]:
+    """KV-cache bytes per token = 2 (K and V) × layers × KV heads × head_dim × bytes per value."""
+    cfg = hf_config.get("text_config", hf_config)
+    try:
+        layers = cfg["num_hidden_layers"]
+        heads = cfg["num_attention_heads"]
+        kv_heads = cfg.get("num_key_value_heads") or heads
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    except KeyError:
+        return None
+    return int(2 * layers * kv_heads * head_dim * bytes_per_value)
+
+
+def kv_tokens_in_budget(budget_bytes: float, weights_bytes: float, kv_bytes_per_token: int) -> int:
+    """Tokens of KV cache that fit = ⌊(budget − weights) / KV bytes per token⌋ (0 if none)."""
+    return max(0, int((budget_bytes - weights_bytes) // kv_bytes_per_token))
+
+
+# --- one request's record ---------------------------------------------------------------
+
+
+@dataclass
+class RequestRecord:
+    """One row of requests.parquet. Times ``*_s`` relative to the measured phase's start."""
+
+    request_id: int
+    session_id: int
+    turn: int
+    prompt_tokens: int
+    output_tokens: int
+    requested_output_tokens: int
+    exact_output_len: bool
+    expected_prompt_tokens: Optional[int]
+    scheduled_s: Optional[float]  # open loop: when it was due to be sent
+    start_s: float  # sent
+    end_s: float  # last token, or failure
+    ttft_s: Optional[float]
+    tpot_s: Optional[float]
+    e2e_s: Optional[float]
+    itl_s: list[float] = field(default_factory=list)
+    output_tps: Optional[float] = None
+    decode_tps: Optional[float] = None
+    queue_wait_s: Optional[float] = None
+    delivery_lag_max_s: Optional[float] = None  # harness overhead: receipt − engine stamp, worst token
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    output_text: Optional[str] = None
+    engine_stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def build_record(
+    *,
+    request: Any,
+    t0: float,
+    send_t: float,
+    end_t: float,
+    chunks: list[tuple[float, int]],
+    output_token_ids: list[int],
+    scheduled_s: Optional[float],
+    expected_prompt_tokens: Optional[int],
+    scheduled_t: Optional[float],
+    finish_reason: Optional[str],
+    error: Optional[str],
+    delivery_lag_max_s: Optional[float],
+    engine_stats: dict[str, Any],
+) -> RequestRecord:
+    """Apply the per-request formulas to one request's timestamps."""
+    n_out = len(output_token_ids)
+    if error is None and n_out == 0:
+        error = "no output tokens"
+    ttft_s = e2e_s = tpot_s = None
+    itl: list[float] = []
+    if error is None:
+        ttft_s = ttft(send_t, chunks[0][0])
+        e2e_s = e2e_latency(send_t, chunks[-1][0])
+        tpot_s = tpot(e2e_s, ttft_s, n_out)
+        itl = inter_token_latencies(chunks)
+        end_t = chunks[-1][0]
+    return RequestRecord(
+        request_id=request.request_id,
+        session_id=request.session_id,
+        turn=request.turn,
+        prompt_tokens=engine_stats.get("prompt_tokens", len(request.prompt_token_ids)),
+        output_tokens=n_out,
+        requested_output_tokens=request.max_new_tokens,
+        exact_output_len=request.exact_output_len,
+        expected_prompt_tokens=expected_prompt_tokens,
+        scheduled_s=scheduled_s,
+        start_s=send_t - t0,
+        end_s=end_t - t0,
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        e2e_s=e2e_s,
+        itl_s=itl,
+        output_tps=output_tokens_per_second(n_out, e2e_s) if e2e_s else None,
+        decode_tps=decode_tokens_per_second(tpot_s),
+        queue_wait_s=queue_wait(send_t, scheduled_t),
+        delivery_lag_max_s=delivery_lag_max_s,
+        finish_reason=finish_reason,
+        error=error,
+        engine_stats=engine_stats,
+    )

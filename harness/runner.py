@@ -1,0 +1,180 @@
+"""One benchmark run, start to finish, and what it leaves in its run folder.
+
+Order: validate the config (before any model loads) → resolve the model → build the
+workload from the model's tokenizer → load the engine → warm up (not counted) → the
+measured phase → tables and summary, also after an error or Ctrl-C.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from backends import Backend, backend_registry
+from harness import memory as mem
+from harness.config import RunConfig
+from harness.driver import Driver
+from harness.environment import capture_environment
+from harness.errors import ConfigError
+from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
+from harness.model_store import ModelFiles, resolve_model
+from harness.results import RunWriter
+from harness.summary import summarize
+from workloads import workload_registry
+from workloads.base import WorkloadPlan
+from workloads.corpus import TokenizedCorpus
+from workloads.prompts import PromptRenderer
+
+log = logging.getLogger("harness")
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    summary: dict[str, Any]
+    records: list[RequestRecord]
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The composed Hydra config as dataclasses, validated; ConfigError on bad values."""
+    try:
+        run_cfg = OmegaConf.to_object(cfg)
+    except Exception as exc:  # noqa: BLE001 - omegaconf's errors are multi-line
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    assert isinstance(run_cfg, RunConfig)
+    run_cfg.validate()
+    return run_cfg
+
+
+def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
+    cfg.validate()
+    backend_cls = backend_registry.get(cfg.backend.name).cls
+    workload = workload_registry.create(cfg.workload.name, cfg.workload)
+    backend_cls.check_available()
+
+    model = resolve_model(cfg.model)
+    backend: Backend = backend_cls(cfg.backend, model)
+    tokenizer = backend.get_tokenizer()
+    renderer = PromptRenderer(tokenizer)
+    plan = workload.build(renderer, TokenizedCorpus(tokenizer), cfg.seed)
+
+    writer = RunWriter(run_dir, save_output_text=cfg.save_output_text)
+    writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    workload_json = plan.to_json()
+    writer.write_json("workload.json", workload_json)
+
+    sampler = mem.MemorySampler(cfg.memory.sample_interval_s).start()
+    status, error = "failed", None
+    duration_s, t0, t_measured, load_s = 0.0, time.perf_counter(), None, None
+    try:
+        log.info("loading %s on %s", model.name, cfg.backend.name)
+        t_load = time.perf_counter()
+        backend.load()
+        load_s = time.perf_counter() - t_load
+        writer.write_json("env.json", capture_environment())
+        if plan.warmup:
+            log.info("warm-up: %d requests (not counted)", len(plan.warmup))
+            warm = Driver(backend, renderer, plan, on_record=lambda r: None)
+            asyncio.run(warm.run(plan.warmup, open_loop=False))
+        mem.reset_torch_gpu_peaks()
+        t_measured = time.perf_counter()
+        on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
+        driver = Driver(backend, renderer, plan, on_record=on_record)
+        try:
+            duration_s = asyncio.run(driver.run(plan.sessions, plan.open_loop))
+        finally:
+            close_progress()
+        t0 = driver.t0
+        status = "complete"
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        sampler.sample()
+        sampler.stop()
+        if status != "complete" and writer.records:
+            duration_s = max(r.end_s for r in writer.records)
+        summary = summarize(writer.records, duration_s, cfg.slo)
+        summary = {
+            "status": status,
+            "error": error,
+            "backend": {
+                "name": cfg.backend.name,
+                "mode": cfg.backend.mode,
+                "engine": _safe(lambda: backend.engine_name),
+                "engine_version": _safe(lambda: backend.engine_version),
+                "info": _safe(backend.engine_info) or {},
+            },
+            "model": model.describe(),
+            "workload": {
+                "name": plan.name,
+                "sha256": workload_json["sha256"],
+                "requests_planned": plan.num_requests,
+                "sessions": len(plan.sessions),
+                "open_loop": plan.open_loop,
+                "concurrency": plan.concurrency,
+                "exact_output_len": plan.exact_output_len,
+            },
+            "seed": cfg.seed,
+            **summary,
+            "memory": _memory_summary(backend, model, sampler, t_measured, cfg),
+            "load_s": load_s,
+        }
+        try:
+            backend.close()
+        finally:
+            writer.write_tables(sampler.samples, t0)
+            writer.write_json("summary.json", summary)
+    return RunOutcome(run_dir, summary, writer.records)
+
+
+def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
+    engine = _safe(backend.memory) or {}
+    out: dict[str, Any] = {
+        "rss_peak_bytes": sampler.peak_rss(),
+        "rss_peak_measured_bytes": sampler.peak_rss(t_measured) if t_measured else None,
+        "gpu_nvml_peak_used_bytes": sampler.peak_gpu_used(),
+        **mem.torch_gpu_peaks(),
+        **engine,
+    }
+    bytes_per_value = engine.get("kv_bytes_per_value")
+    if bytes_per_value:
+        hf_config = _safe(model.hf_config) or {}
+        out["kv_bytes_per_token"] = kv_cache_bytes_per_token(hf_config, bytes_per_value)
+        if cfg.memory.budget_gib and out["kv_bytes_per_token"] and engine.get("weights_bytes"):
+            out["budget_gib"] = cfg.memory.budget_gib
+            out["kv_tokens_in_budget"] = kv_tokens_in_budget(
+                cfg.memory.budget_gib * 2**30, engine["weights_bytes"], out["kv_bytes_per_token"]
+            )
+    return out
+
+
+def _with_progress(append, plan: WorkloadPlan, override: Optional[bool], enabled: bool):
+    """The record callback, ticking a progress bar on stderr; and the bar's close."""
+    show = enabled if override is None else override
+    if not show:
+        return append, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=plan.num_requests, unit="req", desc="requests", dynamic_ncols=True)
+
+    def append_and_tick(record: RequestRecord) -> None:
+        append(record)
+        bar.update(1)
+
+    return append_and_tick, bar.close
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - reporting must not mask the run's own error
+        return None

@@ -1,0 +1,55 @@
+"""Shared fixtures: configs composed exactly as the CLI composes them, and the store models."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_config(*overrides: str):
+    """A validated RunConfig from Hydra overrides, as `python -m harness` would build it."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.cli import CONF_DIR, register_everything
+    from harness.runner import to_run_config
+
+    register_everything()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["progress=false", *overrides])
+    return to_run_config(cfg)
+
+
+def run_harness_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    from harness.config import ModelConfig
+    from harness.model_store import resolve_model
+
+    return resolve_model(ModelConfig(name="tiny-random"))
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    from harness.config import ModelConfig
+    from harness.model_store import resolve_model
+
+    return resolve_model(ModelConfig(name="smollm2-135m"))
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer(real_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(real_model.hf_dir)

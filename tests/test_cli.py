@@ -1,0 +1,143 @@
+"""`python -m harness` as a user runs it: output, errors, sweeps, Ctrl-C."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_harness_cli
+
+FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4", "progress=false"]
+
+
+def error_line(proc):
+    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    assert proc.returncode != 0
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_run_prints_summary_then_results_folder(tmp_path):
+    proc = run_harness_cli(*FAST, "workload.num_requests=3", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith("results: ")
+    run_dir = Path(lines[-1].removeprefix("results: "))
+    assert (run_dir / "summary.json").exists() and run_dir.parent == tmp_path
+    assert "TTFT (ms)" in proc.stdout and "throughput:" in proc.stdout and "memory:" in proc.stdout
+
+
+@pytest.mark.parametrize("arg,choices", [
+    ("backend=nope", "unknown backend 'nope': choose one of transformers"),
+    ("workload=nope", "unknown workload 'nope': choose one of chat, synthetic"),
+    ("model=nope", "unknown model 'nope': choose one of smollm2-135m, tiny-random"),
+])
+def test_unknown_choice_is_one_line(tmp_path, arg, choices):
+    proc = run_harness_cli(arg, cwd=tmp_path)
+    assert error_line(proc).startswith(f"error: {choices}")
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("workload.output_len=-3", "workload.output_len must be >= 1 (got -3)"),
+    ("workload.concurrency=0", "workload.concurrency must be >= 1 (got 0)"),
+    ("workload.rate=0", "workload.rate must be > 0"),
+    ("workload.input_len=-1", "workload.input_len must be >= 1 (got -1)"),
+    ("workload.arrival=weibull", "unknown arrival process 'weibull'"),
+])
+def test_bad_values_fail_before_any_model_loads(tmp_path, arg, message):
+    # the model path does not exist: the config error must come first
+    proc = run_harness_cli("workload=synthetic", arg, "model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path)
+    assert error_line(proc).startswith(f"error: {message}")
+    assert list(tmp_path.iterdir()) == []  # no results folder for a run that never started
+
+
+def test_missing_model_path_names_the_path(tmp_path):
+    proc = run_harness_cli("model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path)
+    assert error_line(proc) == "error: model.path /no/such/model does not exist"
+
+
+def test_hub_model_without_network_points_to_model_path(tmp_path):
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_ETAG_TIMEOUT": "2"}
+    proc = run_harness_cli("model.id=SomeOrg/some-model", f"output_root={tmp_path}", cwd=tmp_path, env=env, timeout=120)
+    line = error_line(proc)
+    assert "could not download model.id=SomeOrg/some-model from http://127.0.0.1:9" in line
+    assert "model.path=" in line
+
+
+def test_local_hf_folder_as_model_path(tmp_path, tiny_model):
+    proc = run_harness_cli(*FAST, f"model.path={tiny_model.hf_dir}", "workload.num_requests=2", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert json.loads((run_dir / "summary.json").read_text())["model"]["hf_dir"] == str(tiny_model.hf_dir)
+
+
+def test_multirun_sweeps_concurrency(tmp_path):
+    proc = run_harness_cli("-m", *FAST, "workload.num_requests=4", "workload.concurrency=1,2", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summaries = sorted(tmp_path.glob("sweep-*/*/summary.json"))
+    assert len(summaries) == 2
+    assert sorted(json.loads(p.read_text())["workload"]["concurrency"] for p in summaries) == [1, 2]
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
+    args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
+            "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    jsonl = None
+    while time.time() < deadline:
+        found = list(tmp_path.glob("*/requests.jsonl"))
+        if found and found[0].read_text().count("\n") >= 3:
+            jsonl = found[0]
+            break
+        time.sleep(0.2)
+    assert jsonl is not None, "no request finished in time"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    run_dir = jsonl.parent
+    df = pd.read_parquet(run_dir / "requests.parquet")
+    assert 3 <= len(df) < 400
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["requests"]["completed"] == len(df[df.error.isna()])
+    assert "interrupted" in err
+
+
+def test_import_without_any_engine():
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'vllm', 'sglang', 'llama_cpp', 'mlx', 'mlx_lm'):\n"
+        "    sys.modules[name] = None\n"
+        "import harness, backends, workloads\n"
+        "from harness.cli import register_everything\n"
+        "register_everything()\n"
+        "from backends import backend_registry\n"
+        "from harness.errors import BackendUnavailable\n"
+        "try:\n"
+        "    backend_registry.get('transformers').cls.check_available()\n"
+        "except BackendUnavailable as e:\n"
+        "    print(e)\n"
+    )
+    # find_spec sees a None entry in sys.modules as 'not installed'
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install -e '.[transformers]'" in proc.stdout
+
+
+def test_no_code_outside_the_registry_branches_on_a_backend_name():
+    names = ["transformers", "vllm", "sglang", "llamacpp", "mlx", "openai"]
+    offenders = []
+    for path in list((REPO / "harness").rglob("*.py")) + list((REPO / "workloads").rglob("*.py")):
+        text = path.read_text()
+        for name in names:
+            for pattern in (f'== "{name}"', f"== '{name}'", f'"{name}" ==', f'in ("{name}"'):
+                if pattern in text:
+                    offenders.append(f"{path.name}: {pattern}")
+    assert offenders == []

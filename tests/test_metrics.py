@@ -1,0 +1,73 @@
+"""The metric formulas against values computed by hand."""
+import math
+
+import pytest
+
+from harness import metrics
+from harness.config import SLOConfig
+
+
+def test_request_formulas_by_hand():
+    send = 10.0
+    chunks = [(10.5, 1), (10.6, 1), (10.8, 1), (11.1, 1)]  # 4 tokens
+    assert metrics.ttft(send, chunks[0][0]) == pytest.approx(0.5)
+    assert metrics.e2e_latency(send, chunks[-1][0]) == pytest.approx(1.1)
+    assert metrics.tpot(1.1, 0.5, 4) == pytest.approx(0.2)  # (1.1 - 0.5) / 3
+    assert metrics.inter_token_latencies(chunks) == pytest.approx([0.1, 0.2, 0.3])
+    assert metrics.output_tokens_per_second(4, 1.1) == pytest.approx(4 / 1.1)
+    assert metrics.decode_tokens_per_second(0.2) == pytest.approx(5.0)
+    assert metrics.queue_wait(send, 10.25) == pytest.approx(0.25)
+    assert metrics.queue_wait(send, None) is None
+
+
+def test_tpot_undefined_for_one_token():
+    assert metrics.tpot(0.5, 0.5, 1) is None
+    assert metrics.decode_tokens_per_second(None) is None
+
+
+def test_multi_token_chunks_spread_their_gap():
+    # first chunk carries 2 tokens, then a chunk of 3 tokens 0.3 s later
+    gaps = metrics.inter_token_latencies([(1.0, 2), (1.3, 3)])
+    assert gaps == pytest.approx([0.0, 0.1, 0.1, 0.1])
+    assert sum(gaps) == pytest.approx(0.3)  # Σ ITL = E2E − TTFT
+    assert len(gaps) == 5 - 1
+
+
+def test_distribution_percentiles():
+    d = metrics.distribution([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    assert d["count"] == 10
+    assert d["mean"] == pytest.approx(5.5)
+    assert d["p50"] == pytest.approx(5.5)
+    assert d["p90"] == pytest.approx(9.1)  # linear: 1 + 0.9 * 9
+    assert d["p99"] == pytest.approx(9.91)
+    assert d["min"] == 1 and d["max"] == 10
+    empty = metrics.distribution([])
+    assert empty["count"] == 0 and empty["mean"] is None
+
+
+def test_run_throughputs_by_hand():
+    assert metrics.request_throughput(8, 4.0) == 2.0
+    assert metrics.output_token_throughput([10, 20, 30], 6.0) == 10.0
+    assert metrics.total_token_throughput([100, 100], [10, 30], 4.0) == 60.0
+    assert metrics.goodput(3, 2.0) == 1.5
+    assert metrics.mean_concurrency([1.0, 2.0, 3.0], 3.0) == 2.0
+
+
+def test_slo():
+    slo = SLOConfig(ttft_s=0.5, tpot_s=0.05, e2e_s=None)
+    assert metrics.meets_slo(0.4, 0.04, 99.0, slo)
+    assert not metrics.meets_slo(0.6, 0.04, 1.0, slo)
+    assert not metrics.meets_slo(0.4, 0.06, 1.0, slo)
+    assert metrics.meets_slo(0.4, None, 1.0, slo)  # one-token outputs have no TPOT
+    assert metrics.meets_slo(9.0, 9.0, 9.0, SLOConfig())
+
+
+def test_kv_cache_bytes_for_smollm2_shape():
+    config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+    # 2 × 30 layers × 3 KV heads × head_dim 64 × 2 bytes (bf16) = 23,040 bytes
+    assert metrics.kv_cache_bytes_per_token(config, 2) == 23040
+    assert metrics.kv_cache_bytes_per_token({**config, "head_dim": 128}, 4) == 2 * 30 * 3 * 128 * 4
+    assert metrics.kv_cache_bytes_per_token({}, 2) is None
+    # 1 GiB budget, 100 MiB of weights: (1024 − 100) MiB / 23,040 B
+    assert metrics.kv_tokens_in_budget(2**30, 100 * 2**20, 23040) == math.floor((2**30 - 100 * 2**20) / 23040)
+    assert metrics.kv_tokens_in_budget(10, 100, 23040) == 0

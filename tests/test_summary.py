@@ -1,0 +1,53 @@
+"""Per-run summaries: failures are counted apart and length mismatches are flagged."""
+import pytest
+
+from harness.config import SLOConfig
+from harness.metrics import RequestRecord
+from harness.summary import format_summary, summarize
+
+
+def record(i, ttft=0.1, e2e=1.0, n_out=10, requested=10, exact=True, error=None, turn=0, prompt=50, expected=50):
+    return RequestRecord(
+        request_id=i, session_id=i, turn=turn, prompt_tokens=prompt, output_tokens=n_out if not error else 0,
+        requested_output_tokens=requested, exact_output_len=exact, expected_prompt_tokens=expected,
+        scheduled_s=None, start_s=0.0, end_s=e2e, ttft_s=None if error else ttft,
+        tpot_s=None if error else (e2e - ttft) / (n_out - 1), e2e_s=None if error else e2e,
+        itl_s=[] if error else [(e2e - ttft) / (n_out - 1)] * (n_out - 1), error=error,
+    )
+
+
+def test_failed_requests_are_counted_apart():
+    records = [record(0, ttft=0.1), record(1, ttft=0.3), record(2, error="boom")]
+    s = summarize(records, duration_s=2.0, slo=SLOConfig())
+    assert s["requests"] == {"sent": 3, "completed": 2, "failed": 1}
+    assert s["latency"]["ttft_s"]["count"] == 2
+    assert s["latency"]["ttft_s"]["mean"] == pytest.approx(0.2)
+    assert s["throughput"]["requests_per_s"] == pytest.approx(1.0)
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(10.0)
+    assert s["latency"]["itl_s"]["count"] == 18  # pooled over the two good requests
+    assert any("1 of 3 requests failed" in w for w in s["warnings"])
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    records = [record(0, ttft=0.1), record(1, ttft=0.6), record(2, ttft=0.2)]
+    s = summarize(records, duration_s=1.5, slo=SLOConfig(ttft_s=0.5))
+    assert s["throughput"]["goodput_requests_per_s"] == pytest.approx(2 / 1.5)
+    assert s["throughput"]["slo_attainment"] == pytest.approx(2 / 3)
+
+
+def test_length_mismatches_are_flagged():
+    records = [record(0, n_out=7, requested=10), record(1, prompt=49, expected=50), record(2, exact=False, n_out=12, requested=10)]
+    warnings = summarize(records, 1.0, SLOConfig())["warnings"]
+    assert any("exact output length" in w and "7 instead of 10" in w for w in warnings)
+    assert any("prompts differ" in w and "49 instead of 50" in w for w in warnings)
+    assert any("more than their maximum" in w for w in warnings)
+
+
+def test_per_turn_rows_and_table():
+    records = [record(0, turn=0, ttft=0.1, prompt=40), record(1, turn=1, ttft=0.3, prompt=90)]
+    s = summarize(records, 1.0, SLOConfig())
+    assert [row["turn"] for row in s["per_turn"]] == [0, 1]
+    assert s["per_turn"][1]["ttft_mean_s"] == pytest.approx(0.3)
+    s.update(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, memory={})
+    text = format_summary(s)
+    assert "TTFT (ms)" in text and "per turn" in text

@@ -1,0 +1,163 @@
+"""The workload interface: a config, and a plan of sessions built from it.
+
+A plan is a list of sessions; a session is a list of turns. A synthetic workload is one
+turn per session; a chat workload re-sends the whole history each turn. Everything in a
+plan is decided before the run from the seed, except the model's replies in a chat.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from harness.errors import ConfigError
+
+LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
+
+
+@dataclass
+class WorkloadConfig:
+    """Fields every workload has: arrival, concurrency, output lengths, sampling, warm-up."""
+
+    name: str = "?"
+    # Closed loop: at most `concurrency` sessions in flight (1 when unset and no rate).
+    # Open loop: sessions start at `rate` per second; `concurrency` then caps those in flight.
+    concurrency: Optional[int] = None
+    rate: Optional[float] = None
+    arrival: str = "poisson"  # poisson | gamma | constant (open loop only)
+    burstiness: float = 1.0  # gamma shape; 1 is Poisson, larger is more regular
+    output_len: int = 32
+    output_len_dist: str = "fixed"
+    output_len_spread: float = 0.0  # uniform: half-width; normal: standard deviation (tokens)
+    exact_output_len: bool = True  # suppress end-of-sequence to get exactly output_len tokens
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    warmup_requests: int = 1
+
+    def validate(self) -> None:
+        _positive(f"workload.concurrency", self.concurrency, allow_none=True)
+        if self.rate is not None and self.rate <= 0:
+            raise ConfigError(f"workload.rate must be > 0 requests/s, or null for a closed loop (got {self.rate})")
+        from workloads.arrivals import arrival_registry
+
+        arrival_registry.get(self.arrival)
+        if self.burstiness <= 0:
+            raise ConfigError(f"workload.burstiness must be > 0 (got {self.burstiness})")
+        _positive("workload.output_len", self.output_len)
+        _check_distribution("workload.output_len", self.output_len_dist, self.output_len_spread)
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ConfigError("workload sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0")
+        if self.warmup_requests < 0:
+            raise ConfigError(f"workload.warmup_requests must be >= 0 (got {self.warmup_requests})")
+
+
+def _positive(key: str, value: Optional[float], allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value < 1:
+        raise ConfigError(f"{key} must be >= 1 (got {value})")
+
+
+def _check_distribution(key: str, dist: str, spread: float) -> None:
+    if dist not in LENGTH_DISTRIBUTIONS:
+        raise ConfigError(f"{key}_dist must be one of {', '.join(LENGTH_DISTRIBUTIONS)} (got {dist!r})")
+    if spread < 0:
+        raise ConfigError(f"{key}_spread must be >= 0 (got {spread})")
+
+
+@dataclass
+class TurnSpec:
+    user: str  # the user's message for this turn
+    output_len: int  # requested output tokens (exact, or a maximum)
+    think_time_s: float = 0.0  # pause before sending this turn
+    prompt_token_ids: Optional[list[int]] = None  # set when the prompt is fixed in advance
+
+
+@dataclass
+class SessionSpec:
+    session_id: int
+    turns: list[TurnSpec]
+    system: Optional[str] = None
+    arrival_s: Optional[float] = None  # open loop: when the session starts, from run start
+
+
+@dataclass
+class WorkloadPlan:
+    name: str
+    sessions: list[SessionSpec]
+    warmup: list[SessionSpec]
+    exact_output_len: bool
+    concurrency: Optional[int]
+    open_loop: bool
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
+
+    def to_json(self) -> dict[str, Any]:
+        body = {
+            "name": self.name,
+            "exact_output_len": self.exact_output_len,
+            "concurrency": self.concurrency,
+            "open_loop": self.open_loop,
+            "sampling": self.sampling,
+            "sessions": [asdict(s) for s in self.sessions],
+            "warmup": [asdict(s) for s in self.warmup],
+        }
+        return {"sha256": self.content_hash(body), **body}
+
+    @staticmethod
+    def content_hash(body: dict[str, Any]) -> str:
+        """sha256 of the measured requests' content: prompts, token ids, lengths, arrivals."""
+        measured = {k: body[k] for k in ("name", "exact_output_len", "sampling", "sessions")}
+        return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
+
+
+class Workload(ABC):
+    registry_name: str
+
+    def __init__(self, config: WorkloadConfig):
+        self.config = config
+
+    @abstractmethod
+    def build(self, renderer: "PromptRenderer", corpus: "TokenizedCorpus", seed: int) -> WorkloadPlan:
+        """Make the plan; the same config, tokenizer and seed give the same plan."""
+
+
+from workloads.corpus import TokenizedCorpus  # noqa: E402
+from workloads.prompts import PromptRenderer  # noqa: E402
+
+
+def seeded_streams(seed: int, n: int) -> list["np.random.Generator"]:
+    """Independent random streams from one seed (text, lengths, arrivals, warm-up…)."""
+    import numpy as np
+
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+def make_plan(
+    config: WorkloadConfig,
+    sessions: list[SessionSpec],
+    warmup: list[SessionSpec],
+    arrival_rng: "np.random.Generator",
+) -> WorkloadPlan:
+    """Attach open-loop arrival times and the common fields to a workload's sessions."""
+    if config.rate is not None:
+        from workloads.arrivals import arrival_registry
+
+        process = arrival_registry.create(config.arrival)
+        for session, offset in zip(sessions, process.offsets(arrival_rng, len(sessions), config.rate, config.burstiness)):
+            session.arrival_s = round(offset, 6)
+    return WorkloadPlan(
+        name=config.name,
+        sessions=sessions,
+        warmup=warmup,
+        exact_output_len=config.exact_output_len,
+        concurrency=config.concurrency,
+        open_loop=config.rate is not None,
+        sampling={"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k},
+    )

@@ -1,0 +1,62 @@
+"""Stage 1 of a request, intake: render the chat template and tokenize, once for every engine."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from harness.errors import ConfigError
+from workloads.corpus import TokenizedCorpus
+
+Messages = list[dict[str, str]]
+
+
+def chat_messages(system: Optional[str], history: Messages) -> Messages:
+    return ([{"role": "system", "content": system}] if system else []) + history
+
+
+class PromptRenderer:
+    """Applies the model's own chat template (with the assistant prompt) and tokenizes."""
+
+    def __init__(self, tokenizer: Any):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError("the model's tokenizer has no chat template; use an instruct/chat model")
+        self.tokenizer = tokenizer
+
+    def render(self, messages: Messages) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def overhead(self, make_messages: Callable[[str], Messages]) -> int:
+        """Tokens the template adds around an empty message."""
+        return len(self.render(make_messages("")))
+
+    def fit_text(
+        self,
+        corpus: TokenizedCorpus,
+        rng: np.random.Generator,
+        target_len: int,
+        make_messages: Callable[[str], Messages],
+    ) -> tuple[str, list[int]]:
+        """Corpus text whose rendered prompt is exactly ``target_len`` tokens.
+
+        Text is decoded and re-encoded inside the template, where tokens can merge across
+        boundaries, so the window is grown or shrunk until the rendered length is exact.
+        """
+        overhead = self.overhead(make_messages)
+        if target_len <= overhead:
+            raise ValueError(f"a prompt of {target_len} tokens cannot hold {overhead} tokens of template")
+        for _attempt in range(8):
+            start = corpus.random_start(rng)
+            n = target_len - overhead
+            for _step in range(12):
+                text = corpus.text(start, n)
+                ids = self.render(make_messages(text))
+                diff = len(ids) - target_len
+                if diff == 0:
+                    return text, ids
+                n = max(1, n - diff)
+        raise RuntimeError(f"could not fit a prompt of exactly {target_len} tokens")

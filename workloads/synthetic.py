@@ -1,0 +1,71 @@
+"""Synthetic workload: single-turn prompts of exact token lengths, exact output lengths.
+
+Input lengths are counted after the chat template is applied (the tokens the engine sees).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import ConfigError
+from workloads import workload_registry
+from workloads.base import (
+    SessionSpec,
+    TurnSpec,
+    Workload,
+    WorkloadConfig,
+    WorkloadPlan,
+    _check_distribution,
+    _positive,
+    make_plan,
+    seeded_streams,
+)
+from workloads.corpus import TokenizedCorpus
+from workloads.lengths import sample_lengths
+from workloads.prompts import PromptRenderer, chat_messages
+
+
+@dataclass
+class SyntheticConfig(WorkloadConfig):
+    name: str = "synthetic"
+    num_requests: int = 16
+    input_len: int = 128
+    input_len_dist: str = "fixed"
+    input_len_spread: float = 0.0
+
+    def validate(self) -> None:
+        super().validate()
+        _positive("workload.num_requests", self.num_requests)
+        _positive("workload.input_len", self.input_len)
+        _check_distribution("workload.input_len", self.input_len_dist, self.input_len_spread)
+
+
+def user_only(text: str) -> list[dict[str, str]]:
+    return chat_messages(None, [{"role": "user", "content": text}])
+
+
+@workload_registry.register("synthetic", SyntheticConfig)
+class SyntheticWorkload(Workload):
+    config: SyntheticConfig
+
+    def build(self, renderer: PromptRenderer, corpus: TokenizedCorpus, seed: int) -> WorkloadPlan:
+        cfg = self.config
+        text_rng, arrival_rng, warm_rng = seeded_streams(seed, 3)
+        minimum = renderer.overhead(user_only) + 1
+        if cfg.input_len < minimum:
+            raise ConfigError(
+                f"workload.input_len {cfg.input_len} is too short: the chat template alone takes "
+                f"{minimum - 1} tokens; use at least {minimum}"
+            )
+
+        def sessions(rng, n: int, first_id: int) -> list[SessionSpec]:
+            inputs = sample_lengths(rng, n, cfg.input_len, cfg.input_len_dist, cfg.input_len_spread, minimum)
+            outputs = sample_lengths(rng, n, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
+            made = []
+            for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
+                text, ids = renderer.fit_text(corpus, rng, n_in, user_only)
+                made.append(SessionSpec(first_id + i, [TurnSpec(text, n_out, prompt_token_ids=ids)]))
+            return made
+
+        measured = sessions(text_rng, cfg.num_requests, 0)
+        warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests)
+        return make_plan(cfg, measured, warmup, arrival_rng)
