@@ -107,6 +107,9 @@ class Backend(ABC):
                 f"pip install -e '.[{cls.extra or cls.registry_name}]'"
             )
 
+    def check_workload(self, plan: Any) -> None:
+        """Raise ConfigError if the workload cannot run on this engine (checked before loading)."""
+
     @abstractmethod
     def load(self) -> None:
         """Load the model into the engine (may take long; not timed as part of a request)."""

@@ -8,16 +8,14 @@ over, so TTFT includes its wait.
 """
 from __future__ import annotations
 
-import asyncio
-import collections
 import queue
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 from backends import backend_registry
-from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.base import BackendConfig, RequestDone, TokenChunk
+from backends.threaded import Job, ThreadedBackend
 from harness.errors import ConfigError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -50,31 +48,8 @@ class TransformersConfig(BackendConfig):
             raise ConfigError(f"backend.num_threads must be >= 1 (got {self.num_threads})")
 
 
-class _Job:
-    """A request inside the engine, and the way back to the runner's event loop."""
-
-    def __init__(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop):
-        self.request = request
-        self.loop = loop
-        self.events: asyncio.Queue = asyncio.Queue()
-        self.produced = 0
-        self.finished = False
-        self.cancelled = False
-
-    def emit(self, event: Any) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-
-    def finish(self, event: Any) -> None:
-        if not self.finished:
-            self.finished = True
-            self.emit(event)
-
-    def batch_key(self) -> tuple:
-        return (self.request.exact_output_len, self.request.sampling)
-
-
 @backend_registry.register("transformers", TransformersConfig)
-class TransformersBackend(Backend):
+class TransformersBackend(ThreadedBackend):
     requires = ("torch", "transformers")
     extra = "transformers"
     config: TransformersConfig
@@ -103,10 +78,7 @@ class TransformersBackend(Backend):
         self._eos_ids = sorted({t for t in eos + [self._tokenizer.eos_token_id] if t is not None})
         pad = self._tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._eos_ids[0]  # pad = eos when batching
-        self._jobs: queue.Queue = queue.Queue()
-        self._deferred: collections.deque = collections.deque()
-        self._thread = threading.Thread(target=self._engine_loop, name="transformers-engine", daemon=True)
-        self._thread.start()
+        self.start_engine_thread("transformers-engine")
 
     @property
     def engine_name(self) -> str:
@@ -134,33 +106,18 @@ class TransformersBackend(Backend):
             "kv_bytes_per_value": self._torch.tensor([], dtype=self.dtype).element_size(),
         }
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
-        job = _Job(request, asyncio.get_running_loop())
-        self._jobs.put(job)
-        try:
-            while True:
-                event = await job.events.get()
-                if isinstance(event, BaseException):
-                    raise event
-                yield event
-                if isinstance(event, RequestDone):
-                    return
-        finally:
-            job.cancelled = True  # stops the engine working for a reader that went away
-
     def close(self) -> None:
-        if hasattr(self, "_thread"):
-            self._jobs.put(None)
-            self._thread.join(timeout=60)
+        self.stop_engine_thread()
+        if hasattr(self, "_model"):
             del self._model
             if self.device.type == "cuda":
                 self._torch.cuda.empty_cache()
 
     # --- the engine thread: stage 2 (scheduler) to stage 7 (clean-up) --------------------
 
-    def _engine_loop(self) -> None:
+    def engine_loop(self) -> None:
         while True:
-            job = self._deferred.popleft() if self._deferred else self._jobs.get()
+            job = self.next_job()
             if job is None:
                 return
             batch = [job] + (self._gather_batch(job) if self.config.batching == "static" else [])
@@ -173,28 +130,25 @@ class TransformersBackend(Backend):
                 for j in batch:
                     j.finish(exc)
 
-    def _gather_batch(self, first: _Job) -> list[_Job]:
+    def _gather_batch(self, first: Job) -> list[Job]:
         """Stage 2, scheduler: the waiting requests that can share a batch with ``first``."""
-        batch: list[_Job] = []
+        batch: list[Job] = []
         deadline = time.perf_counter() + self.config.batch_wait_s
-        skipped: list[_Job] = []
+        skipped: list[Optional[Job]] = []
         while len(batch) + 1 < self.config.max_batch_size:
             try:
-                if self._deferred:
-                    job = self._deferred.popleft()
-                else:
-                    wait = deadline - time.perf_counter()
-                    job = self._jobs.get(timeout=wait) if wait > 0 else self._jobs.get_nowait()
+                wait = deadline - time.perf_counter()
+                job = self.next_job(block=wait > 0, timeout=wait if wait > 0 else None)
             except queue.Empty:
                 break
             if job is None:
                 skipped.append(job)
                 break
-            (batch if job.batch_key() == first.batch_key() else skipped).append(job)
-        self._deferred.extend(skipped)
+            (batch if _batch_key(job) == _batch_key(first) else skipped).append(job)
+        self.defer(skipped)
         return batch
 
-    def _generate(self, batch: list[_Job]) -> None:
+    def _generate(self, batch: list[Job]) -> None:
         torch = self._torch
         scheduled_t = time.perf_counter()
         prompts = [j.request.prompt_token_ids for j in batch]
@@ -227,10 +181,15 @@ class TransformersBackend(Backend):
         streamer.end_all()  # stage 7, clean-up: every request's stream is closed
 
 
+def _batch_key(job: Job) -> tuple:
+    """Requests can share a static batch when they ask for the same decoding."""
+    return (job.request.exact_output_len, job.request.sampling)
+
+
 class _BatchStreamer:
     """Receives each decode step's tokens from generate() and routes them to their requests."""
 
-    def __init__(self, batch: list[_Job], eos_ids: set[int], scheduled_t: float):
+    def __init__(self, batch: list[Job], eos_ids: set[int], scheduled_t: float):
         self.batch = batch
         self.eos_ids = eos_ids
         self.scheduled_t = scheduled_t

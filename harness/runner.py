@@ -62,21 +62,28 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     tokenizer = backend.get_tokenizer()
     renderer = PromptRenderer(tokenizer)
     plan = workload.build(renderer, TokenizedCorpus(tokenizer), cfg.seed)
+    backend.check_workload(plan)
 
+    sampler = mem.MemorySampler(cfg.memory.sample_interval_s).start()
+    log.info("loading %s on %s", model.name, cfg.backend.name)
+    t_load = time.perf_counter()
+    try:
+        backend.load()
+    except BaseException:
+        sampler.stop()
+        backend.close()
+        raise
+    load_s = time.perf_counter() - t_load
+
+    # The engine is up: from here on the run folder fills, and is finished even on error.
     writer = RunWriter(run_dir, save_output_text=cfg.save_output_text)
     writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     workload_json = plan.to_json()
     writer.write_json("workload.json", workload_json)
-
-    sampler = mem.MemorySampler(cfg.memory.sample_interval_s).start()
+    writer.write_json("env.json", capture_environment())
     status, error = "failed", None
-    duration_s, t0, t_measured, load_s = 0.0, time.perf_counter(), None, None
+    duration_s, t0, t_measured = 0.0, time.perf_counter(), None
     try:
-        log.info("loading %s on %s", model.name, cfg.backend.name)
-        t_load = time.perf_counter()
-        backend.load()
-        load_s = time.perf_counter() - t_load
-        writer.write_json("env.json", capture_environment())
         if plan.warmup:
             log.info("warm-up: %d requests (not counted)", len(plan.warmup))
             warm = Driver(backend, renderer, plan, on_record=lambda r: None)

