@@ -92,6 +92,7 @@ class Backend(ABC):
     registry_name: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str] = ""
+    install_hint: ClassVar[str] = ""  # anything else a user must know to install the engine
 
     def __init__(self, config: BackendConfig, model: "ModelFiles"):
         self.config = config
@@ -104,7 +105,7 @@ class Backend(ABC):
         if missing:
             raise BackendUnavailable(
                 f"backend '{cls.registry_name}' needs {', '.join(missing)}, which is not installed: "
-                f"pip install -e '.[{cls.extra or cls.registry_name}]'"
+                f"pip install -e '.[{cls.extra or cls.registry_name}]'{cls.install_hint}"
             )
 
     def check_workload(self, plan: Any) -> None:

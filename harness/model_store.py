@@ -64,6 +64,23 @@ class ModelFiles:
     def hf_config(self) -> dict[str, Any]:
         return json.loads((self.require_hf_dir() / "config.json").read_text())
 
+    def parameter_count(self) -> Optional[int]:
+        """Parameters in the HF folder's safetensors, read from their headers (no weights loaded)."""
+        if self.hf_dir is None:
+            return None
+        total = 0
+        for path in sorted(self.hf_dir.glob("*.safetensors")):
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+            for name, tensor in header.items():
+                if name != "__metadata__":
+                    count = 1
+                    for dim in tensor["shape"]:
+                        count *= dim
+                    total += count
+        return total or None
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -20,7 +20,7 @@ from harness import memory as mem
 from harness.config import RunConfig
 from harness.driver import Driver
 from harness.environment import capture_environment
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.model_store import ModelFiles, resolve_model
 from harness.results import RunWriter
@@ -69,9 +69,13 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     t_load = time.perf_counter()
     try:
         backend.load()
-    except BaseException:
+    except BaseException as exc:
         sampler.stop()
-        backend.close()
+        _safe(backend.close)
+        if isinstance(exc, Exception) and not isinstance(exc, HarnessError):
+            log.debug("load failed", exc_info=True)
+            detail = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise HarnessError(f"backend {cfg.backend.name} could not load {model.name}: {type(exc).__name__}: {detail}") from exc
         raise
     load_s = time.perf_counter() - t_load
 
@@ -84,19 +88,15 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     status, error = "failed", None
     duration_s, t0, t_measured = 0.0, time.perf_counter(), None
     try:
-        if plan.warmup:
-            log.info("warm-up: %d requests (not counted)", len(plan.warmup))
-            warm = Driver(backend, renderer, plan, on_record=lambda r: None)
-            asyncio.run(warm.run(plan.warmup, open_loop=False))
-        mem.reset_torch_gpu_peaks()
-        t_measured = time.perf_counter()
         on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
         driver = Driver(backend, renderer, plan, on_record=on_record)
         try:
-            duration_s = asyncio.run(driver.run(plan.sessions, plan.open_loop))
+            # One event loop for both phases: engines such as vLLM bind to the loop they run in.
+            duration_s = asyncio.run(_warm_up_then_measure(backend, renderer, plan, driver))
         finally:
             close_progress()
-        t0 = driver.t0
+            if driver.t0:  # the measured phase began (also when it was interrupted)
+                t0 = t_measured = driver.t0
         status = "complete"
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -141,6 +141,15 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
             writer.write_tables(sampler.samples, t0)
             writer.write_json("summary.json", summary)
     return RunOutcome(run_dir, summary, writer.records)
+
+
+async def _warm_up_then_measure(backend: Backend, renderer: PromptRenderer, plan: WorkloadPlan, driver: Driver) -> float:
+    """Warm-up requests (not recorded, same concurrency cap), then the measured phase's T."""
+    if plan.warmup:
+        log.info("warm-up: %d requests (not counted)", len(plan.warmup))
+        await Driver(backend, renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
+    mem.reset_torch_gpu_peaks()
+    return await driver.run(plan.sessions, plan.open_loop)
 
 
 def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
