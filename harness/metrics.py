@@ -90,6 +90,13 @@ def distribution(values: Sequence[float]) -> dict[str, Optional[float]]:
     return out
 
 
+def cached_share(cached_tokens: Sequence[Optional[int]], prompt_tokens: Sequence[int]) -> Optional[float]:
+    """Prefix-cache share = Σ cached prompt tokens / Σ prompt tokens, over requests whose engine reports it."""
+    pairs = [(c, p) for c, p in zip(cached_tokens, prompt_tokens) if c is not None]
+    total = sum(p for _, p in pairs)
+    return sum(c for c, _ in pairs) / total if pairs and total else None
+
+
 def request_throughput(n_completed: int, duration_s: float) -> float:
     """Requests/s = completed requests / T, T = wall time of the measured phase."""
     return n_completed / duration_s if duration_s > 0 else 0.0
@@ -169,6 +176,7 @@ class RequestRecord:
     output_tps: Optional[float] = None
     decode_tps: Optional[float] = None
     queue_wait_s: Optional[float] = None
+    cached_tokens: Optional[int] = None  # prompt tokens the engine served from its prefix cache
     delivery_lag_max_s: Optional[float] = None  # harness overhead: receipt − engine stamp, worst token
     finish_reason: Optional[str] = None
     error: Optional[str] = None
@@ -227,6 +235,7 @@ def build_record(
         output_tps=output_tokens_per_second(n_out, e2e_s) if e2e_s else None,
         decode_tps=decode_tokens_per_second(tpot_s),
         queue_wait_s=queue_wait(send_t, scheduled_t),
+        cached_tokens=engine_stats.get("cached_tokens"),
         delivery_lag_max_s=delivery_lag_max_s,
         finish_reason=finish_reason,
         error=error,

@@ -45,6 +45,11 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any) -> 
         "duration_s": duration_s,
         "latency": latency,
         "throughput": throughput,
+        "prefix_cache": {
+            "cached_share": metrics.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
+            "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
+            "reported_by_engine": any(r.cached_tokens is not None for r in ok),
+        },
         "tokens": {
             "prompt_total": sum(r.prompt_tokens for r in ok),
             "output_total": sum(r.output_tokens for r in ok),
@@ -79,6 +84,7 @@ def per_turn(ok: Sequence[RequestRecord]) -> list[dict[str, Any]]:
                 "requests": len(rs),
                 "prompt_tokens_mean": _mean([r.prompt_tokens for r in rs]),
                 "output_tokens_mean": _mean([r.output_tokens for r in rs]),
+                "cached_share": metrics.cached_share([r.cached_tokens for r in rs], [r.prompt_tokens for r in rs]),
                 "ttft_mean_s": ttft["mean"],
                 "ttft_p50_s": ttft["p50"],
                 "ttft_p90_s": ttft["p90"],
@@ -151,14 +157,25 @@ def format_summary(summary: dict[str, Any]) -> str:
     dec = summary["latency"]["decode_tps"]
     if dec["count"]:
         lines.append(f"per request: decode {dec['mean']:.1f} tok/s (mean), output {summary['latency']['output_tps']['mean']:.1f} tok/s (mean)")
+    cache = summary.get("prefix_cache", {})
+    if cache.get("reported_by_engine") and cache.get("cached_share") is not None:
+        lines.append(f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
+                     f"({cache['cached_tokens_total']} tokens)")
     lines.append(_memory_line(summary.get("memory", {})))
     turns = summary.get("per_turn", [])
     if len(turns) > 1:
         df = pd.DataFrame(turns).set_index("turn")
-        df = df[["requests", "prompt_tokens_mean", "ttft_mean_s", "ttft_p90_s", "e2e_mean_s"]]
+        columns = ["requests", "prompt_tokens_mean", "ttft_mean_s", "ttft_p90_s", "e2e_mean_s"]
+        names = ["requests", "prompt tok", "TTFT mean ms", "TTFT p90 ms", "E2E mean ms"]
+        if summary.get("prefix_cache", {}).get("reported_by_engine"):
+            columns.insert(2, "cached_share")
+            names.insert(2, "cached %")
+        df = df[columns].astype({c: float for c in columns if c != "requests"})
         for col in ("ttft_mean_s", "ttft_p90_s", "e2e_mean_s"):
             df[col] = df[col] * 1000
-        df.columns = ["requests", "prompt tok", "TTFT mean ms", "TTFT p90 ms", "E2E mean ms"]
+        if "cached_share" in df:
+            df["cached_share"] = df["cached_share"] * 100
+        df.columns = names
         lines.append("per turn:\n" + df.to_string(float_format=lambda v: f"{v:.1f}"))
     for w in summary.get("warnings", []):
         lines.append(f"WARNING: {w}")

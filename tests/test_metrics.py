@@ -71,3 +71,8 @@ def test_kv_cache_bytes_for_smollm2_shape():
     # 1 GiB budget, 100 MiB of weights: (1024 − 100) MiB / 23,040 B
     assert metrics.kv_tokens_in_budget(2**30, 100 * 2**20, 23040) == math.floor((2**30 - 100 * 2**20) / 23040)
     assert metrics.kv_tokens_in_budget(10, 100, 23040) == 0
+
+
+def test_cached_share():
+    assert metrics.cached_share([10, 0, None], [20, 20, 100]) == pytest.approx(0.25)  # unknown ones left out
+    assert metrics.cached_share([None, None], [5, 5]) is None

@@ -147,10 +147,13 @@ def test_chat_run_end_to_end(tmp_path):
     from harness.runner import run_benchmark
 
     cfg = make_config("backend=llamacpp", "workload=chat", "workload.sessions=2", "workload.turns=2",
-                      "workload.output_len=16", "workload.concurrency=2", "backend.keep_session_cache=true")
+                      "workload.output_len=16", "workload.concurrency=1", "backend.keep_session_cache=true")
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert len(df) == 4 and df.error.isna().all()
+    # one session at a time: each second turn finds its session's prefix still in the cache
+    assert (df[df.turn == 1].cached_tokens > 0).all() and (df[df.turn == 0].cached_tokens == 0).all()
+    assert outcome.summary["per_turn"][1]["cached_share"] > 0.5
     assert outcome.summary["backend"]["info"]["prefix_cache"] == "kept within a chat session"
     assert outcome.summary["memory"]["weights_bytes"] > 50e6
 

@@ -108,10 +108,15 @@ def test_chat_run_end_to_end(tmp_path):
     from harness.runner import run_benchmark
 
     cfg = make_config("backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1", "model=tiny-random",
-                      "workload=chat", "workload.sessions=3", "workload.turns=2", "workload.output_len=8",
-                      "workload.concurrency=3")
+                      "backend.enable_prefix_caching=true", "workload=chat", "workload.sessions=3", "workload.turns=3",
+                      "workload.output_len=8", "workload.concurrency=3", "workload.system_prompt_len=64")
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
-    assert len(df) == 6 and df.error.isna().all()
+    assert len(df) == 9 and df.error.isna().all()
     assert df.queue_wait_s.notna().all()
     assert outcome.summary["backend"]["engine"] == "vllm"
+    # later turns re-send the history, which vLLM's prefix cache serves: the share is measured per turn
+    per_turn = outcome.summary["per_turn"]
+    assert per_turn[2]["cached_share"] > 0.3
+    assert df.cached_tokens.notna().all()
+    assert outcome.summary["backend"]["info"]["prefix_caching"] is True
