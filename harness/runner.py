@@ -133,7 +133,20 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
         finally:
             writer.write_tables(sampler.samples, t0)
             writer.write_json("summary.json", summary)
+            if cfg.report:
+                _write_report(run_dir)
     return RunOutcome(run_dir, summary, writer.records)
+
+
+def _write_report(run_dir: Path) -> None:
+    """report.html from the finished run folder; a failure loses the report only, never the data."""
+    try:
+        from harness.report import write_report
+
+        log.info("report: %s", write_report(run_dir))
+    except Exception as exc:  # noqa: BLE001 - the run's tables and summary are already on disk
+        log.warning("report.html not written (%s: %s); rebuild it with: python -m harness.report %s",
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
 
 
 def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
