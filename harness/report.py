@@ -398,13 +398,16 @@ def _timeline(run: RunData):
     queue = np.nan_to_num(pd.to_numeric(df["queue_wait_s"], errors="coerce").to_numpy(float), nan=0.0)
     queue = np.minimum(queue, np.where(np.isnan(ttft), queue, ttft))
     y = np.arange(len(df))
-    hover = [
-        esc(f"request {r.request_id} · session {r.session_id} · turn {r.turn} · {r.prompt_tokens} prompt → {r.output_tokens} output tokens")
-        + "<br>" + esc(f"start {fmt(r.start_s, 3)} s · queue {fmt(r.queue_wait_s, 1, 1000)} ms · TTFT {fmt(r.ttft_s, 1, 1000)} ms · E2E {fmt(r.e2e_s, 1, 1000)} ms")
-        + (("<br>" + esc("error: " + plots.excerpt(r.error, 200))) if not ok else "")
-        for r, ok in zip(df.itertuples(), ok_mask)
-    ]
-    hover = np.asarray(hover, dtype=object)
+    # hover figures as numbers (compact in the page), the few error texts as escaped text
+    custom = np.column_stack([
+        pd.to_numeric(df[c], errors="coerce").to_numpy(float) * k
+        for c, k in (("request_id", 1), ("session_id", 1), ("turn", 1), ("prompt_tokens", 1), ("output_tokens", 1),
+                     ("start_s", 1), ("queue_wait_s", 1000), ("ttft_s", 1000), ("e2e_s", 1000))
+    ]).astype(np.float32)
+    template = ("request %{customdata[0]} · session %{customdata[1]} · turn %{customdata[2]}<br>"
+                "%{customdata[3]} prompt → %{customdata[4]} output tokens<br>start %{customdata[5]:.3f} s · "
+                "queue %{customdata[6]:.1f} ms · TTFT %{customdata[7]:.1f} ms · E2E %{customdata[8]:.1f} ms<extra></extra>")
+    errors = np.asarray([esc("error: " + plots.excerpt(e, 200)) for e in df["error"]], dtype=object)
     segments = [
         ("queue wait", "queue", start, queue, ok_mask),
         ("prefill (to first token)", "prefill", start + queue, ttft - queue, ok_mask),
@@ -416,9 +419,11 @@ def _timeline(run: RunData):
         mask = np.asarray(mask) & np.isfinite(base) & np.isfinite(width)
         if not mask.any():
             continue
+        hover = dict(hovertext=errors[mask], hovertemplate=template.replace("<extra>", "<br>%{hovertext}<extra>")) \
+            if key == "failed" else dict(hovertemplate=template)
         fig.add_trace(go.Bar(
             y=y[mask], x=np.maximum(width[mask], 0), base=base[mask], orientation="h", name=label,
-            marker=dict(color=PHASE_COLORS[key], line=dict(width=0)), hovertext=hover[mask], hoverinfo="text",
+            marker=dict(color=PHASE_COLORS[key], line=dict(width=0)), customdata=custom[mask], **hover,
         ))
     sched = pd.to_numeric(df["scheduled_s"], errors="coerce").to_numpy(float)
     if np.isfinite(sched).any():
@@ -461,24 +466,29 @@ def _throughput_over_time(run: RunData):
     fig = plots.figure(height=340, specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
                          marker_color=plots.color(0), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
-    df = run.requests
-    start = pd.to_numeric(df["start_s"], errors="coerce").to_numpy(float)
-    end = pd.to_numeric(df["end_s"], errors="coerce").to_numpy(float)
-    ok_rows = np.isfinite(start) & np.isfinite(end)
-    if ok_rows.any():
-        events = np.concatenate([start[ok_rows], end[ok_rows]])
-        steps = np.concatenate([np.ones(ok_rows.sum()), -np.ones(ok_rows.sum())])
-        order = np.lexsort((steps, events))  # at equal times, ends before starts
-        t = np.concatenate([[0.0], events[order]])
-        inflight = np.concatenate([[0], np.cumsum(steps[order])])
-        fig.add_trace(go.Scatter(x=t, y=inflight, mode="lines", line=dict(shape="hv", color=plots.color(1)),
-                                 name="requests in flight", hovertemplate="t=%{x:.2f} s: %{y} in flight<extra></extra>"),
-                      secondary_y=True)
+    inflight = mean_in_flight(run.requests, edges)
+    if inflight is not None:
+        fig.add_trace(go.Scatter(x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=plots.color(1)),
+                                 name="requests in flight (mean per bin)",
+                                 hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>"), secondary_y=True)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
     fig.update_yaxes(title_text="output tokens/s", secondary_y=False)
-    fig.update_yaxes(title_text="requests in flight", secondary_y=True, rangemode="tozero")
+    fig.update_yaxes(title_text="requests in flight", secondary_y=True, rangemode="tozero", showgrid=False,
+                     **({"dtick": 1} if inflight is not None and inflight.max() <= 12 else {}))
     return ("throughput-time", "Output tokens/s over time", fig,
             "Tokens delivered per time bin (every output token at its own time), and the number of requests in flight.")
+
+
+def mean_in_flight(df: pd.DataFrame, edges: np.ndarray) -> Optional[np.ndarray]:
+    """Time-weighted mean number of requests in flight in each bin: Σ overlap([start, end], bin) / width."""
+    start = pd.to_numeric(df["start_s"], errors="coerce").to_numpy(float)
+    end = pd.to_numeric(df["end_s"], errors="coerce").to_numpy(float)
+    keep = np.isfinite(start) & np.isfinite(end)
+    if not keep.any():
+        return None
+    lo, hi = edges[:-1], edges[1:]
+    overlap = np.clip(np.minimum(end[keep, None], hi) - np.maximum(start[keep, None], lo), 0, None)
+    return overlap.sum(axis=0) / (hi - lo)
 
 
 def _memory_over_time(run: RunData):
