@@ -481,8 +481,11 @@ def _latency_vs_throughput(runs: Sequence[Run]):
                 hovertext=[esc(f"{m.label} · {_point_label(m)}") for m in members],
                 hovertemplate="%{hovertext}<br>%{x:.1f} tok/s, %{y:.1f} ms<extra></extra>",
             ), 1, j)
-    for j in (1, 2):
+    for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
         fig.update_xaxes(title_text="output tokens/s (whole run)", row=1, col=j)
+        ys = [v for g in groups.values() for v in (_p(m.summary, metric, "p50") for m in g) if v and v > 0]
+        if ys and max(ys) / min(ys) > 100:  # points spread over decades: a log axis keeps them apart
+            fig.update_yaxes(type="log", row=1, col=j)
     return ("latency-throughput", "Latency against throughput", fig,
             "One point per run; runs of the same setup that differ only in concurrency or rate are joined, in order of load (c: concurrency, r: rate).")
 
