@@ -72,6 +72,7 @@ class RunConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     progress: bool = True
     save_output_text: bool = True
+    report: bool = True  # write report.html (harness/report.py) into the run folder
 
     def validate(self) -> None:
         for section in (self.backend, self.model, self.workload, self.slo, self.memory):

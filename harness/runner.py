@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -86,6 +87,7 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     writer.write_json("workload.json", workload_json)
     writer.write_json("env.json", capture_environment())
     status, error = "failed", None
+    started_at = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
     duration_s, t0, t_measured = 0.0, time.perf_counter(), None
     try:
         on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
@@ -113,6 +115,7 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
         summary = {
             "status": status,
             "error": error,
+            "started_at": started_at,
             "backend": {
                 "name": cfg.backend.name,
                 "mode": cfg.backend.mode,
@@ -140,6 +143,8 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
         finally:
             writer.write_tables(sampler.samples, t0)
             writer.write_json("summary.json", summary)
+            if cfg.report:
+                _write_report(run_dir)
     return RunOutcome(run_dir, summary, writer.records)
 
 
@@ -150,6 +155,17 @@ async def _warm_up_then_measure(backend: Backend, renderer: PromptRenderer, plan
         await Driver(backend, renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
     mem.reset_torch_gpu_peaks()
     return await driver.run(plan.sessions, plan.open_loop)
+
+
+def _write_report(run_dir: Path) -> None:
+    """report.html from the finished run folder; a failure loses the report only, never the data."""
+    try:
+        from harness.report import write_report
+
+        log.info("report: %s", write_report(run_dir))
+    except Exception as exc:  # noqa: BLE001 - the run's tables and summary are already on disk
+        log.warning("report.html not written (%s: %s); rebuild it with: python -m harness.report %s",
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
 
 
 def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:

@@ -1,0 +1,237 @@
+"""HTML and plotly helpers shared by the per-run report and the comparison of runs.
+
+Pages are self-contained: plotly.js is inlined once in the page's head (no CDN, works
+offline) and every figure is a ``<div>`` drawn by ``Plotly.newPlot``. Text that comes from a
+run (prompts, outputs, errors, config) goes through :func:`esc`; figure data is serialized by
+plotly, which writes ``<``, ``>`` and ``/`` as JSON escapes, so nothing can close a
+``<script>`` early.
+"""
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+)
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+TEMPLATE = "plotly_white"
+
+CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0; color: #1f2933; background: #f7f8fa; }
+main { max-width: 1280px; margin: 0 auto; padding: 16px 24px 48px; }
+h1 { font-size: 22px; margin: 8px 0 4px; word-break: break-all; }
+h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #d9dee5; padding-bottom: 4px; }
+.sub { color: #52606d; font-size: 13px; margin: 0 0 6px; }
+.note { color: #52606d; font-size: 12.5px; margin: 4px 0 8px; }
+.meta { display: grid; grid-template-columns: max-content 1fr; gap: 3px 14px; font-size: 13.5px; background: #fff;
+        border: 1px solid #d9dee5; border-radius: 6px; padding: 10px 14px; }
+.meta dt { color: #52606d; } .meta dd { margin: 0; word-break: break-word; }
+.banner { border-radius: 6px; padding: 10px 14px; margin: 12px 0; font-size: 14px; }
+.banner.warning { background: #fff4e5; border: 1px solid #f0a030; }
+.banner.error { background: #fdecec; border: 1px solid #d64545; }
+.banner.ok { background: #eaf7ee; border: 1px solid #4caf6a; }
+.banner.info { background: #eef4fb; border: 1px solid #7aa7d6; }
+.banner b { display: block; margin-bottom: 4px; }
+.banner ul { margin: 0; padding-left: 20px; }
+.cards { display: flex; flex-wrap: wrap; gap: 8px; margin: 8px 0; }
+.card { background: #fff; border: 1px solid #d9dee5; border-radius: 6px; padding: 6px 12px; min-width: 110px; }
+.card .v { font-size: 18px; font-weight: 600; } .card .k { font-size: 12px; color: #52606d; }
+table.tbl { border-collapse: collapse; font-size: 13px; background: #fff; margin: 6px 0; }
+table.tbl th, table.tbl td { border: 1px solid #d9dee5; padding: 3px 8px; text-align: right; vertical-align: top; }
+table.tbl th { background: #eef1f5; }
+table.tbl td.text, table.tbl th.text { text-align: left; }
+.excerpt { white-space: pre-wrap; max-height: 5.5em; overflow: auto; max-width: 420px; text-align: left;
+           font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; }
+.figure { background: #fff; border: 1px solid #d9dee5; border-radius: 6px; margin: 10px 0; padding: 4px; }
+.scroll { overflow-x: auto; }
+pre { background: #fff; border: 1px solid #d9dee5; border-radius: 6px; padding: 8px; font-size: 12px; overflow: auto; max-height: 480px; }
+details summary { cursor: pointer; font-weight: 600; margin: 10px 0; }
+.pill { display: inline-block; border-radius: 10px; padding: 1px 9px; font-size: 12px; font-weight: 600; vertical-align: middle; }
+.pill.complete, .pill.faster { background: #d8f0df; color: #1e6b37; }
+.pill.interrupted, .pill.slower { background: #fde2c8; color: #8a4a05; }
+.pill.failed { background: #f9d3d3; color: #8a1c1c; }
+.pill.nodiff, .pill.nodata { background: #e4e7eb; color: #3e4c59; }
+"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escaped text (quotes too); None becomes an empty string."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def excerpt(text: Any, limit: int = 240) -> str:
+    """The first ``limit`` characters of a text, with an ellipsis when cut (not escaped)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return ""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+# --- numbers ------------------------------------------------------------------------------
+
+
+def is_num(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not (
+        isinstance(value, (float, np.floating)) and not math.isfinite(value)
+    )
+
+
+def fmt(value: Any, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
+    """A number to text with ``digits`` decimals after multiplying by ``scale``; '–' when missing."""
+    if not is_num(value):
+        return "–"
+    return f"{value * scale:,.{digits}f}{unit}"
+
+
+def fmt_bytes(n: Any) -> str:
+    if not is_num(n) or not n:
+        return "–"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def values(series: Optional[pd.Series]) -> np.ndarray:
+    """A column's finite values as floats (None/NaN dropped)."""
+    if series is None:
+        return np.empty(0)
+    arr = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def cdf_points(vals: Iterable[float], max_points: int = 1500) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical CDF: x = sorted values, y = rank / n; at most ``max_points`` evenly spaced ranks."""
+    x = np.sort(np.asarray(list(vals) if not isinstance(vals, np.ndarray) else vals, dtype=float))
+    n = x.size
+    if n == 0:
+        return x, x
+    y = np.arange(1, n + 1) / n
+    if n > max_points:
+        keep = np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+        x, y = x[keep], y[keep]
+    return x, y
+
+
+def nice_bin(span: float, target_bins: int = 60) -> float:
+    """A bin width of 1, 2 or 5 × 10^k that cuts ``span`` into about ``target_bins`` bins."""
+    if span <= 0:
+        return 1.0
+    raw = span / target_bins
+    base = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if raw <= m * base:
+            return m * base
+    return 10 * base
+
+
+# --- plotly -------------------------------------------------------------------------------
+
+
+def figure(rows: int = 1, cols: int = 1, titles: Optional[Sequence[str]] = None, height: int = 360, **kwargs):
+    """A plotly figure with the common look; subplots when rows × cols > 1."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    if rows * cols > 1 or titles or kwargs:
+        fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles or []), **kwargs)
+    else:
+        fig = go.Figure()
+    fig.update_layout(
+        template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.06, xanchor="left", x=0),
+        hoverlabel=dict(align="left"),
+    )
+    return fig
+
+
+def figure_div(fig, div_id: str) -> str:
+    """The figure as a ``<div>`` plus its ``Plotly.newPlot`` script; plotly.js is not included."""
+    import plotly.io as pio
+
+    div = pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id, config=PLOT_CONFIG,
+                      default_height=f"{fig.layout.height or 360}px")
+    return f'<div class="figure" data-plot="{esc(div_id)}">{div}</div>'
+
+
+def plotly_js() -> str:
+    """plotly.js, inlined once per page (about 4.8 MB)."""
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    # plotly.js contains no closing script tag today; keep it that way if that ever changes
+    js = js.replace("</script", "<\\/script")
+    return f'<script type="text/javascript">{js}</script>'
+
+
+# --- HTML ---------------------------------------------------------------------------------
+
+
+def page(title: str, body: str) -> str:
+    """A whole HTML page: escaped title, the CSS, plotly.js once in the head, then ``body``."""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n{plotly_js()}\n</head>\n"
+        f"<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
+    )
+
+
+def banner(messages: Sequence[str], title: str, kind: str = "warning") -> str:
+    """A box of escaped messages at the top of a page; empty when there are none."""
+    if not messages:
+        return ""
+    items = "".join(f"<li>{esc(m)}</li>" for m in messages)
+    return f'<div class="banner {esc(kind)}" role="alert"><b>{esc(title)}</b><ul>{items}</ul></div>'
+
+
+def cards(items: Sequence[tuple[str, str]]) -> str:
+    """Key figures as small cards: (label, already formatted value)."""
+    inner = "".join(f'<div class="card"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in items)
+    return f'<div class="cards">{inner}</div>'
+
+
+def meta_list(items: Sequence[tuple[str, str]]) -> str:
+    inner = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
+    return f'<dl class="meta">{inner}</dl>'
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], text_columns: Sequence[str] = (),
+          excerpt_columns: Sequence[str] = (), classes: Optional[dict[str, Any]] = None,
+          link_columns: Sequence[str] = ()) -> str:
+    """An HTML table of already formatted cells; every header and cell is escaped.
+
+    ``text_columns`` align left; ``excerpt_columns`` are shown in a small scrolling box;
+    ``classes`` maps a column to a function of the cell's value giving the CSS class of a pill;
+    ``link_columns`` hold (href, text) pairs or "" (both escaped).
+    """
+    head = "".join(
+        f'<th class="{"text" if c in text_columns or c in excerpt_columns else ""}">{esc(c)}</th>' for c in columns
+    )
+    body = []
+    for row in rows:
+        cells = []
+        for c in columns:
+            value = row.get(c, "")
+            if c in link_columns:
+                cells.append(f'<td class="text"><a href="{esc(value[0])}">{esc(value[1])}</a></td>' if value else "<td></td>")
+            elif c in excerpt_columns:
+                cells.append(f'<td class="text"><div class="excerpt">{esc(value)}</div></td>')
+            elif classes and c in classes:
+                cells.append(f'<td class="text"><span class="pill {esc(classes[c](value))}">{esc(value)}</span></td>')
+            else:
+                cells.append(f'<td class="{"text" if c in text_columns else ""}">{esc(value)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<div class="scroll"><table class="tbl"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def section(title: str, content: str, note: str = "") -> str:
+    note_html = f'<p class="note">{esc(note)}</p>' if note else ""
+    return f"<section><h2>{esc(title)}</h2>{note_html}{content}</section>"
