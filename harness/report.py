@@ -321,6 +321,9 @@ def _summary_html(summary: dict[str, Any]) -> str:
         ("mean concurrency", fmt(tp.get("mean_concurrency"), 2)),
         ("decode tok/s per request", fmt(dec, 1)),
     ]
+    cache = summary.get("prefix_cache") or {}
+    if cache.get("reported_by_engine"):
+        items.append(("prompt tokens from prefix cache", fmt(cache.get("cached_share"), 1, 100, " %")))
     mem = summary.get("memory") or {}
     for key, label in (("rss_peak_bytes", "peak RSS"), ("gpu_peak_allocated_bytes", "GPU peak allocated"),
                        ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"), ("weights_bytes", "weights")):
@@ -329,8 +332,10 @@ def _summary_html(summary: dict[str, Any]) -> str:
     html = plots.cards(items) + table
     turns = summary.get("per_turn") or []
     if len(turns) > 1:
+        cached = (summary.get("prefix_cache") or {}).get("reported_by_engine")
         turn_rows = [
             {"turn": t.get("turn"), "requests": t.get("requests"), "context tokens (mean)": fmt(t.get("prompt_tokens_mean"), 1),
+             **({"cached %": fmt(t.get("cached_share"), 1, 100)} if cached else {}),
              "TTFT mean ms": fmt(t.get("ttft_mean_s"), 1, 1000), "TTFT p50 ms": fmt(t.get("ttft_p50_s"), 1, 1000),
              "TTFT p90 ms": fmt(t.get("ttft_p90_s"), 1, 1000), "E2E mean ms": fmt(t.get("e2e_mean_s"), 1, 1000)}
             for t in turns
