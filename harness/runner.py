@@ -1,8 +1,9 @@
 """One benchmark run, start to finish, and what it leaves in its run folder.
 
 Order: validate the config (before any model loads) → resolve the model → build the
-workload from the model's tokenizer → load the engine → warm up (not counted) → the
-measured phase → tables and summary, also after an error or Ctrl-C.
+workload from the model's tokenizer → load the engine (in server mode: launch its server)
+→ warm up (not counted) → scrape the engine's metrics → the measured phase → scrape again
+→ tables and summary, also after an error or Ctrl-C.
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from backends import Backend, backend_registry
+from backends import Backend, check_backend_available, create_backend
 from harness import memory as mem
+from harness import prometheus
 from harness.config import RunConfig
 from harness.driver import Driver
 from harness.environment import capture_environment
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.model_store import ModelFiles, resolve_model
 from harness.results import RunWriter
@@ -53,12 +55,12 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
     cfg.validate()
-    backend_cls = backend_registry.get(cfg.backend.name).cls
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
-    backend_cls.check_available()
+    check_backend_available(cfg.backend)
 
     model = resolve_model(cfg.model)
-    backend: Backend = backend_cls(cfg.backend, model)
+    backend: Backend = create_backend(cfg.backend, model)
+    backend.run_dir = run_dir
     tokenizer = backend.get_tokenizer()
     renderer = PromptRenderer(tokenizer)
     plan = workload.build(renderer, TokenizedCorpus(tokenizer), cfg.seed)
@@ -71,25 +73,38 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     sampler = mem.MemorySampler(cfg.memory.sample_interval_s).start()
     status, error = "failed", None
     duration_s, t0, t_measured, load_s = 0.0, time.perf_counter(), None, None
+    scrapes: dict[str, Optional[str]] = {"before": None, "after": None}
     try:
         log.info("loading %s on %s", model.name, cfg.backend.name)
         t_load = time.perf_counter()
         backend.load()
         load_s = time.perf_counter() - t_load
         writer.write_json("env.json", capture_environment())
-        if plan.warmup:
-            log.info("warm-up: %d requests (not counted)", len(plan.warmup))
-            warm = Driver(backend, renderer, plan, on_record=lambda r: None)
-            asyncio.run(warm.run(plan.warmup, open_loop=False))
-        mem.reset_torch_gpu_peaks()
-        t_measured = time.perf_counter()
-        on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
-        driver = Driver(backend, renderer, plan, on_record=on_record)
+        phase: dict[str, Any] = {}
+
+        async def warm_up_then_measure() -> float:
+            # One event loop for both phases: connections and engine tasks made during the
+            # warm-up serve the measured phase too.
+            if plan.warmup:
+                log.info("warm-up: %d requests (not counted)", len(plan.warmup))
+                warm = Driver(backend, renderer, plan, on_record=lambda r: None)
+                await warm.run(plan.warmup, open_loop=False)
+                _check_engine(backend, writer, run_dir)
+            scrapes["before"] = _scrape(backend)
+            mem.reset_torch_gpu_peaks()
+            phase["t_measured"] = time.perf_counter()
+            on_record, phase["close_progress"] = _with_progress(writer.append, plan, progress, cfg.progress)
+            phase["driver"] = Driver(backend, renderer, plan, on_record=on_record)
+            return await phase["driver"].run(plan.sessions, plan.open_loop)
+
         try:
-            duration_s = asyncio.run(driver.run(plan.sessions, plan.open_loop))
+            duration_s = asyncio.run(warm_up_then_measure())
         finally:
-            close_progress()
-        t0 = driver.t0
+            phase.get("close_progress", lambda: None)()
+            t_measured = phase.get("t_measured")
+            if "driver" in phase:
+                t0 = phase["driver"].t0
+        _check_engine(backend, writer, run_dir)
         status = "complete"
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -100,6 +115,8 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     finally:
         sampler.sample()
         sampler.stop()
+        if scrapes["before"] is not None:
+            scrapes["after"] = _scrape(backend)
         if status != "complete" and writer.records:
             duration_s = max(r.end_s for r in writer.records)
         summary = summarize(writer.records, duration_s, cfg.slo)
@@ -128,12 +145,54 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
             "memory": _memory_summary(backend, model, sampler, t_measured, cfg),
             "load_s": load_s,
         }
+        server_metrics = _server_metrics(scrapes, writer)
+        if server_metrics is not None:
+            summary["server_metrics"] = server_metrics
         try:
             backend.close()
         finally:
             writer.write_tables(sampler.samples, t0)
             writer.write_json("summary.json", summary)
     return RunOutcome(run_dir, summary, writer.records)
+
+
+class EngineFailed(HarnessError):
+    """The engine stopped serving during the run (e.g. its server exited); results are kept."""
+
+
+def _check_engine(backend: Backend, writer: RunWriter, run_dir: Path) -> None:
+    """End the run, keeping what was measured, when the engine can no longer serve."""
+    reason = _safe(backend.fatal_error)
+    if reason:
+        failed = sum(1 for r in writer.records if not r.ok)
+        raise EngineFailed(
+            f"{reason}; {failed} of {len(writer.records)} requests failed; the results so far are in {run_dir}"
+        )
+
+
+def _scrape(backend: Backend) -> Optional[str]:
+    """The engine's Prometheus text, or None (no endpoint, or it did not answer)."""
+    try:
+        return backend.scrape_metrics()
+    except Exception as exc:  # noqa: BLE001 - metrics are extra; the run goes on without them
+        log.warning("could not scrape the engine's metrics: %s", exc)
+        return None
+
+
+def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Optional[dict[str, Any]]:
+    """Both raw scrapes into the run folder, and the measured phase's difference for the summary."""
+    before, after = scrapes["before"], scrapes["after"]
+    if before is None:
+        return None
+    writer.write_text("metrics_before.txt", before)
+    if after is None:
+        return None
+    writer.write_text("metrics_after.txt", after)
+    try:
+        return prometheus.summarize(before, after)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not parse the engine's metrics: %s", exc)
+        return None
 
 
 def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
