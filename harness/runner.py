@@ -22,7 +22,7 @@ from harness import prometheus
 from harness.config import RunConfig
 from harness.driver import Driver
 from harness.environment import capture_environment
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, EngineFailed
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.model_store import ModelFiles, resolve_model
 from harness.results import RunWriter
@@ -154,10 +154,6 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
             writer.write_tables(sampler.samples, t0)
             writer.write_json("summary.json", summary)
     return RunOutcome(run_dir, summary, writer.records)
-
-
-class EngineFailed(HarnessError):
-    """The engine stopped serving during the run (e.g. its server exited); results are kept."""
 
 
 def _check_engine(backend: Backend, writer: RunWriter, run_dir: Path) -> None:

@@ -174,3 +174,24 @@ def test_port_in_use_fails_in_one_line(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "harness.reference_server", "--port", str(port)],
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "address already in use" in proc.stderr.lower()
+
+
+def test_jitter_moves_tokens_around_an_absolute_schedule(tmp_path, tiny_model):
+    """With jitter the gaps vary, but the deadlines do not drift: the last token still comes
+    at ttft + (n − 1) · itl ± jitter after arrival."""
+    import asyncio
+
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from backends.openai import OpenAIClient
+    from reference_fixtures import chat_request, collect
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model.hf_dir)
+    with reference_server(tmp_path, "--ttft-ms", "20", "--itl-ms", "5", "--jitter-ms", "2", "--seed", "1") as srv:
+        client = OpenAIClient(srv.url_root + "/v1", model_name="r", tokenizer=tokenizer)
+        chunks, _ = asyncio.run(collect(client.stream(chat_request(0, 60), {"ignore_eos": True})))
+    t = np.array([c.t for c in chunks])
+    gaps = np.diff(t)
+    assert gaps.std() > 0.0005  # the jitter shows
+    assert abs((t[-1] - t[0]) - 59 * 0.005) < 0.004 + 0.025  # ± 2 × jitter, + CI slack; no drift
