@@ -318,7 +318,11 @@ class ReferenceServer:
             return _error(500, "reference server: injected error (--error-rate)", "server_error")
         n = self._length(body)
         due = self._schedule(arrival, n)
-        prompt_tokens = asyncio.get_running_loop().run_in_executor(self._pool, self._count_prompt, body, chat)
+        if self._tokenizer is not None:  # a chat template takes milliseconds: off the event loop
+            prompt_tokens = asyncio.get_running_loop().run_in_executor(self._pool, self._count_prompt, body, chat)
+        else:
+            prompt_tokens = asyncio.get_running_loop().create_future()
+            prompt_tokens.set_result(self._count_prompt(body, chat))
         self.metrics.running += 1
         try:
             if body.get("stream"):
