@@ -353,3 +353,34 @@ def test_chat_history_is_the_servers_reply_text(tmp_path, tiny_model):
 def test_registry_lists_the_new_backends():
     names = backend_registry.names()
     assert "openai" in names and "reference" in names
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+def test_ctrl_c_or_sigterm_stops_the_server(tmp_path, sig, code):
+    import subprocess
+
+    args = [*REF, "backend.itl_ms=20", *FAST, "workload.output_len=50", "workload.num_requests=200",
+            f"output_root={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = list(tmp_path.glob("*/requests.jsonl"))
+        if found and found[0].read_text().count("\n") >= 2:
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("no request finished in time")
+    run_dir = found[0].parent
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the server should be a child of the harness"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    summary = load_summary(run_dir)
+    assert summary["status"] == "interrupted"
+    assert 2 <= summary["requests"]["sent"] < 200
+    for child in children:
+        assert gone(child.pid)
+    assert "stopped (exit code" in (run_dir / "server.log").read_text()
