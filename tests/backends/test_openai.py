@@ -1,13 +1,11 @@
 """The OpenAI-compatible client and backend=openai, against the reference server."""
-import json
-import sys
+import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from backends.openai import HTTPStatusError, OpenAIClient, OpenAIConfig, StreamError, check_server
+from backends.openai import HTTPStatusError, OpenAIClient, OpenAIConfig, check_server
 from conftest import make_config, run_harness_cli
 from harness.errors import ConfigError, HarnessError
 from harness.reference_server import word
@@ -36,8 +34,6 @@ def test_timing_matches_the_schedule_at_concurrency_1(tmp_path, tokenizer):
             out = []
             await collect(client.stream(chat_request(0, 4), {"ignore_eos": True}))  # opens the connection
             for i in range(6):
-                import time
-
                 t_send = time.perf_counter()
                 chunks, done = await collect(client.stream(chat_request(i, 24), {"ignore_eos": True}))
                 out.append((t_send, chunks, done))

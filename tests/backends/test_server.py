@@ -7,7 +7,6 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import psutil
 import pytest
 
@@ -20,7 +19,7 @@ from backends.server import (
 from backends.server_presets import (
     eog_token_ids, llamacpp_preset, mlx_preset, sglang_preset, transformers_serve_available, vllm_preset,
 )
-from conftest import REPO, make_config, run_harness_cli
+from conftest import make_config, run_harness_cli
 from harness.errors import ConfigError, ModelError
 from harness.reference_server import WORDS
 from harness.results import load_requests, load_summary
