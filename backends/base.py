@@ -15,24 +15,66 @@ The life of one request, and who does each stage (mission.md):
 from __future__ import annotations
 
 import importlib.util
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Optional, Union
 
 from harness.errors import BackendUnavailable, ConfigError
 
 
+MODES = ("inprocess", "server")
+ENDPOINTS = ("chat", "completions")
+
+
 @dataclass
 class BackendConfig:
-    """Fields every backend config has; each backend subclasses it."""
+    """Fields every backend config has; each backend subclasses it.
+
+    ``mode``: ``inprocess`` runs the engine inside the harness; ``server`` launches the
+    engine's own OpenAI-compatible server as a child process (``backends/server.py``) and
+    drives it over HTTP. The fields below ``mode`` are for server mode and ``backend=openai``.
+    """
 
     name: str = "?"
     mode: str = "inprocess"  # or "server" where a backend supports it
+    # --- server mode (and backend=openai where marked) -----------------------------------
+    python: Optional[str] = None  # interpreter (or venv folder) that runs the server; default: this one
+    server_command: Optional[list[str]] = None  # full argv replacing the preset's; {model} {gguf} {port} {host} {python}
+    server_args: list[str] = field(default_factory=list)  # appended to the server's command
+    port: int = 0  # 0: a free port; a port in use is replaced by a free one (said in the log)
+    startup_timeout_s: float = 300.0  # how long the server may take to answer its health check
+    request_timeout_s: float = 600.0  # per request, from send to the last byte (also backend=openai)
+    endpoint: str = "chat"  # chat: /v1/chat/completions with messages | completions: /v1/completions (also openai)
+    api_key_env: Optional[str] = None  # name of the environment variable holding the API key (also openai)
 
     def validate(self) -> None:
-        if self.mode not in ("inprocess", "server"):
+        if self.mode not in MODES:
             raise ConfigError(f"backend.mode must be inprocess or server (got {self.mode!r})")
+        self.validate_http()
+        if self.mode == "server":
+            self.validate_server()
+
+    def validate_http(self) -> None:
+        """The fields a client of an OpenAI-compatible server uses."""
+        if self.endpoint not in ENDPOINTS:
+            raise ConfigError(f"backend.endpoint must be chat or completions (got {self.endpoint!r})")
+        if self.request_timeout_s <= 0:
+            raise ConfigError(f"backend.request_timeout_s must be > 0 (got {self.request_timeout_s})")
+        if self.api_key_env is not None and not os.environ.get(self.api_key_env):
+            raise ConfigError(
+                f"backend.api_key_env names the environment variable {self.api_key_env}, which is not set"
+            )
+
+    def validate_server(self) -> None:
+        """The fields that launch a server (backend.mode=server)."""
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"backend.port must be 0 (a free port) or 1-65535 (got {self.port})")
+        if self.startup_timeout_s <= 0:
+            raise ConfigError(f"backend.startup_timeout_s must be > 0 (got {self.startup_timeout_s})")
+        if self.server_command is not None and not self.server_command:
+            raise ConfigError("backend.server_command must be a non-empty list (or null for the preset's)")
 
 
 @dataclass(frozen=True)
@@ -75,7 +117,13 @@ class RequestDone:
 
     finish_reason: str  # "length", "stop" or "cancelled"
     scheduled_t: Optional[float] = None  # perf_counter time the engine began work on it
-    engine_stats: dict[str, Any] = field(default_factory=dict)  # the engine's own figures
+    # The engine's own figures. Two keys override the harness's counts in the record:
+    # "prompt_tokens" (e.g. an HTTP server's usage.prompt_tokens) and "output_tokens"
+    # (usage.completion_tokens, or the streamed text re-tokenized as a whole).
+    engine_stats: dict[str, Any] = field(default_factory=dict)
+    # The reply as the engine returned it (HTTP servers); when set, the runner uses it as the
+    # request's output text and chat history instead of decoding the streamed token ids.
+    text: Optional[str] = None
 
 
 StreamEvent = Union[TokenChunk, RequestDone]
@@ -97,6 +145,16 @@ class Backend(ABC):
     def __init__(self, config: BackendConfig, model: "ModelFiles"):
         self.config = config
         self.model = model
+        self.run_dir: Optional[Path] = None  # the run folder, set by the runner before load()
+
+    @classmethod
+    def server_preset(cls, config: BackendConfig, model: "ModelFiles") -> "ServerPreset":
+        """How to launch this engine's OpenAI-compatible server (``backend.mode=server``).
+
+        Engines with a server override this and return a :class:`backends.server.ServerPreset`
+        (``backends/server_presets.py`` has one function per engine).
+        """
+        raise ConfigError(f"backend {config.name} has no server mode (use backend.mode=inprocess)")
 
     @classmethod
     def check_available(cls) -> None:
@@ -149,9 +207,28 @@ class Backend(ABC):
         """What the engine was set up with, for the run's summary (device, dtype, batching…)."""
         return {}
 
+    def scrape_metrics(self) -> Optional[str]:
+        """The engine's own Prometheus metrics as text, or None where it exposes none.
+
+        The runner scrapes before and after the measured phase and stores the difference
+        (``harness/prometheus.py``) next to the client's figures.
+        """
+        return None
+
+    def fatal_error(self) -> Optional[str]:
+        """Why the engine can no longer serve any request (e.g. its server exited), or None.
+
+        The runner asks after the warm-up and after the measured phase; a reason ends the
+        run as failed, with the results so far kept.
+        """
+        return None
+
     def close(self) -> None:
         """Release the engine; called once, also after an error or Ctrl-C."""
 
 
 # Imported late for the type annotation only; model_store has no dependency on backends.
 from harness.model_store import ModelFiles  # noqa: E402
+
+if TYPE_CHECKING:
+    from backends.server import ServerPreset

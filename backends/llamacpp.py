@@ -40,8 +40,8 @@ class LlamaCppConfig(BackendConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.mode != "inprocess":
-            raise ConfigError("backend=llamacpp runs in-process only here (backend.mode=inprocess)")
+        if self.mode == "server" and self.batched:
+            raise ConfigError("backend.batched applies in-process only: llama_cpp.server serves one request at a time")
         for key in ("n_ctx", "n_batch", "max_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"backend.{key} must be >= 1 (got {getattr(self, key)})")
@@ -59,6 +59,18 @@ class LlamaCppBackend(ThreadedBackend):
         super().__init__(config, model)
         self.gguf = model.require_gguf()  # an HF folder without a GGUF fails here, in one line
         check_gguf_header(self.gguf)
+
+    @classmethod
+    def server_preset(cls, config: LlamaCppConfig, model: Any):
+        """llama-cpp-python's server on the same GGUF, context, threads and GPU layers."""
+        from backends.server_presets import llamacpp_preset
+
+        args = ["--n_ctx", str(config.n_ctx), "--n_batch", str(config.n_batch), "--n_gpu_layers", str(config.n_gpu_layers)]
+        if config.n_threads:
+            args += ["--n_threads", str(config.n_threads)]
+        if config.flash_attn:
+            args += ["--flash_attn", "True"]
+        return llamacpp_preset(config, model, extra_args=args)
 
     def check_workload(self, plan: Any) -> None:
         limit = self.config.n_ctx

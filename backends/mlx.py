@@ -35,8 +35,6 @@ class MLXConfig(BackendConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.mode != "inprocess":
-            raise ConfigError("backend=mlx runs in-process only here (backend.mode=inprocess)")
         if self.batching not in ("continuous", "serial"):
             raise ConfigError(f"backend.batching must be continuous or serial (got {self.batching!r})")
         if self.quantize_bits not in (None, 2, 3, 4, 6, 8):
@@ -59,6 +57,15 @@ class MLXBackend(ThreadedBackend):
                 f"backend=mlx loads Hugging Face or MLX folders, and {model.source} is a GGUF file: "
                 "pass model.path=<HF folder> (or use backend=llamacpp for GGUF)"
             )
+
+    @classmethod
+    def server_preset(cls, config: MLXConfig, model: Any):
+        """mlx-lm's server (mlx_lm.server) on the same folder."""
+        from backends.server_presets import mlx_preset
+
+        if model.hf_dir is None:
+            raise ModelError("backend=mlx loads Hugging Face or MLX folders: pass model.path=<HF folder>")
+        return mlx_preset(config, model)
 
     def load(self) -> None:
         import mlx.core as mx

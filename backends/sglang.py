@@ -87,6 +87,20 @@ def build_server_args(config: SGLangConfig, model_path: str) -> Any:
     return ServerArgs(**kwargs)
 
 
+def server_args_flags(config: SGLangConfig) -> list[str]:
+    """The config's ServerArgs fields as launch_server flags (``tp_size`` → ``--tp-size 2``)."""
+    flags: list[str] = []
+    for key, value in config.server_args_dict("").items():
+        if key == "model_path" or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags += [flag] if value else []
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
 def server_args_schema(cls: type) -> dict[str, tuple[Optional[tuple[type, ...]], Optional[list]]]:
     """field → (accepted Python types or None when not a simple type, declared choices)."""
     hints = typing.get_type_hints(cls, include_extras=True)
@@ -135,6 +149,13 @@ class SGLangBackend(Backend):
     def __init__(self, config: SGLangConfig, model: Any):
         super().__init__(config, model)
         self._ids = itertools.count()
+
+    @classmethod
+    def server_preset(cls, config: SGLangConfig, model: Any):
+        """``python -m sglang.launch_server`` with the same ServerArgs, as command-line flags."""
+        from backends.server_presets import sglang_preset
+
+        return sglang_preset(config, model, extra_args=server_args_flags(config))
 
     def server_args(self) -> Any:
         return build_server_args(self.config, str(self.model.require_hf_dir()))

@@ -5,6 +5,9 @@ Requests in flight are served by one engine thread, either one at a time
 batch starts with the requests waiting at that moment and runs to its longest request
 before the next batch starts. Either way a request's clock starts when the runner hands it
 over, so TTFT includes its wait.
+
+``backend.mode=server`` launches ``transformers serve`` instead (where the interpreter's
+transformers has it, with ``pip install 'transformers[serving]'``).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, TokenChunk
 from backends.threaded import Job, ThreadedBackend
 from harness.errors import ConfigError
+from harness.model_store import ModelFiles
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -34,8 +38,6 @@ class TransformersConfig(BackendConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.mode != "inprocess":
-            raise ConfigError("backend=transformers runs in-process only (backend.mode=inprocess)")
         if self.dtype not in DTYPES:
             raise ConfigError(f"backend.dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
         if self.batching not in ("serial", "static"):
@@ -53,6 +55,22 @@ class TransformersBackend(ThreadedBackend):
     requires = ("torch", "transformers")
     extra = "transformers"
     config: TransformersConfig
+
+    @classmethod
+    def server_preset(cls, config: BackendConfig, model: ModelFiles):
+        """``transformers serve`` (backend.mode=server), where the chosen interpreter's
+        transformers has it; device, dtype and attn_implementation carry over."""
+        from backends.server_presets import transformers_preset
+
+        assert isinstance(config, TransformersConfig)
+        args: list[str] = []
+        if config.device != "auto":
+            args += ["--device", config.device]
+        if config.dtype != "auto":
+            args += ["--dtype", config.dtype]
+        if config.attn_implementation:
+            args += ["--attn-implementation", config.attn_implementation]
+        return transformers_preset(config, model, extra_args=args)
 
     def load(self) -> None:
         import torch

@@ -60,6 +60,26 @@ class VLLMBackend(Backend):
             raise ModelError(f"model {model.name} has no files vLLM can load")
         self._ids = itertools.count()
 
+    @classmethod
+    def server_preset(cls, config: VLLMConfig, model: Any):
+        """vLLM's OpenAI server with the same engine arguments as in-process."""
+        from backends.server_presets import vllm_preset
+
+        args = ["--dtype", config.dtype, "--gpu-memory-utilization", str(config.gpu_memory_utilization),
+                "--tensor-parallel-size", str(config.tensor_parallel_size), "--seed", str(config.seed)]
+        if config.max_model_len is not None:
+            args += ["--max-model-len", str(config.max_model_len)]
+        if config.enforce_eager:
+            args.append("--enforce-eager")
+        if config.enable_prefix_caching is not None:
+            args.append("--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching")
+        if config.max_num_seqs is not None:
+            args += ["--max-num-seqs", str(config.max_num_seqs)]
+        for key, value in config.engine_args.items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(config.cpu_kvcache_space_gib)} if config.cpu_kvcache_space_gib else {}
+        return vllm_preset(config, model, extra_args=args, env=env)
+
     def check_workload(self, plan: Any) -> None:
         limit = self.config.max_model_len
         if limit is None:

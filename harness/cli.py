@@ -43,6 +43,13 @@ def check_group_choices(args: list[str]) -> None:
                 raise HarnessError(f"unknown {key} '{choice}': choose one of {', '.join(choices)}")
 
 
+def _discard_if_empty(run_dir: Path) -> None:
+    """Nothing was measured: leave no folder behind, unless it holds an engine's server log."""
+    only_hydra = {".hydra", "harness.log"}
+    if run_dir.is_dir() and all(p.name in only_hydra for p in run_dir.iterdir()):
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -59,8 +66,7 @@ def hydra_main(cfg: DictConfig) -> None:
         run_cfg = to_run_config(cfg)
         outcome = run_benchmark(run_cfg, run_dir)
     except HarnessError as exc:
-        if not (run_dir / "summary.json").exists():
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was measured: leave no folder
+        _discard_if_empty(run_dir)
         fail(str(exc))
     except KeyboardInterrupt:
         print(f"\ninterrupted: what was measured is in {run_dir}", file=sys.stderr)

@@ -22,7 +22,11 @@ async def execute(
     scheduled_s: Optional[float] = None,
     expected_prompt_tokens: Optional[int] = None,
 ) -> tuple[RequestRecord, list[int]]:
-    """Send one request and time it; an engine error is recorded, not raised."""
+    """Send one request and time it; an engine error is recorded, not raised.
+
+    Returns the record (with ``output_text`` set when the engine sent its reply as text)
+    and the streamed output token ids.
+    """
     chunks: list[tuple[float, int]] = []
     output_ids: list[int] = []
     lag_max = 0.0
@@ -59,6 +63,8 @@ async def execute(
         delivery_lag_max_s=lag_max if chunks else None,
         engine_stats=done.engine_stats if done else {},
     )
+    if done is not None and done.text is not None:
+        record.output_text = done.text  # the reply as the engine's server sent it
     return record, output_ids
 
 
@@ -130,8 +136,10 @@ class Driver:
                 self.backend, request, self.t0, scheduled,
                 expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
             )
-            # Stage 5, post-processing: the reply as text, which the next turn re-sends.
-            record.output_text = self.renderer.decode(output_ids) if output_ids else ""
+            # Stage 5, post-processing: the reply as text, which the next turn re-sends
+            # (a server's own reply text when it sent one, else the output ids decoded).
+            if record.output_text is None:
+                record.output_text = self.renderer.decode(output_ids) if output_ids else ""
             self.on_record(record)
             if not record.ok:
                 return  # a conversation cannot go on without its reply

@@ -15,3 +15,7 @@ class BackendUnavailable(HarnessError):
 
 class ModelError(HarnessError):
     """A model could not be found, fetched or converted."""
+
+
+class EngineFailed(HarnessError):
+    """The engine stopped serving during the run (e.g. its server exited); results so far are kept."""

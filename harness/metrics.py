@@ -204,9 +204,15 @@ def build_record(
     delivery_lag_max_s: Optional[float],
     engine_stats: dict[str, Any],
 ) -> RequestRecord:
-    """Apply the per-request formulas to one request's timestamps."""
-    n_out = len(output_token_ids)
-    if error is None and n_out == 0:
+    """Apply the per-request formulas to one request's timestamps.
+
+    Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
+    ``engine_stats["output_tokens"]``: an HTTP server's usage), else the harness's: the
+    rendered prompt's length and the number of streamed ids.
+    """
+    n_streamed = len(output_token_ids)
+    n_out = int(engine_stats.get("output_tokens", n_streamed)) if error is None else n_streamed
+    if error is None and (n_streamed == 0 or n_out == 0):
         error = "no output tokens"
     ttft_s = e2e_s = tpot_s = None
     itl: list[float] = []

@@ -1,8 +1,9 @@
 """One benchmark run, start to finish, and what it leaves in its run folder.
 
 Order: validate the config (before any model loads) → resolve the model → build the
-workload from the model's tokenizer → load the engine → warm up (not counted) → the
-measured phase → tables and summary, also after an error or Ctrl-C.
+workload from the model's tokenizer → load the engine (in server mode: launch its server)
+→ warm up (not counted) → scrape the engine's metrics → the measured phase → scrape again
+→ tables and summary, also after an error or Ctrl-C.
 """
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from backends import Backend, backend_registry
+from backends import Backend, check_backend_available, create_backend
 from harness import memory as mem
+from harness import prometheus
 from harness.config import RunConfig
 from harness.driver import Driver
 from harness.environment import capture_environment
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, EngineFailed, HarnessError
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.model_store import ModelFiles, resolve_model
 from harness.results import RunWriter
@@ -54,12 +56,12 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
     cfg.validate()
-    backend_cls = backend_registry.get(cfg.backend.name).cls
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
-    backend_cls.check_available()
+    check_backend_available(cfg.backend)
 
     model = resolve_model(cfg.model)
-    backend: Backend = backend_cls(cfg.backend, model)
+    backend: Backend = create_backend(cfg.backend, model)
+    backend.run_dir = run_dir
     tokenizer = backend.get_tokenizer()
     renderer = PromptRenderer(tokenizer)
     plan = workload.build(renderer, TokenizedCorpus(tokenizer), cfg.seed)
@@ -69,7 +71,7 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     log.info("loading %s on %s", model.name, cfg.backend.name)
     t_load = time.perf_counter()
     try:
-        backend.load()
+        backend.load()  # in server mode: launch the server and wait for its health
     except BaseException as exc:
         sampler.stop()
         _safe(backend.close)
@@ -89,16 +91,29 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     status, error = "failed", None
     started_at = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
     duration_s, t0, t_measured = 0.0, time.perf_counter(), None
+    scrapes: dict[str, Optional[str]] = {"before": None, "after": None}
     try:
         on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
         driver = Driver(backend, renderer, plan, on_record=on_record)
+
+        async def warm_up_then_measure() -> float:
+            # One event loop for both phases: engines (vLLM's AsyncLLM) and connection pools
+            # bind to the loop they first run in.
+            if plan.warmup:
+                log.info("warm-up: %d requests (not counted)", len(plan.warmup))
+                await Driver(backend, renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
+                _check_engine(backend, writer, run_dir)
+            scrapes["before"] = _scrape(backend)
+            mem.reset_torch_gpu_peaks()
+            return await driver.run(plan.sessions, plan.open_loop)
+
         try:
-            # One event loop for both phases: engines such as vLLM bind to the loop they run in.
-            duration_s = asyncio.run(_warm_up_then_measure(backend, renderer, plan, driver))
+            duration_s = asyncio.run(warm_up_then_measure())
         finally:
             close_progress()
             if driver.t0:  # the measured phase began (also when it was interrupted)
                 t0 = t_measured = driver.t0
+        _check_engine(backend, writer, run_dir)
         status = "complete"
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -109,6 +124,8 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     finally:
         sampler.sample()
         sampler.stop()
+        if scrapes["before"] is not None:
+            scrapes["after"] = _scrape(backend)
         if status != "complete" and writer.records:
             duration_s = max(r.end_s for r in writer.records)
         summary = summarize(writer.records, duration_s, cfg.slo)
@@ -138,6 +155,9 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
             "memory": _memory_summary(backend, model, sampler, t_measured, cfg),
             "load_s": load_s,
         }
+        server_metrics = _server_metrics(scrapes, writer)
+        if server_metrics is not None:
+            summary["server_metrics"] = server_metrics
         try:
             backend.close()
         finally:
@@ -146,15 +166,6 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
             if cfg.report:
                 _write_report(run_dir)
     return RunOutcome(run_dir, summary, writer.records)
-
-
-async def _warm_up_then_measure(backend: Backend, renderer: PromptRenderer, plan: WorkloadPlan, driver: Driver) -> float:
-    """Warm-up requests (not recorded, same concurrency cap), then the measured phase's T."""
-    if plan.warmup:
-        log.info("warm-up: %d requests (not counted)", len(plan.warmup))
-        await Driver(backend, renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
-    mem.reset_torch_gpu_peaks()
-    return await driver.run(plan.sessions, plan.open_loop)
 
 
 def _write_report(run_dir: Path) -> None:
@@ -166,6 +177,41 @@ def _write_report(run_dir: Path) -> None:
     except Exception as exc:  # noqa: BLE001 - the run's tables and summary are already on disk
         log.warning("report.html not written (%s: %s); rebuild it with: python -m harness.report %s",
                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
+
+
+def _check_engine(backend: Backend, writer: RunWriter, run_dir: Path) -> None:
+    """End the run, keeping what was measured, when the engine can no longer serve."""
+    reason = _safe(backend.fatal_error)
+    if reason:
+        failed = sum(1 for r in writer.records if not r.ok)
+        raise EngineFailed(
+            f"{reason}; {failed} of {len(writer.records)} requests failed; the results so far are in {run_dir}"
+        )
+
+
+def _scrape(backend: Backend) -> Optional[str]:
+    """The engine's Prometheus text, or None (no endpoint, or it did not answer)."""
+    try:
+        return backend.scrape_metrics()
+    except Exception as exc:  # noqa: BLE001 - metrics are extra; the run goes on without them
+        log.warning("could not scrape the engine's metrics: %s", exc)
+        return None
+
+
+def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Optional[dict[str, Any]]:
+    """Both raw scrapes into the run folder, and the measured phase's difference for the summary."""
+    before, after = scrapes["before"], scrapes["after"]
+    if before is None:
+        return None
+    writer.write_text("metrics_before.txt", before)
+    if after is None:
+        return None
+    writer.write_text("metrics_after.txt", after)
+    try:
+        return prometheus.summarize(before, after)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not parse the engine's metrics: %s", exc)
+        return None
 
 
 def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:

@@ -162,6 +162,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
                      f"({cache['cached_tokens_total']} tokens)")
     lines.append(_memory_line(summary.get("memory", {})))
+    server_line = _server_metrics_line(summary.get("server_metrics"))
+    if server_line:
+        lines.append(server_line)
     turns = summary.get("per_turn", [])
     if len(turns) > 1:
         df = pd.DataFrame(turns).set_index("turn")
@@ -180,6 +183,18 @@ def format_summary(summary: dict[str, Any]) -> str:
     for w in summary.get("warnings", []):
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
+
+
+def _server_metrics_line(server_metrics: Optional[dict[str, Any]]) -> Optional[str]:
+    """The server's own timings over the measured phase (from its Prometheus histograms)."""
+    key = (server_metrics or {}).get("key") or {}
+    parts = []
+    for name, label in (("ttft_s", "TTFT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_s", "queue")):
+        d = key.get(name)
+        if d and d.get("mean") is not None:
+            p99 = f", p99 ≈ {d['p99'] * 1000:.1f}" if d.get("p99") is not None else ""
+            parts.append(f"{label} mean {d['mean'] * 1000:.1f}{p99} ms")
+    return "server's own metrics: " + " · ".join(parts) if parts else None
 
 
 def _ms(v: Optional[float]) -> float:

@@ -28,7 +28,7 @@ if [[ ",$extras," == *",llamacpp,"* ]]; then
   # PyPI has only the sdist. The default build (-march=native) can emit instructions this
   # CPU lacks (SIGILL at the first decode), so build for AVX2/FMA; override with CMAKE_ARGS
   # (e.g. "-DGGML_CUDA=on" on a GPU machine). The wheel is cached by version and flags.
-  version=$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml | cut -d= -f3)
+  version=$(grep -o 'llama-cpp-python[^=]*==[0-9.]*' pyproject.toml | sed 's/.*==//')
   cmake_args=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"}
   wheels=${HARNESS_WHEEL_CACHE:-$HOME/.cache/harness/wheels}/llama-cpp-python-$version-$(echo "$cmake_args" | sha256sum | cut -c1-12)
   if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then

@@ -178,3 +178,18 @@ def test_cli_refuses_a_folder_without_gguf(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: model tiny-random has no GGUF file: pass model.path=/path/to/model.gguf"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_server_mode_chat_and_exact_lengths(tmp_path):
+    from conftest import make_config
+    from harness.results import load_requests
+    from harness.runner import run_benchmark
+
+    cfg = make_config("backend=llamacpp", "backend.mode=server", "workload=synthetic", "workload.num_requests=3",
+                      "workload.concurrency=3", "workload.input_len=64", "workload.output_len=12")
+    outcome = run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    # llama_cpp.server sends no usage: counts come from re-tokenizing; the logit bias gives exact lengths
+    assert (df.output_tokens == 12).all() and df.error.isna().all()
+    assert outcome.summary["warnings"] == []
+    assert "llama_cpp.server" in (tmp_path / "server.log").read_text()

@@ -129,3 +129,16 @@ def test_cli_refuses_a_gguf_in_one_line(tmp_path, real_model):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: backend=mlx loads Hugging Face or MLX folders")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_server_mode_end_to_end(tmp_path):
+    from conftest import make_config
+    from harness.results import load_requests
+    from harness.runner import run_benchmark
+
+    cfg = make_config("backend=mlx", "backend.mode=server", "model=tiny-random", "workload=synthetic",
+                      "workload.num_requests=3", "workload.concurrency=3", "workload.input_len=48", "workload.output_len=6")
+    outcome = run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    assert (df.output_tokens == 6).all() and df.error.isna().all()
+    assert outcome.summary["backend"]["mode"] == "server"

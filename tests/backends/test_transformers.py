@@ -113,7 +113,7 @@ def test_memory_figures(tiny_serial):
 
 
 def test_config_errors():
-    for bad in (dict(batching="dynamic"), dict(dtype="int3"), dict(max_batch_size=0), dict(mode="server")):
+    for bad in (dict(batching="dynamic"), dict(dtype="int3"), dict(max_batch_size=0), dict(mode="remote")):
         with pytest.raises(ConfigError):
             TransformersConfig(**bad).validate()
 

@@ -120,3 +120,22 @@ def test_chat_run_end_to_end(tmp_path):
     assert per_turn[2]["cached_share"] > 0.3
     assert df.cached_tokens.notna().all()
     assert outcome.summary["backend"]["info"]["prefix_caching"] is True
+
+
+def test_server_mode_end_to_end_with_its_metrics(tmp_path):
+    from conftest import make_config
+    from harness.results import load_requests
+    from harness.runner import run_benchmark
+
+    cfg = make_config("backend=vllm", "backend.mode=server", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1",
+                      "workload=synthetic", "workload.num_requests=4", "workload.concurrency=4",
+                      "workload.input_len=64", "workload.output_len=8")
+    outcome = run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all() and df.error.isna().all()
+    assert outcome.summary["backend"]["mode"] == "server"
+    server = outcome.summary["server_metrics"]
+    assert server  # vLLM's own /metrics, scraped around the measured phase
+    for name in ("metrics_before.txt", "metrics_after.txt", "server.log"):
+        assert (tmp_path / name).exists()
+    assert "vllm:time_to_first_token_seconds" in (tmp_path / "metrics_after.txt").read_text()

@@ -1,0 +1,449 @@
+"""``backend=openai``: any running OpenAI-compatible server; and the streaming client that
+every server backend (``backend.mode=server``) uses.
+
+    python -m harness backend=openai backend.url=http://127.0.0.1:8000/v1 backend.api_key_env=MY_KEY
+
+The client streams ``/v1/chat/completions`` (``messages``: the server renders its own chat
+template) or ``/v1/completions`` (``prompt``: the harness's rendered prompt, as token ids
+where the server takes them, else as text), always with
+``stream_options.include_usage``. Timing: a request's clock starts in the runner just
+before the request goes out; each chunk is stamped with ``time.perf_counter()`` right after
+its server-sent event is parsed (``backends/sse.py``). Counting:
+
+- prompt tokens: ``usage.prompt_tokens`` when the server sends usage, else the harness's own
+  count of the rendered prompt;
+- output tokens: ``usage.completion_tokens``, else the whole streamed text re-tokenized with
+  the run's tokenizer (llama_cpp.server sends no usage);
+- each chunk's token ids are its text re-tokenized, so a chunk that carries several tokens
+  counts as several (ITL stays token-weighted);
+- the reply text (chat history, ``output_text``) is the server's text, not a re-decode.
+
+HTTP errors, time-outs and dropped connections raise inside the request's stream: the
+runner records them against that request and the run goes on. A wrong API key or an
+unreachable URL fails at load, in one line. The key itself is only ever held in memory.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from backends import backend_registry
+from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.sse import SSEEvent, SSEParser
+from harness.errors import ConfigError, HarnessError
+
+log = logging.getLogger("harness")
+
+ExtraBody = Callable[[GenerationRequest], dict[str, Any]]
+
+
+class HTTPStatusError(Exception):
+    """The server answered a request with a status other than 200."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(f"HTTP {status}: {detail}" if detail else f"HTTP {status}")
+        self.status = status
+
+
+class StreamError(Exception):
+    """The stream broke its protocol: an error event, bad JSON, or an end before [DONE]."""
+
+
+# --- backend=openai -----------------------------------------------------------------------
+
+
+@dataclass
+class OpenAIConfig(BackendConfig):
+    name: str = "openai"
+    mode: str = "remote"  # a server that is already running; nothing is launched
+    url: Optional[str] = None  # the API root, e.g. http://127.0.0.1:8000/v1 (required)
+    model_name: Optional[str] = None  # the "model" sent; null: the first id of GET /v1/models
+    metrics_url: Optional[str] = None  # Prometheus endpoint to scrape: a URL, or a path such as /metrics
+    ignore_eos: bool = False  # send ignore_eos + min_tokens for exact lengths (vLLM, SGLang take them)
+    extra_body: Optional[str] = None  # a JSON object merged into every request body, e.g. '{"top_k": 20}'
+
+    def validate(self) -> None:
+        if self.mode != "remote":
+            raise ConfigError(
+                "backend=openai talks to a server that is already running (backend.mode=remote); "
+                "to launch an engine's server use backend=<engine> backend.mode=server"
+            )
+        if not self.url:
+            raise ConfigError("backend=openai needs backend.url, the API root (e.g. http://127.0.0.1:8000/v1)")
+        if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
+            raise ConfigError(f"backend.url must be an http:// or https:// URL (got {public_url(self.url)!r})")
+        self.extra_body_dict()
+        self.validate_http()
+
+    def extra_body_dict(self) -> dict[str, Any]:
+        if not self.extra_body:
+            return {}
+        try:
+            body = json.loads(self.extra_body)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise ConfigError(f"backend.extra_body must be a JSON object (got {self.extra_body!r})")
+        return body
+
+
+# --- the client ---------------------------------------------------------------------------
+
+
+class OpenAIClient:
+    """Streams completions from one OpenAI-compatible server.
+
+    One aiohttp session (an unbounded connection pool: the runner's concurrency bounds the
+    requests in flight) per event loop; it is closed when its loop shuts down.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model_name: str,
+        tokenizer: Any,
+        endpoint: str = "chat",
+        api_key: Optional[str] = None,
+        timeout_s: float = 600.0,
+        prompt_token_ids: Optional[bool] = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model_name = model_name
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.prompt_token_ids = prompt_token_ids  # None: try ids, fall back to text once refused
+        self._tokenizer = tokenizer
+        self._fast = getattr(tokenizer, "backend_tokenizer", None)
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+                         "Accept-Encoding": "identity"}  # a compressed stream would be buffered
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: Any = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._closer: Optional[asyncio.Task] = None
+
+    # --- tokens ---
+
+    def encode(self, text: str) -> list[int]:
+        if self._fast is not None:
+            return self._fast.encode(text, add_special_tokens=False).ids
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def request_body(self, request: GenerationRequest, chat: bool, extra: dict[str, Any]) -> dict[str, Any]:
+        s = request.sampling
+        body: dict[str, Any] = {"model": self.model_name}
+        if chat:
+            body["messages"] = request.messages
+        elif self.prompt_token_ids is False:
+            body["prompt"] = self._tokenizer.decode(request.prompt_token_ids, skip_special_tokens=False)
+        else:
+            body["prompt"] = list(request.prompt_token_ids)
+        body.update(max_tokens=request.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                    stream=True, stream_options={"include_usage": True})
+        if s.top_k:
+            body["top_k"] = s.top_k
+        if s.seed is not None:
+            body["seed"] = s.seed
+        body.update(extra)
+        return body
+
+    # --- HTTP ---
+
+    def _session_for_loop(self) -> Any:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0))
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), timeout=timeout, headers=self._headers
+            )
+            self._loop = loop
+            # held here: the loop keeps only a weak reference to its tasks
+            self._closer = loop.create_task(_close_when_loop_ends(self._session))
+        return self._session
+
+    async def stream(self, request: GenerationRequest, extra_body: Optional[dict[str, Any]] = None) -> AsyncIterator[StreamEvent]:
+        """One request: TokenChunks stamped on receipt, then a RequestDone with the server's text.
+
+        Without ``messages`` (a bare prompt) a chat client falls back to /v1/completions.
+        """
+        chat = self.endpoint == "chat" and bool(request.messages)
+        body = self.request_body(request, chat, extra_body or {})
+        url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
+        state = _StreamState()
+        retry_as_text = False
+        try:
+            async with self._session_for_loop().post(url, data=json.dumps(body)) as response:
+                if response.status != 200:
+                    detail = _error_detail(await response.text())
+                    if not chat and self.prompt_token_ids is None and response.status in (400, 422):
+                        retry_as_text = True  # this server may want the prompt as text
+                    else:
+                        raise HTTPStatusError(response.status, detail)
+                else:
+                    parser = SSEParser()
+                    async for data in response.content.iter_any():
+                        for sse in parser.feed(data):
+                            chunk = state.handle(sse, chat, self)
+                            if chunk is not None:
+                                yield chunk
+                        if state.done:
+                            break
+                    if not state.done:
+                        for sse in parser.close():
+                            chunk = state.handle(sse, chat, self)
+                            if chunk is not None:
+                                yield chunk
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no complete reply within backend.request_timeout_s={self.timeout_s:g} s") from None
+        if retry_as_text:
+            self.prompt_token_ids = False
+            log.info("%s refused a prompt of token ids; sending the prompt as text", public_url(url))
+            async for event in self.stream(request, extra_body):
+                yield event
+            return
+        if not state.done and state.finish_reason is None:
+            raise StreamError("the stream ended before [DONE]")
+        if not chat and self.prompt_token_ids is None:
+            self.prompt_token_ids = True
+        yield state.request_done(self)
+
+
+class _StreamState:
+    """What one stream has said so far."""
+
+    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "chunks", "streamed")
+
+    def __init__(self) -> None:
+        self.reply: list[str] = []  # content: the reply text
+        self.produced: list[str] = []  # content and reasoning: every generated token's text
+        self.usage: Optional[dict[str, Any]] = None
+        self.finish_reason: Optional[str] = None
+        self.done = False
+        self.chunks = 0
+        self.streamed = 0
+
+    def handle(self, sse: SSEEvent, chat: bool, client: OpenAIClient) -> Optional[TokenChunk]:
+        if self.done:
+            return None
+        if sse.data == "[DONE]":
+            self.done = True
+            return None
+        try:
+            obj = json.loads(sse.data)
+        except ValueError:
+            raise StreamError(f"not JSON in the stream: {sse.data[:120]!r}") from None
+        t = time.perf_counter()  # the chunk's stamp: just parsed
+        if not isinstance(obj, dict):
+            raise StreamError(f"unexpected event in the stream: {sse.data[:120]!r}")
+        if obj.get("error") and not obj.get("choices"):
+            raise StreamError(f"the server reported an error mid-stream: {_error_detail(json.dumps(obj))}")
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        texts: list[str] = []
+        for choice in obj.get("choices") or ():
+            if chat:
+                delta = choice.get("delta") or {}
+                content = delta.get("content") or ""
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            else:
+                content, reasoning = choice.get("text") or "", ""
+            if reasoning:
+                texts.append(reasoning)
+            if content:
+                texts.append(content)
+                self.reply.append(content)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        if not texts:
+            return None  # role-only, final, usage-only or empty chunks carry no token
+        text = "".join(texts)
+        self.produced.append(text)
+        ids = client.encode(text)
+        self.chunks += 1
+        self.streamed += len(ids)
+        return TokenChunk(ids, t)
+
+    def request_done(self, client: OpenAIClient) -> RequestDone:
+        stats: dict[str, Any] = {"http_chunks": self.chunks, "streamed_tokens": self.streamed}
+        usage = self.usage or {}
+        if usage.get("prompt_tokens") is not None:
+            stats["prompt_tokens"] = int(usage["prompt_tokens"])
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:
+            stats["cached_prompt_tokens"] = int(cached)
+        if usage.get("completion_tokens") is not None:
+            stats["output_tokens"] = int(usage["completion_tokens"])
+            stats["output_tokens_source"] = "usage"
+        else:
+            stats["output_tokens"] = len(client.encode("".join(self.produced))) if self.produced else 0
+            stats["output_tokens_source"] = "retokenized"
+        return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply))
+
+
+async def _close_when_loop_ends(session: Any) -> None:
+    """Waits forever; asyncio.run cancels it at the end of its loop, which closes the session."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await session.close()
+
+
+def _error_detail(text: str) -> str:
+    """The server's error message, short, from a JSON error body or plain text."""
+    try:
+        obj = json.loads(text)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        message = err.get("message") or err.get("detail") if isinstance(err, dict) else err
+        text = str(message if message else obj)
+    except ValueError:
+        pass
+    return " ".join(text.split())[:300]
+
+
+# --- plain HTTP for load-time checks and scrapes ------------------------------------------
+
+
+def public_url(url: str) -> str:
+    """The URL without any user:password part, fit for logs and results."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0) -> tuple[int, str, dict[str, str]]:
+    """(status, body, headers) of a GET; raises OSError (URLError) when nothing answers."""
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as response:
+            return response.status, response.read().decode("utf-8", "replace"), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", "replace") if exc.fp else ""
+        return exc.code, body, dict(exc.headers or {})
+
+
+def check_server(base_url: str, api_key: Optional[str], api_key_env: Optional[str], timeout_s: float = 10.0) -> tuple[list[str], str]:
+    """GET {base_url}/models once: the model ids and the Server header; one-line errors.
+
+    HTTP 401/403 → the key is missing or wrong; nothing answering → cannot reach; 404 → not
+    an OpenAI API root. Other statuses (some servers list no models) give an empty list.
+    """
+    shown = public_url(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        status, body, response_headers = http_get(f"{base_url}/models", headers, timeout_s)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise HarnessError(f"cannot reach {shown} ({reason})") from None
+    if status in (401, 403):
+        hint = (f"check the key in ${api_key_env}" if api_key_env
+                else "set backend.api_key_env to the name of the environment variable that holds the key")
+        raise HarnessError(f"{shown} refused the API key (HTTP {status}): {hint}")
+    if status == 404:
+        raise HarnessError(f"{shown}/models answered HTTP 404: is backend.url the API root (ending in /v1)?")
+    server = response_headers.get("Server", "") or response_headers.get("server", "")
+    if status != 200:
+        log.warning("%s/models answered HTTP %d; using the configured model name", shown, status)
+        return [], server
+    try:
+        data = json.loads(body).get("data") or []
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m], server
+    except (ValueError, AttributeError):
+        return [], server
+
+
+# --- a backend over HTTP --------------------------------------------------------------------
+
+
+class HTTPBackend(Backend):
+    """A backend that streams from an OpenAI-compatible server through :class:`OpenAIClient`."""
+
+    requires = ("aiohttp",)
+    extra = ""
+    client: Optional[OpenAIClient] = None
+    metrics_url: Optional[str] = None
+    _tokenizer: Any = None
+
+    def get_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            self._tokenizer = super().get_tokenizer()
+        return self._tokenizer
+
+    def api_key(self) -> Optional[str]:
+        env = self.config.api_key_env
+        return os.environ.get(env) if env else None
+
+    def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
+        return {}
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        if self.client is None:
+            raise RuntimeError("the backend is not loaded")
+        async for event in self.client.stream(request, self.extra_body(request)):
+            yield event
+
+    def scrape_metrics(self) -> Optional[str]:
+        if not self.metrics_url:
+            return None
+        status, body, _ = http_get(self.metrics_url, timeout_s=10.0)
+        if status != 200:
+            raise HarnessError(f"{public_url(self.metrics_url)} answered HTTP {status}")
+        return body
+
+
+@backend_registry.register("openai", OpenAIConfig)
+class OpenAIBackend(HTTPBackend):
+    """Any OpenAI-compatible server that is already running (nothing is launched or stopped)."""
+
+    config: OpenAIConfig
+    _server_header = ""
+
+    def load(self) -> None:
+        cfg = self.config
+        base = cfg.url.rstrip("/")
+        key = self.api_key()
+        ids, self._server_header = check_server(base, key, cfg.api_key_env)
+        model_name = cfg.model_name or (ids[0] if ids else self.model.name)
+        self.client = OpenAIClient(base, model_name=model_name, tokenizer=self.get_tokenizer(),
+                                   endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s)
+        if cfg.metrics_url:
+            root = urlsplit(base)
+            self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
+                                else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", "")))
+
+    def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
+        body = self.config.extra_body_dict()
+        if self.config.ignore_eos and request.exact_output_len:
+            body.update(ignore_eos=True, min_tokens=request.max_new_tokens)
+        return body
+
+    @property
+    def engine_name(self) -> str:
+        return "openai-compatible server"
+
+    @property
+    def engine_version(self) -> str:
+        return self._server_header or "unknown"
+
+    def engine_info(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "url": public_url(cfg.url or ""),
+            "model_name": self.client.model_name if self.client else cfg.model_name,
+            "endpoint": cfg.endpoint,
+            "api_key_env": cfg.api_key_env,  # the variable's name, never its value
+            "metrics_url": public_url(self.metrics_url) if self.metrics_url else None,
+        }

@@ -1,0 +1,492 @@
+"""Server mode (``backend.mode=server``): launch an engine's own OpenAI-compatible server as
+a child process, benchmark it over HTTP, stop it.
+
+- :class:`ServerPreset` — what an engine module says about its server: the command, the
+  health and metrics paths, extra environment, the model name to send, and per-request
+  body extras (e.g. ``ignore_eos`` for exact output lengths).
+- :class:`ManagedServer` — the child process: its own process group (session), bound to
+  127.0.0.1 on a free port, stdout and stderr in ``<run folder>/server.log``, a health
+  check with a time-out, and a stop that signals the whole group (SIGTERM, then SIGKILL
+  after a grace period) — also on error, Ctrl-C, SIGTERM or interpreter exit.
+- :class:`ServerBackend` — a :class:`backends.base.Backend` that owns a ManagedServer and
+  streams from it with :class:`backends.openai.OpenAIClient`.
+
+The server can run in another interpreter (``backend.python=/opt/vllm/bin/python`` or a
+virtual-environment folder), so engines whose pins conflict are benchmarked from one
+harness install; ``backend.server_command`` replaces the whole command.
+"""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Optional
+
+from backends.base import BackendConfig, GenerationRequest, StreamEvent
+from backends.openai import HTTPBackend, OpenAIClient, check_server, http_get
+from harness.errors import ConfigError, HarnessError
+from harness.model_store import ModelFiles
+
+log = logging.getLogger("harness")
+
+HOST = "127.0.0.1"
+PLACEHOLDERS = ("model", "gguf", "port", "host", "python")
+
+
+@dataclass
+class ServerPreset:
+    """How to launch one engine's OpenAI-compatible server, and how to talk to it.
+
+    ``command`` is the argv after the Python interpreter (``["-m", "vllm.entrypoints…"]``),
+    or the full argv when ``uses_python`` is False. Its items may hold the placeholders
+    ``{model}`` (the HF folder), ``{gguf}`` (the GGUF file), ``{port}``, ``{host}`` and
+    ``{python}``, filled in at launch. ``backend.server_args`` are appended to it.
+    """
+
+    command: list[str]
+    uses_python: bool = True
+    health_path: str = "/health"  # GET answers 200 once the server is ready
+    metrics_path: Optional[str] = None  # Prometheus text, scraped before and after the measured phase
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
+    served_model_name: Optional[str] = None  # the "model" sent; None: the first id of GET /v1/models
+    extra_body: Optional[Callable[[GenerationRequest], dict[str, Any]]] = None  # merged into each request
+    prompt_token_ids: Optional[bool] = None  # /v1/completions takes token ids? None: try, else text
+    engine: Optional[str] = None  # engine name in the summary (default: the backend's name)
+    version_packages: tuple[str, ...] = ()  # distributions whose version, in the server's interpreter, is reported
+    api_root: str = "/v1"
+    stop_grace_s: float = 15.0  # SIGTERM, then SIGKILL after this long
+
+
+class ServerStartError(HarnessError):
+    """The server exited or never became healthy; the message ends with its log's last lines."""
+
+    def __init__(self, message: str, port_clash: bool = False):
+        super().__init__(message)
+        self.port_clash = port_clash
+
+
+class ServerExited(Exception):
+    """A request failed because the server process is gone."""
+
+
+# --- interpreter, command, port ---------------------------------------------------------------
+
+
+def resolve_python(value: Optional[str]) -> str:
+    """The interpreter that runs the server: ``backend.python`` (a file, a name on PATH, or a
+    virtual-environment folder), else the harness's own. Symlinks are kept: a venv's
+    ``bin/python`` is a link whose location selects the venv."""
+    if value is None:
+        return sys.executable
+    path = Path(value).expanduser()
+    if path.is_dir():
+        for candidate in (path / "bin" / "python", path / "bin" / "python3", path / "Scripts" / "python.exe"):
+            if candidate.is_file():
+                return str(candidate.absolute())
+        raise ConfigError(f"backend.python {value} is a folder without bin/python (not a virtual environment)")
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path.absolute())
+    found = shutil.which(value)
+    if found:
+        return found
+    raise ConfigError(f"backend.python {value} does not exist (give an interpreter or a virtual-environment folder)")
+
+
+def check_server_config(config: BackendConfig) -> None:
+    """Before any model loads: the interpreter (and a custom command's program) exist."""
+    resolve_python(config.python)
+    if config.server_command:
+        program = config.server_command[0]
+        if "{" not in program and shutil.which(program) is None and not Path(program).is_file():
+            raise ConfigError(f"backend.server_command: {program} not found")
+
+
+def fill_placeholders(args: list[str], values: dict[str, Callable[[], str]]) -> list[str]:
+    """Replace ``{name}`` in each argument; a value is computed only when some argument uses it
+    (``{gguf}`` of a model without one raises). Other braces (JSON arguments) are left alone."""
+    out = []
+    for arg in args:
+        for name, get in values.items():
+            token = "{" + name + "}"
+            if token in arg:
+                arg = arg.replace(token, get())
+        out.append(arg)
+    return out
+
+
+def server_argv(config: BackendConfig, preset: ServerPreset, model: ModelFiles, port: int, host: str = HOST) -> list[str]:
+    python = resolve_python(config.python)
+    if config.server_command:
+        argv = list(config.server_command)
+    elif preset.uses_python:
+        argv = [python, *preset.command]
+    else:
+        argv = list(preset.command)
+    argv += list(config.server_args)
+    return fill_placeholders(argv, {
+        "model": lambda: str(model.require_hf_dir()),
+        "gguf": lambda: str(model.require_gguf()),
+        "port": lambda: str(port),
+        "host": lambda: host,
+        "python": lambda: python,
+    })
+
+
+def port_free(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no clash
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def choose_port(requested: int, host: str = HOST) -> tuple[int, Optional[str]]:
+    """(port, note): ``requested``, or a free one when it is 0 or in use (the note says so)."""
+    if requested == 0:
+        return free_port(host), None
+    if port_free(requested, host):
+        return requested, None
+    port = free_port(host)
+    return port, f"port {requested} is in use; using port {port} instead"
+
+
+# --- the child process ------------------------------------------------------------------------
+
+
+class ManagedServer:
+    """One server process in its own process group, logging to a file."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        port: int,
+        log_path: Path,
+        env: Optional[dict[str, str]] = None,
+        host: str = HOST,
+        health_path: str = "/health",
+        name: str = "server",
+        stop_grace_s: float = 15.0,
+    ):
+        self.argv = argv
+        self.port = port
+        self.host = host
+        self.log_path = Path(log_path)
+        self.env = env or {}
+        self.health_path = health_path
+        self.name = name
+        self.stop_grace_s = stop_grace_s
+        self.proc: Optional[subprocess.Popen] = None
+        self._log: Any = None
+        self._stopped = False
+        self._old_sigterm: Any = None
+
+    @property
+    def url_root(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None
+
+    def start(self, notes: tuple[str, ...] = ()) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab", buffering=0)
+        header = [f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {self.name} server: {shlex.join(self.argv)}"]
+        header += [f"# harness: {note}" for note in notes]
+        self._log.write(("\n".join(header) + "\n").encode())
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                start_new_session=True,  # its own session and process group: signalled as one
+            )
+        except OSError as exc:
+            self._log.close()
+            raise ServerStartError(f"could not start the {self.name} server ({self.argv[0]}): {exc.strerror or exc}") from None
+        atexit.register(self.stop)
+        self._trap_sigterm()
+
+    def poll(self) -> Optional[int]:
+        """The exit code, or None while it runs."""
+        return self.proc.poll() if self.proc else None
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        """Poll the health path until it answers 200; ServerStartError (with the log's tail)
+        when the process exits first or ``timeout_s`` passes (the server is then stopped)."""
+        url = self.url_root + self.health_path
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        while True:
+            rc = self.poll()
+            if rc is not None:
+                tail = self.log_tail()
+                clash = any("address already in use" in line.lower() or "errno 98" in line.lower() for line in tail)
+                raise ServerStartError(
+                    f"the {self.name} server exited with code {rc} before it became healthy; "
+                    f"last lines of {self.log_path}:\n{_indent(tail)}", port_clash=clash)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop()
+                raise ServerStartError(
+                    f"the {self.name} server did not become healthy within {timeout_s:g} s "
+                    f"(GET {url} never answered 200); last lines of {self.log_path}:\n{_indent(self.log_tail())}")
+            try:
+                status, _, _ = http_get(url, timeout_s=max(0.2, min(5.0, remaining)))
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 0.5)
+
+    def log_tail(self, lines: int = 20) -> list[str]:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 16384))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group, SIGKILL to whatever is left after the grace
+        period (also to descendants that left the group). Idempotent."""
+        proc = self.proc
+        if proc is None or self._stopped:
+            return
+        self._stopped = True
+        pgid = proc.pid
+        descendants = _descendants(proc.pid)
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        try:
+            proc.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None or _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+        for p in descendants:
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._log is not None:
+            try:
+                self._log.write(f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: stopped (exit code {proc.poll()})\n".encode())
+            finally:
+                self._log.close()
+        atexit.unregister(self.stop)
+        self._restore_sigterm()
+
+    def _trap_sigterm(self) -> None:
+        """A SIGTERM to the harness becomes KeyboardInterrupt, so the clean-up runs."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._old_sigterm = signal.SIG_DFL
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    def __enter__(self) -> "ManagedServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join(f"  | {line}" for line in lines) if lines else "  | (the log is empty)"
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies, awaiting their parent, do not count)."""
+    import psutil
+
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return False
+
+
+def _descendants(pid: int) -> list[Any]:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+# --- the backend --------------------------------------------------------------------------------
+
+
+_VERSION_PROBE = (
+    "import sys, importlib.metadata as m\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        print(m.version(name)); break\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+)
+
+
+class ServerBackend(HTTPBackend):
+    """An engine's own server, launched for the run and stopped after it."""
+
+    def __init__(self, config: BackendConfig, model: ModelFiles, preset: ServerPreset):
+        super().__init__(config, model)
+        self.preset = preset
+        self.registry_name = config.name
+        self.server: Optional[ManagedServer] = None
+        self._version = "unknown"
+
+    def load(self) -> None:
+        cfg, preset = self.config, self.preset
+        run_dir = Path(self.run_dir) if self.run_dir else Path(tempfile.mkdtemp(prefix="harness-server-"))
+        log_path = run_dir / "server.log"
+        self._version = self._probe_version()
+        for attempt in range(3):
+            port, note = choose_port(cfg.port if attempt == 0 else 0)
+            if note:
+                log.warning("%s", note)
+            argv = server_argv(cfg, preset, self.model, port)
+            self.server = ManagedServer(
+                argv, port=port, log_path=log_path, env=dict(preset.env), health_path=preset.health_path,
+                name=self.engine_name, stop_grace_s=preset.stop_grace_s,
+            )
+            log.info("starting the %s server on %s (log: %s)", self.engine_name, self.server.url_root, log_path)
+            self.server.start(notes=(note,) if note else ())
+            try:
+                self.server.wait_healthy(cfg.startup_timeout_s)
+                break
+            except ServerStartError as exc:
+                self.server.stop()
+                if not (exc.port_clash and attempt < 2):
+                    raise
+                log.warning("port %d was taken before the server bound it; trying another", port)
+        base = self.server.url_root + preset.api_root
+        key = self.api_key()
+        model_name = preset.served_model_name
+        if model_name is None:
+            ids, _ = check_server(base, key, cfg.api_key_env)
+            model_name = ids[0] if ids else self.model.name
+        self.client = OpenAIClient(
+            base, model_name=model_name, tokenizer=self.get_tokenizer(), endpoint=cfg.endpoint,
+            api_key=key, timeout_s=cfg.request_timeout_s, prompt_token_ids=preset.prompt_token_ids,
+        )
+        self.metrics_url = self.server.url_root + preset.metrics_path if preset.metrics_path else None
+
+    def _probe_version(self) -> str:
+        if not self.preset.version_packages:
+            return "unknown"
+        try:
+            out = subprocess.run([resolve_python(self.config.python), "-c", _VERSION_PROBE, *self.preset.version_packages],
+                                 capture_output=True, text=True, timeout=60)
+            return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+    def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
+        return self.preset.extra_body(request) if self.preset.extra_body else {}
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        if self.server is not None and self.server.poll() is not None:
+            raise ServerExited(self._exit_message())
+        try:
+            async for event in super().stream(request):
+                yield event
+        except Exception as exc:
+            if self.server is not None:
+                if self.server.poll() is None:
+                    await asyncio.sleep(0.05)  # a dying process closes its sockets before it is reaped
+                if self.server.poll() is not None:
+                    raise ServerExited(self._exit_message()) from exc
+            raise
+
+    def _exit_message(self) -> str:
+        server = self.server
+        return f"the {self.engine_name} server exited with code {server.poll()} (log: {server.log_path})"
+
+    def fatal_error(self) -> Optional[str]:
+        if self.server is not None and self.server.poll() is not None:
+            return self._exit_message() + " during the run"
+        return None
+
+    @property
+    def engine_name(self) -> str:
+        return self.preset.engine or self.config.name
+
+    @property
+    def engine_version(self) -> str:
+        return self._version
+
+    def engine_info(self) -> dict[str, Any]:
+        server = self.server
+        return {
+            "server": {
+                "command": server.argv if server else None,
+                "python": resolve_python(self.config.python),
+                "url": server.url_root if server else None,
+                "pid": server.pid if server else None,
+                "log": str(server.log_path) if server else None,
+                "health_path": self.preset.health_path,
+                "metrics_path": self.preset.metrics_path,
+            },
+            "model_name": self.client.model_name if self.client else self.preset.served_model_name,
+            "endpoint": self.config.endpoint,
+            "api_key_env": self.config.api_key_env,  # the variable's name, never its value
+        }
+
+    def memory(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        if self.server is not None:
+            log.info("stopping the %s server", self.engine_name)
+            self.server.stop()

@@ -1,0 +1,48 @@
+"""Helpers to run the reference server (harness/reference_server.py) inside tests."""
+from __future__ import annotations
+
+import asyncio
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from backends.base import GenerationRequest, RequestDone, SamplingParams, TokenChunk
+from backends.server import ManagedServer, free_port
+
+
+@contextmanager
+def reference_server(log_dir: Path, *args: str, env: Optional[dict[str, str]] = None,
+                     health_path: str = "/health") -> Iterator[ManagedServer]:
+    """A reference server on a free port, healthy, stopped (with its process group) after."""
+    port = free_port()
+    argv = [sys.executable, "-m", "harness.reference_server", "--port", str(port), *args]
+    server = ManagedServer(argv, port=port, log_path=Path(log_dir) / f"reference-{port}.log", env=env,
+                           health_path=health_path, name="reference", stop_grace_s=5)
+    server.start()
+    try:
+        server.wait_healthy(60)
+        yield server
+    finally:
+        server.stop()
+
+
+def chat_request(i: int, n: int, exact: bool = True, text: str = "hello there", prompt_ids: Optional[list[int]] = None) -> GenerationRequest:
+    return GenerationRequest(
+        request_id=i, prompt_token_ids=prompt_ids or [1, 2, 3], max_new_tokens=n, exact_output_len=exact,
+        sampling=SamplingParams(), messages=[{"role": "user", "content": text}],
+    )
+
+
+async def collect(stream) -> tuple[list[TokenChunk], Optional[RequestDone]]:
+    chunks, done = [], None
+    async for event in stream:
+        if isinstance(event, TokenChunk):
+            chunks.append(event)
+        else:
+            done = event
+    return chunks, done
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)

@@ -1,0 +1,55 @@
+"""The driver with an engine that returns its reply as text and counts its own tokens
+(what an HTTP server backend does)."""
+import asyncio
+import time
+
+from backends.base import Backend, RequestDone, TokenChunk
+from harness.driver import Driver, execute
+from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
+from workloads.prompts import PromptRenderer
+
+
+class TextBackend(Backend):
+    """Streams fixed ids, then says its reply text and token count differ from them."""
+
+    def __init__(self):
+        self.requests = []
+
+    def load(self):
+        pass
+
+    engine_name = engine_version = "fake"
+
+    async def stream(self, request):
+        self.requests.append(request)
+        for ids in ([11], [12, 13]):
+            yield TokenChunk(ids, time.perf_counter())
+        yield RequestDone("length", engine_stats={"prompt_tokens": 99, "output_tokens": 4},
+                          text=f" reply {request.turn}")
+
+
+def test_server_text_becomes_the_chat_history(real_tokenizer):
+    backend = TextBackend()
+    renderer = PromptRenderer(real_tokenizer)
+    session = SessionSpec(0, [TurnSpec("first question", 3), TurnSpec("second question", 3)])
+    plan = WorkloadPlan("chat", [session], [], exact_output_len=True, concurrency=1, open_loop=False)
+    records = []
+    asyncio.run(Driver(backend, renderer, plan, on_record=records.append).run(plan.sessions, False))
+    assert [r.output_text for r in records] == [" reply 0", " reply 1"]  # not a decode of ids 11-13
+    assert backend.requests[1].messages[-2] == {"role": "assistant", "content": " reply 0"}
+    assert [r.prompt_tokens for r in records] == [99, 99]  # the engine's own count
+    assert [r.output_tokens for r in records] == [4, 4]  # usage beats the streamed ids (3)
+    assert records[0].itl_s and len(records[0].itl_s) == 2  # gaps follow the streamed chunks
+
+
+def test_execute_without_text_leaves_decoding_to_the_driver():
+    class Plain(TextBackend):
+        async def stream(self, request):
+            yield TokenChunk([5], time.perf_counter())
+            yield RequestDone("length")
+
+    from backends.base import GenerationRequest
+
+    request = GenerationRequest(0, [1, 2], 1, True)
+    record, ids = asyncio.run(execute(Plain(), request, time.perf_counter()))
+    assert record.output_text is None and ids == [5] and record.output_tokens == 1
