@@ -109,6 +109,7 @@ class TokenChunk:
 
     token_ids: list[int]
     t: float
+    handed_t: Optional[float] = None  # when an engine thread handed it to the event loop
 
 
 @dataclass
@@ -168,6 +169,19 @@ class Backend(ABC):
 
     def check_workload(self, plan: Any) -> None:
         """Raise ConfigError if the workload cannot run on this engine (checked before loading)."""
+
+    @staticmethod
+    def check_context_fits(plan: Any, limit: Optional[int], key: str) -> None:
+        """ConfigError when a request known in advance needs more than ``limit`` tokens of context."""
+        if limit is None:
+            return
+        for session in plan.sessions + plan.warmup:
+            for turn in session.turns:
+                if turn.prompt_token_ids is not None and len(turn.prompt_token_ids) + turn.output_len > limit:
+                    raise ConfigError(
+                        f"{key}={limit} is too small: a request needs {len(turn.prompt_token_ids)} prompt + "
+                        f"{turn.output_len} output tokens; raise {key}"
+                    )
 
     @abstractmethod
     def load(self) -> None:

@@ -73,20 +73,13 @@ class LlamaCppBackend(ThreadedBackend):
         return llamacpp_preset(config, model, extra_args=args)
 
     def check_workload(self, plan: Any) -> None:
-        limit = self.config.n_ctx
-        for session in plan.sessions + plan.warmup:
-            for turn in session.turns:
-                if turn.prompt_token_ids is not None and len(turn.prompt_token_ids) + turn.output_len > limit:
-                    raise ConfigError(
-                        f"backend.n_ctx={limit} is too small: a request needs {len(turn.prompt_token_ids)} prompt + "
-                        f"{turn.output_len} output tokens; raise backend.n_ctx"
-                    )
+        self.check_context_fits(plan, self.config.n_ctx, "backend.n_ctx")
 
     def load(self) -> None:
         import llama_cpp
 
         self._ll = llama_cpp
-        threads = self.config.n_threads or len(os.sched_getaffinity(0))
+        threads = self.config.n_threads or available_cores()
         self._threads = threads
         self._engine = (_BatchedEngine if self.config.batched else _PlainEngine)(self.config, str(self.gguf), threads)
         self.start_engine_thread("llamacpp-engine")
@@ -122,10 +115,15 @@ class LlamaCppBackend(ThreadedBackend):
         self._engine.serve(self)
 
     def close(self) -> None:
-        self.stop_engine_thread()
-        if hasattr(self, "_engine"):
+        stopped = self.stop_engine_thread()
+        if hasattr(self, "_engine") and stopped:  # never free a context the engine thread may still use
             self._engine.close()
             del self._engine
+
+
+def available_cores() -> int:
+    """Cores this process may use (sched_getaffinity is Linux-only)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def check_gguf_header(path: Any) -> None:
@@ -350,49 +348,43 @@ class _BatchedEngine:
         free = list(range(cfg.max_batch_size))
         running: list[_Sequence] = []
         waiting: list[Job] = []
-        try:
-            while True:
-                try:  # take what has arrived; block only when there is nothing to do
-                    while True:
-                        job = backend.next_job(block=not running and not waiting)
-                        if job is None:
-                            return
-                        waiting.append(job)
-                except queue.Empty:
-                    pass
-                waiting = [j for j in waiting if not j.cancelled]
-                for job in list(waiting):
-                    request = job.request
-                    if len(request.prompt_token_ids) + request.max_new_tokens > cfg.n_ctx:
-                        waiting.remove(job)
-                        job.finish(ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={cfg.n_ctx}"))
-                while waiting and free:
-                    running.append(self._admit(waiting.pop(0), free))
-                for seq in [s for s in running if s.job.cancelled]:
-                    self._release(seq, running, free, "cancelled")
-                if not running:
-                    continue
-                self._step(running)
+        # A failure here ends every request the engine took (ThreadedBackend fails them).
+        while True:
+            try:  # take what has arrived; block only when there is nothing to do
+                while True:
+                    job = backend.next_job(block=not running and not waiting)
+                    if job is None:
+                        return
+                    waiting.append(job)
+            except queue.Empty:
+                pass
+            waiting = [j for j in waiting if not j.cancelled]
+            for job in list(waiting):
+                request = job.request
+                if len(request.prompt_token_ids) + request.max_new_tokens > cfg.n_ctx:
+                    waiting.remove(job)
+                    job.finish(ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={cfg.n_ctx}"))
+            while waiting and free:
+                running.append(self._admit(waiting.pop(0), free))
+            for seq in [s for s in running if s.job.cancelled]:
+                self._release(seq, running, free, "cancelled")
+            if not running:
+                continue
+            self._step(running)
+            for seq in list(running):
+                if seq.batch_index < 0:
+                    continue  # still prefilling a long prompt
+                token = ll.llama_sampler_sample(seq.sampler, self.ctx, seq.batch_index)
                 t = time.perf_counter()
-                for seq in list(running):
-                    if seq.batch_index < 0:
-                        continue  # still prefilling a long prompt
-                    token = ll.llama_sampler_sample(seq.sampler, self.ctx, seq.batch_index)
-                    t = time.perf_counter()
-                    request = seq.job.request
-                    if token in self.eog and not request.exact_output_len:
-                        self._release(seq, running, free, "stop")
-                        continue
-                    seq.job.emit(TokenChunk([token], t))
-                    seq.job.produced += 1
-                    seq.last_token = token
-                    if seq.job.produced >= request.max_new_tokens:
-                        self._release(seq, running, free, "length")
-        finally:
-            for seq in running:
-                seq.job.finish(RuntimeError("the llama.cpp engine stopped"))
-            for job in waiting:
-                job.finish(RuntimeError("the llama.cpp engine stopped"))
+                request = seq.job.request
+                if token in self.eog and not request.exact_output_len:
+                    self._release(seq, running, free, "stop")
+                    continue
+                seq.job.emit(TokenChunk([token], t))
+                seq.job.produced += 1
+                seq.last_token = token
+                if seq.job.produced >= request.max_new_tokens:
+                    self._release(seq, running, free, "length")
 
     def _step(self, running: list[_Sequence]) -> None:
         """Stages 3 and 4 for every sequence at once: prompt chunks and next tokens, one decode."""

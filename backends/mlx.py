@@ -253,9 +253,7 @@ class MLXBackend(ThreadedBackend):
                         }
                         job.finish(RequestDone(response.finish_reason, scheduled_t=inserted_t, engine_stats=stats))
                         del active[response.uid]
-        finally:
-            for job, _, _ in active.values():
-                job.finish(RuntimeError("the MLX engine stopped"))
+        finally:  # a failure ends every request taken (ThreadedBackend fails them with it)
             generator.close()
 
 

@@ -80,6 +80,12 @@ class OpenAIConfig(BackendConfig):
             raise ConfigError("backend=openai needs backend.url, the API root (e.g. http://127.0.0.1:8000/v1)")
         if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
             raise ConfigError(f"backend.url must be an http:// or https:// URL (got {public_url(self.url)!r})")
+        parts = urlsplit(self.url)
+        if parts.username or parts.password or "key" in parts.query.lower() or "token" in parts.query.lower():
+            raise ConfigError(
+                "backend.url must not carry credentials (they would be written to the run's config): "
+                "put the key in an environment variable and name it with backend.api_key_env"
+            )
         self.extra_body_dict()
         self.validate_http()
 
@@ -281,7 +287,7 @@ class _StreamState:
             stats["prompt_tokens"] = int(usage["prompt_tokens"])
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         if cached is not None:
-            stats["cached_prompt_tokens"] = int(cached)
+            stats["cached_tokens"] = int(cached)
         if usage.get("completion_tokens") is not None:
             stats["output_tokens"] = int(usage["completion_tokens"])
             stats["output_tokens_source"] = "usage"

@@ -214,7 +214,10 @@ class SGLangBackend(Backend):
             if len(ids) > seen:
                 yield TokenChunk(ids[seen:], t)
                 seen = len(ids)
-        yield RequestDone(((meta.get("finish_reason") or {}).get("type")) or "length", engine_stats=sglang_stats(meta))
+        reason = ((meta.get("finish_reason") or {}).get("type")) or "length"
+        if reason == "abort":
+            raise RuntimeError(f"SGLang aborted the request: {(meta.get('finish_reason') or {}).get('message', '')}")
+        yield RequestDone(reason, engine_stats=sglang_stats(meta))
 
     def close(self) -> None:
         engine = getattr(self, "_engine", None)

@@ -81,16 +81,7 @@ class VLLMBackend(Backend):
         return vllm_preset(config, model, extra_args=args, env=env)
 
     def check_workload(self, plan: Any) -> None:
-        limit = self.config.max_model_len
-        if limit is None:
-            return
-        for session in plan.sessions + plan.warmup:
-            for turn in session.turns:
-                if turn.prompt_token_ids is not None and len(turn.prompt_token_ids) + turn.output_len > limit:
-                    raise ConfigError(
-                        f"backend.max_model_len={limit} is too small: a request needs {len(turn.prompt_token_ids)} "
-                        f"prompt + {turn.output_len} output tokens; raise backend.max_model_len"
-                    )
+        self.check_context_fits(plan, self.config.max_model_len, "backend.max_model_len")
 
     def load(self) -> None:
         cfg = self.config
@@ -164,7 +155,7 @@ class VLLMBackend(Backend):
             ignore_eos=request.exact_output_len,
             temperature=s.temperature,
             top_p=s.top_p,
-            top_k=s.top_k if s.top_k > 0 else 0,
+            top_k=s.top_k,
             seed=s.seed,
             detokenize=False,  # the harness decodes; the engine need not
             output_kind=RequestOutputKind.DELTA,
@@ -204,6 +195,8 @@ class VLLMBackend(Backend):
         if output is not None and output.num_cached_tokens is not None:
             stats["cached_tokens"] = output.num_cached_tokens
         reason = (completion.finish_reason if completion is not None else None) or "length"
+        if reason == "abort":
+            raise RuntimeError("vLLM aborted the request")
         return RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats)
 
     def close(self) -> None:

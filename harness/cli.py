@@ -27,6 +27,20 @@ def register_everything() -> None:
     workload_registry.discover()
 
 
+def compose_config(*overrides: str):
+    """A validated RunConfig from Hydra overrides, composed as ``python -m harness`` does
+    (for scripts and tests that call :func:`harness.runner.run_benchmark` directly)."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.runner import to_run_config
+
+    register_everything()
+    check_group_choices(list(overrides))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=list(overrides))
+    return to_run_config(cfg)
+
+
 def group_choices(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Callable, Optional
 
 from backends.base import Backend, GenerationRequest, RequestDone, SamplingParams, TokenChunk
@@ -21,11 +22,13 @@ async def execute(
     t0: float,
     scheduled_s: Optional[float] = None,
     expected_prompt_tokens: Optional[int] = None,
+    on_cancel: Optional[Callable[[RequestRecord], None]] = None,
 ) -> tuple[RequestRecord, list[int]]:
     """Send one request and time it; an engine error is recorded, not raised.
 
     Returns the record (with ``output_text`` set when the engine sent its reply as text)
-    and the streamed output token ids.
+    and the streamed output token ids. A request cut off by Ctrl-C is handed to
+    ``on_cancel`` as a failed record, so what it had measured stays in the results.
     """
     chunks: list[tuple[float, int]] = []
     output_ids: list[int] = []
@@ -33,10 +36,28 @@ async def execute(
     done: Optional[RequestDone] = None
     error = None
     send_t = time.perf_counter()
+
+    def record_now() -> RequestRecord:
+        return build_record(
+            request=request,
+            t0=t0,
+            send_t=send_t,
+            end_t=time.perf_counter(),
+            chunks=chunks,
+            output_token_ids=output_ids,
+            scheduled_s=scheduled_s,
+            expected_prompt_tokens=expected_prompt_tokens,
+            scheduled_t=done.scheduled_t if done else None,
+            finish_reason=done.finish_reason if done else None,
+            error=error,
+            delivery_lag_max_s=lag_max if chunks else None,
+            engine_stats=done.engine_stats if done else {},
+        )
+
     try:
         async for event in backend.stream(request):
             if type(event) is TokenChunk:
-                lag = time.perf_counter() - event.t
+                lag = time.perf_counter() - (event.handed_t or event.t)
                 if lag > lag_max:
                     lag_max = lag
                 chunks.append((event.t, len(event.token_ids)))
@@ -44,25 +65,13 @@ async def execute(
             else:
                 done = event
     except asyncio.CancelledError:
+        if on_cancel is not None:
+            error = "cancelled: the run was interrupted"
+            on_cancel(record_now())
         raise
     except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the run
         error = f"{type(exc).__name__}: {exc}".strip()[:500]
-    end_t = time.perf_counter()
-    record = build_record(
-        request=request,
-        t0=t0,
-        send_t=send_t,
-        end_t=end_t,
-        chunks=chunks,
-        output_token_ids=output_ids,
-        scheduled_s=scheduled_s,
-        expected_prompt_tokens=expected_prompt_tokens,
-        scheduled_t=done.scheduled_t if done else None,
-        finish_reason=done.finish_reason if done else None,
-        error=error,
-        delivery_lag_max_s=lag_max if chunks else None,
-        engine_stats=done.engine_stats if done else {},
-    )
+    record = record_now()
     if done is not None and done.text is not None:
         record.output_text = done.text  # the reply as the engine's server sent it
     return record, output_ids
@@ -82,6 +91,12 @@ class Driver:
         self.on_record = on_record
         self.sampling = SamplingParams(**plan.sampling)
         self.t0 = 0.0
+
+    def _sampling_for(self, request_id: int) -> SamplingParams:
+        """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
+        if self.sampling.greedy or self.plan.seed is None:
+            return self.sampling
+        return replace(self.sampling, seed=self.plan.seed + request_id)
 
     async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
         """Run the sessions; returns the measured wall time T (first send to last finish)."""
@@ -126,7 +141,7 @@ class Driver:
                 prompt_token_ids=prompt_ids,
                 max_new_tokens=turn.output_len,
                 exact_output_len=self.plan.exact_output_len,
-                sampling=self.sampling,
+                sampling=self._sampling_for(first_id + turn_index),
                 messages=messages,
                 session_id=session.session_id,
                 turn=turn_index,
@@ -135,6 +150,7 @@ class Driver:
             record, output_ids = await execute(
                 self.backend, request, self.t0, scheduled,
                 expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
+                on_cancel=self.on_record,
             )
             # Stage 5, post-processing: the reply as text, which the next turn re-sends
             # (a server's own reply text when it sent one, else the output ids decoded).

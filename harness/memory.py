@@ -13,8 +13,12 @@ import psutil
 class MemorySampler:
     """Samples RSS (and GPU memory used, via NVML when installed) on a background thread."""
 
+    CHILDREN_REFRESH_S = 1.0  # listing child processes scans /proc (~1 ms): not every sample
+
     def __init__(self, interval_s: float = 0.05):
         self.interval_s = interval_s
+        self._children: list[psutil.Process] = []
+        self._children_t = float("-inf")
         self.samples: list[tuple[float, int, Optional[int]]] = []  # (perf_counter, rss, gpu used)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
@@ -41,7 +45,10 @@ class MemorySampler:
         total = 0
         try:
             total = self._process.memory_info().rss
-            for child in self._process.children(recursive=True):
+            now = time.perf_counter()
+            if now - self._children_t >= self.CHILDREN_REFRESH_S:
+                self._children, self._children_t = self._process.children(recursive=True), now
+            for child in self._children:
                 try:
                     total += child.memory_info().rss
                 except psutil.Error:

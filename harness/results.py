@@ -32,6 +32,7 @@ class RunWriter:
     def __init__(self, run_dir: Path, save_output_text: bool = True):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+
         self.save_output_text = save_output_text
         self.records: list[RequestRecord] = []
         self._jsonl = None
@@ -71,6 +72,14 @@ class RunWriter:
             mem = pd.DataFrame(memory_samples, columns=["t", "rss_bytes", "gpu_used_bytes"])
             mem["t_s"] = mem.pop("t") - t0
             mem[["t_s", "rss_bytes", "gpu_used_bytes"]].to_parquet(self.run_dir / "memory.parquet", index=False)
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """Two runs must not share a folder (they are named by the second)."""
+    if (Path(run_dir) / "requests.jsonl").exists() or (Path(run_dir) / "summary.json").exists():
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"{run_dir} already holds a run; start the new run again in a second")
 
 
 def load_requests(run_dir: Path) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from harness.environment import capture_environment
 from harness.errors import ConfigError, EngineFailed, HarnessError
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.model_store import ModelFiles, resolve_model
-from harness.results import RunWriter
+from harness.results import RunWriter, check_run_dir_free
 from harness.summary import summarize
 from workloads import workload_registry
 from workloads.base import WorkloadPlan
@@ -56,6 +56,7 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
     cfg.validate()
+    check_run_dir_free(run_dir)
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
     check_backend_available(cfg.backend)
 
@@ -122,50 +123,65 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        sampler.sample()
-        sampler.stop()
-        if scrapes["before"] is not None:
-            scrapes["after"] = _scrape(backend)
-        if status != "complete" and writer.records:
-            duration_s = max(r.end_s for r in writer.records)
-        summary = summarize(writer.records, duration_s, cfg.slo)
-        summary = {
-            "status": status,
-            "error": error,
-            "started_at": started_at,
-            "backend": {
-                "name": cfg.backend.name,
-                "mode": cfg.backend.mode,
-                "engine": _safe(lambda: backend.engine_name),
-                "engine_version": _safe(lambda: backend.engine_version),
-                "info": _safe(backend.engine_info) or {},
-            },
-            "model": model.describe(),
-            "workload": {
-                "name": plan.name,
-                "sha256": workload_json["sha256"],
-                "requests_planned": plan.num_requests,
-                "sessions": len(plan.sessions),
-                "open_loop": plan.open_loop,
-                "concurrency": plan.concurrency,
-                "exact_output_len": plan.exact_output_len,
-            },
-            "seed": cfg.seed,
-            **summary,
-            "memory": _memory_summary(backend, model, sampler, t_measured, cfg),
-            "load_s": load_s,
-        }
-        server_metrics = _server_metrics(scrapes, writer)
-        if server_metrics is not None:
-            summary["server_metrics"] = server_metrics
-        try:
-            backend.close()
-        finally:
+        try:  # the measured data reaches disk first: closing an engine can be slow
+            summary = _finish_summary(
+                cfg, backend, model, plan, writer, sampler, scrapes, status=status, error=error,
+                started_at=started_at, duration_s=duration_s, t_measured=t_measured, load_s=load_s,
+                workload_sha256=workload_json["sha256"])
             writer.write_tables(sampler.samples, t0)
             writer.write_json("summary.json", summary)
+        finally:
+            try:
+                backend.close()
+            except Exception as exc:  # noqa: BLE001 - the results are written; say so and go on
+                log.warning("closing the %s backend failed: %s", cfg.backend.name, exc)
             if cfg.report:
                 _write_report(run_dir)
     return RunOutcome(run_dir, summary, writer.records)
+
+
+def _finish_summary(
+    cfg: RunConfig, backend: Backend, model: ModelFiles, plan: WorkloadPlan, writer: RunWriter,
+    sampler: mem.MemorySampler, scrapes: dict[str, Optional[str]], *, status: str, error: Optional[str],
+    started_at: str, duration_s: float, t_measured: Optional[float], load_s: float, workload_sha256: str,
+) -> dict[str, Any]:
+    """summary.json: the run's figures and what ran (also for failed or interrupted runs)."""
+    sampler.sample()
+    sampler.stop()
+    if scrapes["before"] is not None:
+        scrapes["after"] = _scrape(backend)
+    if status != "complete" and writer.records:
+        duration_s = max(r.end_s for r in writer.records)
+    summary = {
+        "status": status,
+        "error": error,
+        "started_at": started_at,
+        "backend": {
+            "name": cfg.backend.name,
+            "mode": cfg.backend.mode,
+            "engine": _safe(lambda: backend.engine_name),
+            "engine_version": _safe(lambda: backend.engine_version),
+            "info": _safe(backend.engine_info) or {},
+        },
+        "model": model.describe(),
+        "workload": {
+            "name": plan.name,
+            "sha256": workload_sha256,
+            "requests_planned": plan.num_requests,
+            "sessions": len(plan.sessions),
+            "open_loop": plan.open_loop,
+            "concurrency": plan.concurrency,
+            "exact_output_len": plan.exact_output_len,
+        },
+        "seed": cfg.seed,
+        **summarize(writer.records, duration_s, cfg.slo),
+        "memory": _memory_summary(backend, model, sampler, t_measured, cfg),
+        "load_s": load_s,
+    }
+    server_metrics = _server_metrics(scrapes, writer)
+    if server_metrics is not None:
+        summary["server_metrics"] = server_metrics
+    return summary
 
 
 def _write_report(run_dir: Path) -> None:

@@ -13,15 +13,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def make_config(*overrides: str):
     """A validated RunConfig from Hydra overrides, as `python -m harness` would build it."""
-    from hydra import compose, initialize_config_dir
+    from harness.cli import compose_config
 
-    from harness.cli import CONF_DIR, register_everything
-    from harness.runner import to_run_config
-
-    register_everything()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose("config", overrides=["progress=false", *overrides])
-    return to_run_config(cfg)
+    return compose_config("progress=false", *overrides)
 
 
 def run_harness_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -93,6 +93,7 @@ class WorkloadPlan:
     concurrency: Optional[int]
     open_loop: bool
     sampling: dict[str, Any] = field(default_factory=dict)
+    seed: Optional[int] = None  # sampled decoding: request i uses seed + i
 
     @property
     def num_requests(self) -> int:
@@ -144,6 +145,7 @@ def make_plan(
     sessions: list[SessionSpec],
     warmup: list[SessionSpec],
     arrival_rng: "np.random.Generator",
+    seed: Optional[int] = None,
 ) -> WorkloadPlan:
     """Attach open-loop arrival times and the common fields to a workload's sessions."""
     if config.rate is not None:
@@ -160,4 +162,5 @@ def make_plan(
         concurrency=config.concurrency,
         open_loop=config.rate is not None,
         sampling={"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k},
+        seed=seed,
     )

@@ -94,4 +94,4 @@ class ChatWorkload(Workload):
 
         measured = sessions(text_rng, cfg.sessions, cfg.turns, 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests)
-        return make_plan(cfg, measured, warmup, arrival_rng)
+        return make_plan(cfg, measured, warmup, arrival_rng, seed)

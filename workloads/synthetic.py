@@ -68,4 +68,4 @@ class SyntheticWorkload(Workload):
 
         measured = sessions(text_rng, cfg.num_requests, 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests)
-        return make_plan(cfg, measured, warmup, arrival_rng)
+        return make_plan(cfg, measured, warmup, arrival_rng, seed)
