@@ -4,34 +4,15 @@ import asyncio
 
 import pytest
 
-from backends import GenerationRequest, SamplingParams, TokenChunk, backend_registry
-from backends.mlx import MLXConfig
 from harness.errors import ModelError
 from harness.model_store import ModelFiles
 from workloads.prompts import PromptRenderer
+from engine_helpers import collect, request
+from engine_helpers import make_backend as _make
 
 
-def make_backend(model, load=True, **overrides):
-    cfg = MLXConfig(**overrides)
-    cfg.validate()
-    backend = backend_registry.get("mlx").cls(cfg, model)
-    if load:
-        backend.load()
-    return backend
-
-
-async def collect(backend, request):
-    chunks, done = [], None
-    async for event in backend.stream(request):
-        if isinstance(event, TokenChunk):
-            chunks.append(event)
-        else:
-            done = event
-    return chunks, done
-
-
-def request(i, ids, n, exact=True):
-    return GenerationRequest(request_id=i, prompt_token_ids=ids, max_new_tokens=n, exact_output_len=exact, sampling=SamplingParams())
+def make_backend(model, *args, **overrides):
+    return _make("mlx", model, *args, **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -3,37 +3,20 @@ import asyncio
 
 import pytest
 
-from backends import GenerationRequest, RequestDone, SamplingParams, TokenChunk, backend_registry
+from backends import SamplingParams
 from backends.transformers import TransformersConfig
 from harness.errors import ConfigError
 from workloads.prompts import PromptRenderer
+from engine_helpers import collect, request
+from engine_helpers import make_backend as _make
 
 
-def make_backend(model, **overrides):
-    entry = backend_registry.get("transformers")
-    cfg = TransformersConfig(**overrides)
-    cfg.validate()
-    backend = entry.cls(cfg, model)
-    backend.load()
-    return backend
+def make_backend(model, *args, **overrides):
+    return _make("transformers", model, *args, **overrides)
 
 
 def prompt(backend, text):
     return PromptRenderer(backend.get_tokenizer()).render([{"role": "user", "content": text}])
-
-
-async def collect(backend, request):
-    chunks, done = [], None
-    async for event in backend.stream(request):
-        if isinstance(event, TokenChunk):
-            chunks.append(event)
-        else:
-            done = event
-    return chunks, done
-
-
-def request(i, ids, n, exact=True, sampling=SamplingParams()):
-    return GenerationRequest(request_id=i, prompt_token_ids=ids, max_new_tokens=n, exact_output_len=exact, sampling=sampling)
 
 
 @pytest.fixture(scope="module")

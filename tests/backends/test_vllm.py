@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from backends import GenerationRequest, SamplingParams, TokenChunk, backend_registry
+from backends import backend_registry
 from backends.vllm import VLLMConfig
 from harness.errors import ConfigError
 from workloads.prompts import PromptRenderer
+from engine_helpers import collect, request
 
 
 @pytest.fixture(scope="module")
@@ -31,20 +32,6 @@ def engine(real_model, loop):
     backend.load()
     yield backend
     backend.close()
-
-
-async def collect(backend, request):
-    chunks, done = [], None
-    async for event in backend.stream(request):
-        if isinstance(event, TokenChunk):
-            chunks.append(event)
-        else:
-            done = event
-    return chunks, done
-
-
-def request(i, ids, n, exact=True):
-    return GenerationRequest(request_id=i, prompt_token_ids=ids, max_new_tokens=n, exact_output_len=exact, sampling=SamplingParams())
 
 
 def ask(tokenizer, text):
