@@ -13,7 +13,6 @@ session (the previous turn's prompt and reply) when the engine still holds it;
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import time
@@ -166,9 +165,8 @@ class _PlainEngine:
 
     def __init__(self, cfg: LlamaCppConfig, gguf: str, threads: int):
         import llama_cpp
-        import numpy as np
 
-        self.ll, self.np, self.cfg = llama_cpp, np, cfg
+        self.ll, self.cfg = llama_cpp, cfg
         try:
             self.llm = llama_cpp.Llama(
                 gguf, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_threads=threads, n_threads_batch=threads,
@@ -198,46 +196,61 @@ class _PlainEngine:
         request, llm = job.request, self.llm
         if len(request.prompt_token_ids) + request.max_new_tokens > self.cfg.n_ctx:
             raise ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={self.cfg.n_ctx}")
-        session = (request.session_id, request.turn)
         continues = self.last_session == (request.session_id, request.turn - 1)
-        if not (self.cfg.keep_session_cache and continues):
-            llm.reset()  # stage 2: a fresh KV cache; identical prompts must not hit a cache
-        cached = _common_prefix(list(llm._input_ids[: llm.n_tokens]), request.prompt_token_ids)
-        cached = min(cached, len(request.prompt_token_ids) - 1)
-        self.last_session = session
-        processors = None
-        if request.exact_output_len:
-            eog = self.eog
-
-            def suppress_eog(_ids, scores):
-                scores[eog] = -self.np.inf
-                return scores
-
-            processors = self.ll.LogitsProcessorList([suppress_eog])
-        s = request.sampling
-        sampling = dict(temp=0.0, top_k=1) if s.greedy else dict(temp=s.temperature, top_p=s.top_p, top_k=s.top_k)
-        if not s.greedy and s.seed is not None:
-            llm.set_seed(s.seed)
-        self.ll.llama_perf_context_reset(llm.ctx)
-        scheduled_t = time.perf_counter()
+        self.last_session = (request.session_id, request.turn)
+        cached = 0
+        if self.cfg.keep_session_cache and continues:
+            held = list(llm._input_ids[: llm.n_tokens])
+            cached = min(_common_prefix(held, request.prompt_token_ids), len(request.prompt_token_ids) - 1)
+        # Stage 2: a fresh KV cache (identical prompts must not hit a cache), or the session's
+        # own prefix; Llama.eval drops every cached position from n_tokens on.
+        llm.n_tokens = cached
+        chain = make_sampler_chain(self.ll, llm.n_vocab(), self.eog, request.exact_output_len, request.sampling)
         reason = "length"
-        # Stages 3 and 4: generate() evaluates the prompt, then one token per step.
-        for token in llm.generate(request.prompt_token_ids, reset=True, logits_processor=processors,
-                                  min_p=0.0, repeat_penalty=1.0, **sampling):
-            t = time.perf_counter()
-            if job.cancelled:
-                reason = "cancelled"
-                break
-            if token in self.eog and not request.exact_output_len:
-                reason = "stop"
-                break
-            job.emit(TokenChunk([token], t))
-            job.produced += 1
-            if job.produced >= request.max_new_tokens:
-                break
+        try:
+            self.ll.llama_perf_context_reset(llm.ctx)
+            scheduled_t = time.perf_counter()
+            llm.eval(request.prompt_token_ids[cached:])  # stage 3, prefill
+            while True:
+                # llama.cpp's own sampler chain (C): end-of-generation suppression included
+                token = self.ll.llama_sampler_sample(chain, llm.ctx, -1)
+                t = time.perf_counter()
+                if job.cancelled:
+                    reason = "cancelled"
+                    break
+                if token in self.eog and not request.exact_output_len:
+                    reason = "stop"
+                    break
+                job.emit(TokenChunk([token], t))
+                job.produced += 1
+                if job.produced >= request.max_new_tokens:
+                    break
+                llm.eval([token])  # stage 4, one decode step
+        finally:
+            self.ll.llama_sampler_free(chain)
         stats = _engine_figures(_perf(self.ll, llm.ctx))
         stats["cached_tokens"] = cached
         job.finish(RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats))
+
+
+def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampling: SamplingParams) -> Any:
+    """llama.cpp's sampler chain for a request: greedy or sampled, and with exact lengths a
+    −inf logit bias on every end-of-generation token (llama.cpp has no ignore_eos)."""
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    if exact:
+        biases = (ll.llama_logit_bias * len(eog))(*[ll.llama_logit_bias(t, float("-inf")) for t in eog])
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(n_vocab, len(eog), biases))
+    if sampling.greedy:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+    else:
+        if sampling.top_k:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(sampling.top_k))
+        if sampling.top_p < 1:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(sampling.top_p, 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(sampling.temperature))
+        seed = sampling.seed if sampling.seed is not None else 0xFFFFFFFF
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+    return chain
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -308,24 +321,6 @@ class _BatchedEngine:
         self.ll.llama_free(self.ctx)
         self.ll.llama_model_free(self.model)
 
-    def _sampler(self, exact: bool, sampling: SamplingParams) -> Any:
-        ll = self.ll
-        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        if exact:
-            biases = (ll.llama_logit_bias * len(self.eog))(*[ll.llama_logit_bias(t, float("-inf")) for t in self.eog])
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(self.n_vocab, len(self.eog), biases))
-        if sampling.greedy:
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
-        else:
-            if sampling.top_k:
-                ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(sampling.top_k))
-            if sampling.top_p < 1:
-                ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(sampling.top_p, 1))
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(sampling.temperature))
-            seed = sampling.seed if sampling.seed is not None else 0xFFFFFFFF
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
-        return chain
-
     def _admit(self, job: Job, free: list[int]) -> _Sequence:
         """Stage 2: give the request a slot, reusing a cached prefix only where allowed."""
         request = job.request
@@ -339,7 +334,8 @@ class _BatchedEngine:
         self.ll.llama_memory_seq_rm(self.memory, slot, cached, -1)
         self.slot_tokens[slot] = list(request.prompt_token_ids[:cached])
         seq = _Sequence(job, slot, list(request.prompt_token_ids[cached:]), cached,
-                        self._sampler(request.exact_output_len, request.sampling), cached, time.perf_counter())
+                        make_sampler_chain(self.ll, self.n_vocab, self.eog, request.exact_output_len, request.sampling),
+                        cached, time.perf_counter())
         seq.perf_start = _perf(self.ll, self.ctx)
         return seq
 

@@ -78,11 +78,12 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--concurrency", default="1,4")
     parser.add_argument("--batched-option", default=None, help="the override that batches, for the throughput table")
+    parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. memory.sample_interval_s=0.2")
     args = parser.parse_args()
     serial_option, engine_rate = ENGINE_RATE[args.backend]
     common = [f"backend={args.backend}", f"model={args.model}", "workload=synthetic",
               f"workload.num_requests={args.requests}", f"workload.input_len={args.input_len}",
-              f"workload.output_len={args.output_len}"]
+              f"workload.output_len={args.output_len}", *args.overrides]
 
     _, df, workload = run(common + [serial_option, "workload.concurrency=1"])
     stats = df.engine_stats.map(json.loads)
