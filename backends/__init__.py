@@ -10,10 +10,10 @@ from backends.base import (
     StreamEvent,
     TokenChunk,
 )
-from harness.registry import Registry
+from core.registry import Registry
 
 if TYPE_CHECKING:
-    from harness.model_store import ModelFiles
+    from core.model import ModelFiles
 
 backend_registry: Registry[Backend] = Registry("backend", package="backends", config_group="backend")
 

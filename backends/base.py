@@ -19,9 +19,11 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Optional
 
-from harness.errors import BackendUnavailable, ConfigError
+from core.errors import BackendUnavailable, ConfigError
+from core.model import ModelFiles
+from core.types import GenerationRequest, RequestDone, SamplingParams, StreamEvent, TokenChunk
 
 
 MODES = ("inprocess", "server")
@@ -77,57 +79,6 @@ class BackendConfig:
             raise ConfigError("backend.server_command must be a non-empty list (or null for the preset's)")
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.0  # 0 means greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0 means no top-k
-    seed: Optional[int] = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-@dataclass
-class GenerationRequest:
-    """One request as every engine receives it: chat-templated prompt ids and a length."""
-
-    request_id: int
-    prompt_token_ids: list[int]
-    max_new_tokens: int
-    exact_output_len: bool  # suppress end-of-sequence so exactly max_new_tokens come out
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    messages: list[dict[str, str]] = field(default_factory=list)
-    session_id: int = 0
-    turn: int = 0
-
-
-@dataclass(slots=True)
-class TokenChunk:
-    """Tokens the engine produced, stamped with ``time.perf_counter()`` when it produced them."""
-
-    token_ids: list[int]
-    t: float
-    handed_t: Optional[float] = None  # when an engine thread handed it to the event loop
-
-
-@dataclass
-class RequestDone:
-    """The last event of a request's stream."""
-
-    finish_reason: str  # "length", "stop" or "cancelled"
-    scheduled_t: Optional[float] = None  # perf_counter time the engine began work on it
-    # The engine's own figures. Two keys override the harness's counts in the record:
-    # "prompt_tokens" (e.g. an HTTP server's usage.prompt_tokens) and "output_tokens"
-    # (usage.completion_tokens, or the streamed text re-tokenized as a whole).
-    engine_stats: dict[str, Any] = field(default_factory=dict)
-    # The reply as the engine returned it (HTTP servers); when set, the runner uses it as the
-    # request's output text and chat history instead of decoding the streamed token ids.
-    text: Optional[str] = None
-
-
-StreamEvent = Union[TokenChunk, RequestDone]
 
 
 class Backend(ABC):
@@ -229,6 +180,14 @@ class Backend(ABC):
         """
         return None
 
+    async def reset_prefix_cache(self) -> bool:
+        """Empty the engine's prefix cache, so the next load point does not profit from the last.
+
+        Called between the points of a sweep that share one loaded engine. Returns False where
+        the engine offers no way to do it (the point's summary says so).
+        """
+        return False
+
     def fatal_error(self) -> Optional[str]:
         """Why the engine can no longer serve any request (e.g. its server exited), or None.
 
@@ -240,9 +199,6 @@ class Backend(ABC):
     def close(self) -> None:
         """Release the engine; called once, also after an error or Ctrl-C."""
 
-
-# Imported late for the type annotation only; model_store has no dependency on backends.
-from harness.model_store import ModelFiles  # noqa: E402
 
 if TYPE_CHECKING:
     from backends.server import ServerPreset

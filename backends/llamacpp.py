@@ -22,7 +22,7 @@ from typing import Any, Optional
 from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
 from backends.threaded import Job, ThreadedBackend
-from harness.errors import ConfigError, ModelError
+from core.errors import ConfigError, ModelError
 
 
 @dataclass
@@ -113,6 +113,13 @@ class LlamaCppBackend(ThreadedBackend):
     def engine_loop(self) -> None:
         self._engine.serve(self)
 
+    async def reset_prefix_cache(self) -> bool:
+        """Forget every kept prefix (only ``keep_session_cache`` keeps any); called between points,
+        when no request is in flight."""
+        if hasattr(self, "_engine"):
+            self._engine.forget_prefixes()
+        return True
+
     def close(self) -> None:
         stopped = self.stop_engine_thread()
         if hasattr(self, "_engine") and stopped:  # never free a context the engine thread may still use
@@ -180,6 +187,9 @@ class _PlainEngine:
 
     def model_bytes(self) -> int:
         return int(self.ll.llama_model_size(self.llm.model))
+
+    def forget_prefixes(self) -> None:
+        self.last_session = None  # the next request starts from an empty cache
 
     def close(self) -> None:
         self.llm.close()
@@ -315,6 +325,9 @@ class _BatchedEngine:
 
     def model_bytes(self) -> int:
         return int(self.ll.llama_model_size(self.model))
+
+    def forget_prefixes(self) -> None:
+        self.slot_tokens = [[] for _ in self.slot_tokens]  # the next admit clears the slot from 0
 
     def close(self) -> None:
         self.ll.llama_batch_free(self.batch)

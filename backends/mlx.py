@@ -18,7 +18,7 @@ from typing import Any, Optional
 from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
 from backends.threaded import Job, ThreadedBackend
-from harness.errors import ConfigError, ModelError
+from core.errors import ConfigError, ModelError
 
 SUPPRESS = -1e9  # logit bias that keeps end-of-generation tokens from being sampled
 
@@ -82,7 +82,7 @@ class MLXBackend(ThreadedBackend):
     def _quantized_copy(self) -> Path:
         from mlx_lm import convert
 
-        from harness.model_store import cache_root
+        from core.model import cache_root
 
         bits, group = self.config.quantize_bits, self.config.quantize_group_size
         out = cache_root() / "mlx" / f"{self.model.name}-q{bits}g{group}"

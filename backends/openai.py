@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
 from backends.sse import SSEEvent, SSEParser
-from harness.errors import ConfigError, HarnessError
+from core.errors import ConfigError, HarnessError
 
 log = logging.getLogger("harness")
 
@@ -330,9 +330,10 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0) -> tuple[int, str, dict[str, str]]:
-    """(status, body, headers) of a GET; raises OSError (URLError) when nothing answers."""
-    req = urllib.request.Request(url, headers=headers or {})
+def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0,
+             method: str = "GET") -> tuple[int, str, dict[str, str]]:
+    """(status, body, headers) of a GET (or a bodiless ``method``); raises OSError (URLError) when nothing answers."""
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as response:
             return response.status, response.read().decode("utf-8", "replace"), dict(response.headers)

@@ -16,8 +16,8 @@ from typing import Any, Optional
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest
 from backends.server import ServerPreset
-from harness.errors import ConfigError
-from harness.model_store import ModelFiles
+from core.errors import ConfigError
+from core.model import ModelFiles
 from harness.reference_server import DIALECTS
 
 

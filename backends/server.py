@@ -36,8 +36,8 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
 from backends.openai import HTTPBackend, OpenAIClient, check_server, http_get
-from harness.errors import ConfigError, HarnessError
-from harness.model_store import ModelFiles
+from core.errors import ConfigError, HarnessError
+from core.model import ModelFiles
 
 log = logging.getLogger("harness")
 
@@ -59,6 +59,7 @@ class ServerPreset:
     uses_python: bool = True
     health_path: str = "/health"  # GET answers 200 once the server is ready
     metrics_path: Optional[str] = None  # Prometheus text, scraped before and after the measured phase
+    reset_cache_path: Optional[str] = None  # POST empties the prefix cache (between the points of a sweep)
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
     served_model_name: Optional[str] = None  # the "model" sent; None: the first id of GET /v1/models
     extra_body: Optional[Callable[[GenerationRequest], dict[str, Any]]] = None  # merged into each request
@@ -448,6 +449,16 @@ class ServerBackend(HTTPBackend):
                 if self.server.poll() is not None:
                     raise ServerExited(self._exit_message()) from exc
             raise
+
+    async def reset_prefix_cache(self) -> bool:
+        """POST the preset's cache-reset path; False where the server has none."""
+        if self.server is None or not self.preset.reset_cache_path:
+            return False
+        url = self.server.url_root + self.preset.reset_cache_path
+        status, body, _ = await asyncio.to_thread(http_get, url, None, 30.0, "POST")
+        if status != 200 or '"success": false' in body.replace('":false', '": false'):
+            raise RuntimeError(f"POST {self.preset.reset_cache_path} answered {status}: {body[:200]}")
+        return True
 
     def _exit_message(self) -> str:
         server = self.server

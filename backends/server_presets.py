@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from backends.base import BackendConfig, GenerationRequest
 from backends.server import HOST, ServerPreset, resolve_python
-from harness.errors import ConfigError
-from harness.model_store import ModelFiles
+from core.errors import ConfigError
+from core.model import ModelFiles
 
 # Tokens that end generation in common chat vocabularies (llama.cpp treats these as
 # end-of-generation too); suppressing one that a model never emits does no harm.
@@ -123,7 +123,9 @@ def vllm_preset(
                  "--served-model-name", name, *_bind(extra_args)],
         health_path="/health",
         metrics_path="/metrics",
-        env=dict(env or {}),
+        # /reset_prefix_cache exists only in dev mode; the server binds 127.0.0.1 and lives for the run
+        reset_cache_path="/reset_prefix_cache",
+        env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})},
         served_model_name=name,
         extra_body=ignore_eos_body,
         prompt_token_ids=True,
@@ -142,6 +144,7 @@ def sglang_preset(
                  "--served-model-name", name, "--enable-metrics", *_bind(extra_args)],
         health_path="/health",
         metrics_path="/metrics",
+        reset_cache_path="/flush_cache",
         env=dict(env or {}),
         served_model_name=name,
         extra_body=ignore_eos_body,

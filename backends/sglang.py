@@ -10,6 +10,7 @@ it cannot generate, but its arguments and HTTP dialect can still be checked.
 """
 from __future__ import annotations
 
+
 import itertools
 import typing
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any, AsyncIterator, Optional
 
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
-from harness.errors import ConfigError
+from core.errors import ConfigError
 
 CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
 
@@ -218,6 +219,14 @@ class SGLangBackend(Backend):
         if reason == "abort":
             raise RuntimeError(f"SGLang aborted the request: {(meta.get('finish_reason') or {}).get('message', '')}")
         yield RequestDone(reason, engine_stats=sglang_stats(meta))
+
+    async def reset_prefix_cache(self) -> bool:
+        """RadixAttention's tree emptied (``Engine.flush_cache``); between points, nothing in flight."""
+        if not hasattr(self, "_engine"):
+            return False
+        # Engine.flush_cache runs its own loop; the coroutine under it runs on ours
+        result = await self._engine.tokenizer_manager.flush_cache()
+        return bool(getattr(result, "success", True))
 
     def close(self) -> None:
         engine = getattr(self, "_engine", None)

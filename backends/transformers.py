@@ -19,8 +19,8 @@ from typing import Any, Optional
 from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, TokenChunk
 from backends.threaded import Job, ThreadedBackend
-from harness.errors import ConfigError
-from harness.model_store import ModelFiles
+from core.errors import ConfigError
+from core.model import ModelFiles
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 

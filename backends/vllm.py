@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Optional
 
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
-from harness.errors import ConfigError, ModelError
+from core.errors import ConfigError, ModelError
 
 
 @dataclass
@@ -198,6 +198,12 @@ class VLLMBackend(Backend):
         if reason == "abort":
             raise RuntimeError("vLLM aborted the request")
         return RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats)
+
+    async def reset_prefix_cache(self) -> bool:
+        if not hasattr(self, "_engine"):
+            return False
+        result = await self._engine.reset_prefix_cache()
+        return result is not False  # older vLLM returns None, newer a bool
 
     def close(self) -> None:
         engine = getattr(self, "_engine", None)

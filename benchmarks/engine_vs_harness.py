@@ -33,7 +33,7 @@ def run(overrides: list[str]):
     with tempfile.TemporaryDirectory() as tmp:
         outcome = run_benchmark(compose_config("progress=false", "report=false", *overrides), Path(tmp))
         workload = json.loads((Path(tmp) / "workload.json").read_text())
-        return outcome.summary, load_requests(Path(tmp)), workload
+        return outcome.summary.to_dict(), load_requests(Path(tmp)), workload
 
 
 def bare_llama_loop(prompts: list[list[int]], n: int) -> list[tuple[float, float]]:

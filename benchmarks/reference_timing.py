@@ -83,7 +83,7 @@ def main() -> None:
             outcome = run_benchmark(config(concurrency, n, args), Path(tmp))
             df = load_requests(Path(tmp))
         ok = df[df.error.isna()]
-        summary = outcome.summary
+        summary = outcome.summary.to_dict()
         key = summary.get("server_metrics", {}).get("key", {})
         lateness = summary.get("server_metrics", {}).get("histograms", {}).get("reference:token_lateness_seconds", {})
         gaps = [g for row in ok.itl_s for g in row]

@@ -32,8 +32,8 @@ def make_run(out: Path) -> Path:
     run_dir = out / "run-1000"
     t = time.perf_counter()
     outcome = run_benchmark(make_config(*OVERRIDES), run_dir, progress=False)
-    print(f"run: {outcome.summary['requests']['completed']} requests completed in {time.perf_counter() - t:.1f} s "
-          f"(measured phase {outcome.summary['duration_s']:.1f} s) → {run_dir}")
+    print(f"run: {outcome.summary.requests['completed']} requests completed in {time.perf_counter() - t:.1f} s "
+          f"(measured phase {outcome.summary.duration_s:.1f} s) → {run_dir}")
     return run_dir
 
 

@@ -1,19 +1,31 @@
-"""``python -m harness``: Hydra CLI around :func:`harness.runner.run_benchmark`."""
+"""``python -m harness``: the Hydra CLI. One run, a multirun sweep (``-m``), or an SLO search.
+
+- a plain run is one load point on an engine session of its own (``repeat=N``: N runs);
+- ``-m`` runs each point through :func:`harness.sweep.run_sweep_point`, which shares one
+  loaded engine between consecutive points of the same engine settings;
+- ``slo_search.enabled=true`` probes loads against one engine (harness/slo_search.py).
+"""
 from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import sys
 from pathlib import Path
+from typing import Any, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from harness.errors import HarnessError
+from core.errors import HarnessError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("backend", "model", "workload")
+EXIT_POINT_FAILED = 1
+_exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
 
 
 def register_everything() -> None:
@@ -71,24 +83,111 @@ def fail(message: str) -> None:
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
-    from harness.runner import run_benchmark, to_run_config
-    from harness.summary import format_summary
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        _sweep_point(cfg, hc)
+    else:
+        _single_run(cfg, Path(hc.runtime.output_dir))
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    outcome = None
+
+def _single_run(cfg: DictConfig, run_dir: Path) -> None:
+    from harness.results import RunSummary, load_summary
+    from harness.runner import to_run_config
+    from harness.summary import format_summary
+    from harness.sweep import format_sweep, read_sweep, run_sweep_point
+
     try:
         run_cfg = to_run_config(cfg)
-        outcome = run_benchmark(run_cfg, run_dir)
+        if run_cfg.slo_search.enabled:
+            from harness.slo_search import run_slo_search
+
+            run_slo_search(run_cfg, run_dir)
+            print(format_sweep(read_sweep(run_dir)))
+            print(f"results: {run_dir}", flush=True)
+            return
+        entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, [], single=True)
     except HarnessError as exc:
         _discard_if_empty(run_dir)
         fail(str(exc))
     except KeyboardInterrupt:
         print(f"\ninterrupted: what was measured is in {run_dir}", file=sys.stderr)
         sys.exit(130)
-    print(format_summary(outcome.summary))
+    for d in entry["run_dirs"]:
+        summary = RunSummary.from_dict(load_summary(Path(d)))
+        print(format_summary(summary))
+        if summary.requests.get("failed"):
+            logging.getLogger("harness").warning("%d requests failed", summary.requests["failed"])
+    if run_cfg.repeat > 1:
+        print(format_sweep(read_sweep(run_dir)))
+    if entry["status"] == "skipped":
+        print(f"resume: this config already finished in {', '.join(entry['run_dirs'])}")
     print(f"results: {run_dir}", flush=True)
-    if outcome.summary["requests"]["failed"]:
-        logging.getLogger("harness").warning("%d requests failed", outcome.summary["requests"]["failed"])
+
+
+def _sweep_point(cfg: DictConfig, hc: Any) -> None:
+    """One point of a multirun: a failure is recorded and printed in one line, the sweep goes on."""
+    from harness.results import RunSummary, is_run_dir, load_summary
+    from harness.runner import to_run_config
+    from harness.summary import format_summary
+    from harness.sweep import FAILED, record_point, run_sweep_point
+
+    run_dir, sweep_dir = Path(hc.runtime.output_dir), Path(hc.sweep.dir)
+    index, overrides = int(hc.job.num), list(hc.overrides.task)
+    try:
+        run_cfg = to_run_config(cfg)
+    except HarnessError as exc:  # a value invalid at this point only
+        print(f"error: point {index} ({' '.join(overrides)}) failed: {exc}", file=sys.stderr)
+        record_point(sweep_dir, {"index": index, "overrides": overrides, "run_dir": str(run_dir), "run_dirs": [],
+                                 "status": FAILED, "error": str(exc), "load_s": 0.0, "engine_reused": False, "figures": {}})
+        _discard_if_empty(run_dir)
+        return
+    # Hydra's basic launcher runs every point in this process, so the engine can stay loaded
+    # between points; any other launcher (submitit, Ray) runs points in processes of their
+    # own, which must not keep an engine (and its GPU memory) once their point is done.
+    in_process = str(hc.launcher.get("_target_", "")).endswith("BasicLauncher")
+    entry = run_sweep_point(run_cfg, run_dir, sweep_dir, index, overrides, keep_engine=in_process)
+    for d in entry["run_dirs"]:
+        if is_run_dir(Path(d)):
+            print(format_summary(RunSummary.from_dict(load_summary(Path(d)))))
+    print(f"point {index} ({' '.join(overrides) or 'no overrides'}): {entry['status']} · results: {run_dir}", flush=True)
+
+
+class SweepCallback(Callback):
+    """Hydra callback (conf/config.yaml → hydra.callbacks): a sweep's start and end, in the
+    launching process whatever the launcher."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.sweep import locked_sweep
+
+        with locked_sweep(Path(config.hydra.sweep.dir)) as data:
+            data.setdefault("kind", "multirun")
+            data["command"] = list(sys.argv[1:])
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _exit_code
+        from harness.sweep import SESSIONS, format_sweep, read_sweep, refresh_compare
+
+        SESSIONS.close()
+        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            sweep = read_sweep(sweep_dir)
+        except (OSError, ValueError):
+            return
+        if config.get("sweep", {}).get("compare_html", True):
+            refresh_compare(sweep_dir)
+        print(format_sweep(sweep))
+        failed = [p for p in sweep.get("points", []) if p.get("status") not in ("complete", "saturated", "skipped")]
+        if failed:
+            print(f"{len(failed)} of {len(sweep['points'])} points failed: see sweep.json", file=sys.stderr)
+            _exit_code = EXIT_POINT_FAILED
+        print(f"sweep: {sweep_dir / 'sweep.json'}", flush=True)
+
+
+def _terminate_as_interrupt(signum: int, frame: Optional[Any]) -> None:
+    """SIGTERM and SIGHUP (CI cancellation, SLURM, `timeout`, a closed terminal) end a run the
+    way Ctrl-C does — re-raised as SIGINT, so the event loop cancels the requests in flight
+    (recorded as cancelled), the results are written and the engine's server is stopped."""
+    signal.raise_signal(signal.SIGINT)
 
 
 def main() -> None:
@@ -97,4 +196,18 @@ def main() -> None:
         check_group_choices(sys.argv[1:])
     except HarnessError as exc:
         fail(str(exc))
-    hydra_main()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate_as_interrupt)
+    try:
+        hydra_main()
+    except KeyboardInterrupt:
+        from harness.sweep import SESSIONS
+
+        SESSIONS.close()
+        print("\ninterrupted: what was measured is kept (sweep.json lists the points so far)", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        from harness.sweep import SESSIONS
+
+        SESSIONS.close()
+    sys.exit(_exit_code)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import os
 import sys
@@ -32,26 +31,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 
+from harness import metric_registry as registry
 from harness import plots, stats
 from harness.plots import esc, fmt
-from harness.report import (
-    REPORT_NAME, RunData, backend_text, engine_text, hardware_text, load_run, load_text, metric_values,
-    model_text, parsed_config, run_date,
-)
+from harness.report import REPORT_NAME, backend_text, engine_text, hardware_text, load_text, model_text, run_date
+from harness.results import RunResult, RunSummary, is_run_dir, load_run
 
-# metric: (label, lower is better, scale to the shown unit, unit)
-METRICS: dict[str, tuple[str, bool, float, str]] = {
-    "ttft_s": ("TTFT", True, 1000, "ms"),
-    "tpot_s": ("TPOT", True, 1000, "ms"),
-    "e2e_s": ("E2E", True, 1000, "ms"),
-    "queue_wait_s": ("queue wait", True, 1000, "ms"),
-    "output_tps": ("output tok/s per request", False, 1, "tok/s"),
-    "decode_tps": ("decode tok/s per request", False, 1, "tok/s"),
-}
-DIFF_METRICS = ("ttft_s", "tpot_s", "e2e_s", "output_tps")
+# request metrics compared with bootstrap CIs; the gate may use any request metric not pooled
+DIFF_METRICS = tuple(k for k, m in registry.REQUEST_METRICS.items() if m.in_compare)
+GATE_METRICS = tuple(k for k, m in registry.REQUEST_METRICS.items() if not m.pooled)
+TABLE_STATS = ("p50", "p90", "p99")  # of each request metric shown in the console, in compare.csv
 LOAD_KEYS = ("concurrency", "rate")  # what a sweep varies; the rest of the workload is its shape
 EXIT_REGRESSION = 1
 EXIT_REFUSED = 2
@@ -65,13 +56,12 @@ class CompareError(Exception):
 class Run:
     """A run folder loaded for comparison, with a short label unique among the runs compared."""
 
-    data: RunData
-    config: dict[str, Any]
+    data: RunResult
     prompts_sha256: Optional[str]
     label: str = ""
 
     @property
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> RunSummary:
         return self.data.summary
 
     @property
@@ -91,7 +81,8 @@ class Comparability:
 
 
 def expand_runs(args: Sequence[str]) -> list[Path]:
-    """Run folders from paths and globs; a folder of run folders (a sweep) gives its runs."""
+    """Run folders from paths and globs; a sweep folder (sweep.json, or folders of runs, repeats
+    included) gives its runs."""
     out: list[Path] = []
     for arg in args:
         matches = sorted(glob.glob(arg)) if any(ch in arg for ch in "*?[") else [arg]
@@ -99,10 +90,10 @@ def expand_runs(args: Sequence[str]) -> list[Path]:
             raise CompareError(f"no run folder matches {arg}")
         for match in matches:
             path = Path(match)
-            if (path / "summary.json").exists():
+            if is_run_dir(path):
                 out.append(path)
-            elif path.is_dir() and sorted(path.glob("*/summary.json")):
-                out.extend(p.parent for p in sorted(path.glob("*/summary.json")))
+            elif path.is_dir() and (found := _runs_below(path)):
+                out.extend(found)
             elif any(ch in arg for ch in "*?[") and path.is_file():
                 continue
             else:
@@ -116,44 +107,65 @@ def expand_runs(args: Sequence[str]) -> list[Path]:
     return unique
 
 
-def prompts_sha256(workload: Optional[dict[str, Any]]) -> Optional[str]:
-    """sha256 of the workload's prompts and lengths without the arrival times (see the module doc)."""
-    if not workload or "sessions" not in workload:
-        return None
-    sessions = [{k: v for k, v in s.items() if k != "arrival_s"} for s in workload["sessions"]]
-    body = {"name": workload.get("name"), "exact_output_len": workload.get("exact_output_len"),
-            "sampling": workload.get("sampling"), "sessions": sessions}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+def _runs_below(folder: Path) -> list[Path]:
+    """The runs of a sweep folder: its sweep.json's points in order, else run folders one or two levels down."""
+    sweep = folder / "sweep.json"
+    if sweep.is_file():
+        from harness.sweep import point_run_dirs
+
+        try:
+            return point_run_dirs(json.loads(sweep.read_text()))
+        except ValueError:
+            pass
+    return [p.parent for p in sorted(folder.glob("*/summary.json")) + sorted(folder.glob("*/*/summary.json"))]
+
+
+def prompts_sha256(run: RunResult) -> Optional[str]:
+    """The summary's sha256 of the prompts without arrival times; older runs: from workload.json."""
+    sha = run.summary.workload.get("prompts_sha256")
+    if sha or not run.workload or "sessions" not in run.workload:
+        return sha
+    from workloads.base import WorkloadPlan
+
+    return WorkloadPlan.prompts_hash(run.workload)
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:
     runs = []
     for path in paths:
-        data = load_run(path, with_workload=True)
-        prompts = prompts_sha256(data.workload)
+        data = load_run(path, with_workload=not _has_prompts_sha(path))
+        prompts = prompts_sha256(data)
         data.workload = None  # token ids and texts: not needed past this point
-        runs.append(Run(data, parsed_config(data), prompts))
+        runs.append(Run(data, prompts))
     assign_labels(runs)
     return runs
+
+
+def _has_prompts_sha(path: Path) -> bool:
+    try:
+        return bool(json.loads((path / "summary.json").read_text()).get("workload", {}).get("prompts_sha256"))
+    except (OSError, ValueError):
+        return False
 
 
 def describe(run: Run) -> dict[str, str]:
     """The settings a run can differ in, as short text (used for labels and the table)."""
     s = run.summary
-    b = s.get("backend") or {}
-    wl = s.get("workload") or {}
+    b = s.backend
+    wl = s.workload
     info = b.get("info") or {}
-    rate = (run.config.get("workload") or {}).get("rate")
     out = {
         "backend": str(b.get("name")), "mode": str(b.get("mode")),
         "engine": engine_text(s),
         **{k: f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list))},
-        "model": str((s.get("model") or {}).get("name")),
+        "model": str(s.model.get("name")),
         "workload": str(wl.get("name")),
         "concurrency": f"c={wl.get('concurrency')}",
     }
     if wl.get("open_loop"):
-        out["rate"] = f"rate={rate}/s"
+        out["rate"] = f"rate={wl.get('rate')}/s"
+    if s.repeat:
+        out["repeat"] = f"repeat {s.repeat.get('index')}"
     return out
 
 
@@ -195,10 +207,10 @@ def _differs(runs: Sequence[Run], value) -> Optional[str]:
 def check_comparable(runs: Sequence[Run]) -> Comparability:
     """Same model, workload and hardware → comparable; backend/engine/load differences are notes."""
     result = Comparability()
-    model = _differs(runs, lambda r: f"{(r.summary.get('model') or {}).get('name')} ({(r.summary.get('model') or {}).get('source')})")
+    model = _differs(runs, lambda r: f"{r.summary.model.get('name')} ({r.summary.model.get('source')})")
     if model:
         result.problems.append(f"different model: {model}")
-    sha = _differs(runs, lambda r: ((r.summary.get("workload") or {}).get("sha256") or "?")[:12])
+    sha = _differs(runs, lambda r: (r.summary.workload.get("sha256") or "?")[:12])
     if sha:
         prompts = [r.prompts_sha256 for r in runs]
         if None not in prompts and len(set(prompts)) == 1:
@@ -209,12 +221,12 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
     if hardware:
         result.problems.append(f"different hardware: {hardware}")
     described = [describe(r) for r in runs]
-    keys = list(dict.fromkeys(k for d in described for k in d if k not in ("model", "workload")))
+    keys = list(dict.fromkeys(k for d in described for k in d if k not in ("model", "workload", "repeat")))
     for key in keys:
         seen = list(dict.fromkeys(d.get(key, "–") for d in described))
         if len(seen) > 1:
             result.notes.append(f"{key} differs: {' | '.join(seen)}")
-    bad = [r.label for r in runs if r.summary.get("status") != "complete"]
+    bad = [r.label for r in runs if r.summary.status != "complete"]
     if bad:
         result.notes.append(f"not complete (interrupted or failed): {', '.join(bad)}")
     return result
@@ -223,45 +235,59 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
 # --- tables -------------------------------------------------------------------------------
 
 
-def _p(summary: dict[str, Any], metric: str, key: str, scale: float = 1000) -> Optional[float]:
-    v = ((summary.get("latency") or {}).get(metric) or {}).get(key)
-    return v * scale if plots.is_num(v) else None
+def column(metric: str, stat: Optional[str]) -> str:
+    """compare.csv's column for a figure, in the metric's display unit: ``ttft_p50_ms``, ``output_tokens_per_s``."""
+    m = registry.get(metric)
+    if stat is None:
+        return metric if m.unit != "%" else f"{metric}_pct"
+    return f"{metric.removesuffix('_s')}_{stat}_{m.unit.replace('/', '_per_')}"
+
+
+def table_figures() -> list[tuple[str, Optional[str]]]:
+    """The (metric, statistic) pairs of the table: each console request metric's p50/p90/p99, then every run metric."""
+    figures: list[tuple[str, Optional[str]]] = [
+        (key, stat) for key, m in registry.REQUEST_METRICS.items() if m.in_console for stat in TABLE_STATS
+    ]
+    return figures + [(key, None) for key in registry.RUN_METRICS]
+
+
+def shown(summary: RunSummary, metric: str, stat: Optional[str]) -> Optional[float]:
+    """A figure of the summary in its display unit."""
+    return registry.get(metric).show(summary.stat(metric, stat or ""))
 
 
 def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
-    """One row per run: what ran, key percentiles (ms) and throughputs (from summary.json)."""
+    """One row per run: what ran, then every figure of :func:`table_figures` (from summary.json)."""
     rows = []
     for run in runs:
         s = run.summary
-        tp = s.get("throughput") or {}
-        req = s.get("requests") or {}
-        wl = s.get("workload") or {}
-        rows.append({
+        wl = s.workload
+        row = {
             "run": run.label,
             "backend": backend_text(s), "engine": engine_text(s), "model": model_text(s),
             "workload": wl.get("name"), "concurrency": wl.get("concurrency"),
-            "rate": (run.config.get("workload") or {}).get("rate") if wl.get("open_loop") else None,
-            "status": s.get("status"), "ok": req.get("completed"), "failed": req.get("failed"),
-            "ttft_p50_ms": _p(s, "ttft_s", "p50"), "ttft_p90_ms": _p(s, "ttft_s", "p90"), "ttft_p99_ms": _p(s, "ttft_s", "p99"),
-            "tpot_p50_ms": _p(s, "tpot_s", "p50"), "tpot_p90_ms": _p(s, "tpot_s", "p90"),
-            "itl_p50_ms": _p(s, "itl_s", "p50"), "itl_p99_ms": _p(s, "itl_s", "p99"),
-            "e2e_p50_ms": _p(s, "e2e_s", "p50"), "e2e_p90_ms": _p(s, "e2e_s", "p90"), "e2e_p99_ms": _p(s, "e2e_s", "p99"),
-            "output_tok_s": tp.get("output_tokens_per_s"), "total_tok_s": tp.get("total_tokens_per_s"),
-            "req_s": tp.get("requests_per_s"), "goodput_req_s": tp.get("goodput_requests_per_s"),
-            "mean_concurrency": tp.get("mean_concurrency"),
-            "folder": str(run.path),
-        })
+            "rate": wl.get("rate") if wl.get("open_loop") else None,
+            "status": s.status, "ok": s.requests.get("completed"), "failed": s.requests.get("failed"),
+        }
+        for metric, stat in table_figures():
+            row[column(metric, stat)] = shown(s, metric, stat)
+        row["folder"] = str(run.path)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
-PRINT_COLUMNS = {
-    "ok": "ok", "failed": "failed", "ttft_p50_ms": "TTFT p50", "ttft_p90_ms": "TTFT p90", "tpot_p50_ms": "TPOT p50",
-    "itl_p50_ms": "ITL p50", "e2e_p50_ms": "E2E p50", "e2e_p90_ms": "E2E p90", "output_tok_s": "out tok/s", "req_s": "req/s",
-}
+PRINT_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("tpot_s", "p50"), ("itl_s", "p50"), ("e2e_s", "p50"),
+                 ("e2e_s", "p90"), ("output_tokens_per_s", None), ("requests_per_s", None))
+
+
+def _figure_label(metric: str, stat: Optional[str]) -> str:
+    m = registry.get(metric)
+    return f"{m.label} {stat}" if stat else m.label
 
 
 def format_runs_table(table: pd.DataFrame) -> str:
-    view = table.set_index("run")[list(PRINT_COLUMNS)].rename(columns=PRINT_COLUMNS)
+    columns = {"ok": "ok", "failed": "failed", **{column(m, s): _figure_label(m, s) for m, s in PRINT_FIGURES}}
+    view = table.set_index("run")[list(columns)].rename(columns=columns)
     view.index.name = "run (latencies in ms)"
     return view.to_string(float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}", na_rep="-")
 
@@ -270,13 +296,14 @@ def differences(runs: Sequence[Run], baseline: Run, metrics: Sequence[str], stat
                 resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> list[dict[str, Any]]:
     """Every other run against the baseline, per metric: change, bootstrap 95 % CI, verdict."""
     rows = []
-    base_values = {m: metric_values(baseline.data.requests, m) for m in metrics}
+    base_values = {m: baseline.data.values(m) for m in metrics}
     for run in runs:
         if run is baseline:
             continue
         for metric in metrics:
-            label, lower_better, scale, unit = METRICS[metric]
-            d = stats.bootstrap_difference(base_values[metric], metric_values(run.data.requests, metric), stat, resamples, seed=seed)
+            m = registry.REQUEST_METRICS[metric]
+            label, lower_better, scale, unit = m.label, m.lower_is_better, m.scale, m.unit
+            d = stats.bootstrap_difference(base_values[metric], run.data.values(metric), stat, resamples, seed=seed)
             rows.append({
                 "run": run.label, "baseline": baseline.label, "metric": metric, "label": label, "stat": stat, "unit": unit,
                 "baseline_value": _scaled(d.baseline, scale), "value": _scaled(d.candidate, scale),
@@ -352,9 +379,9 @@ def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, 
     if gate is not None:
         pct, lines = gate
         if lines:
-            parts.append(plots.banner(lines, f"Regression beyond {pct:g}% in {METRICS[metric][0]} {stat}", "error"))
+            parts.append(plots.banner(lines, f"Regression beyond {pct:g}% in {registry.get(metric).label} {stat}", "error"))
         else:
-            parts.append(plots.banner([f"No run is worse than the baseline by more than {pct:g}% in {METRICS[metric][0]} {stat} beyond noise."],
+            parts.append(plots.banner([f"No run is worse than the baseline by more than {pct:g}% in {registry.get(metric).label} {stat} beyond noise."],
                                       "Regression gate passed", "ok"))
     parts.append(plots.banner(comp.notes, "What differs between the runs", "info"))
     parts.append(plots.section("Runs", _runs_html(runs, table, out_dir), "Latencies in ms (from each run's summary.json)."))
@@ -371,6 +398,11 @@ def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, 
     return plots.page(f"Comparison · {len(runs)} runs", "\n".join(p for p in parts if p)), plot_ids
 
 
+HTML_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p90"),
+                ("itl_s", "p50"), ("e2e_s", "p50"), ("e2e_s", "p90"), ("output_tokens_per_s", None),
+                ("requests_per_s", None), ("goodput_requests_per_s", None))
+
+
 def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
     """Two tables: the figures of each run, then what each run was (setup, hardware, date)."""
     figures, setups = [], []
@@ -382,15 +414,12 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
             href = (rel if rel.startswith((".", "/")) else "./" + rel, "report")
         figures.append({
             "run": row["run"], "status": row["status"], "ok": row["ok"], "failed": row["failed"],
-            **{label: fmt(row[key], 1) for key, label in (
-                ("ttft_p50_ms", "TTFT p50"), ("ttft_p90_ms", "TTFT p90"), ("ttft_p99_ms", "TTFT p99"),
-                ("tpot_p50_ms", "TPOT p50"), ("tpot_p90_ms", "TPOT p90"), ("itl_p50_ms", "ITL p50"),
-                ("e2e_p50_ms", "E2E p50"), ("e2e_p90_ms", "E2E p90"), ("output_tok_s", "out tok/s"))},
-            "req/s": fmt(row["req_s"], 3), "goodput req/s": fmt(row["goodput_req_s"], 3), "report": href,
+            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in HTML_FIGURES},
+            "report": href,
         })
         setups.append({
             "run": row["run"], "backend": row["backend"], "engine": row["engine"], "model": row["model"],
-            "workload": f"{row['workload']} · {load_text(run.summary, run.config)}",
+            "workload": f"{row['workload']} · {load_text(run.summary)}",
             "hardware": hardware_text(run.data.env), "date": run_date(run.path), "folder": str(run.path),
         })
     return (
@@ -422,7 +451,7 @@ def _cdf_overlay(runs: Sequence[Run]):
     drawn = False
     for i, run in enumerate(runs):
         for j, (key, label) in enumerate(panels, start=1):
-            x, y = plots.cdf_points(metric_values(run.data.requests, key) * 1000)
+            x, y = plots.cdf_points(run.data.values(key) * 1000)
             if x.size == 0:
                 continue
             drawn = True
@@ -437,23 +466,21 @@ def _cdf_overlay(runs: Sequence[Run]):
 
 
 def setup_key(run: Run) -> str:
-    """What a sweep keeps fixed: backend, engine, model and the workload without its load keys."""
+    """What a sweep keeps fixed: backend, engine, model and the prompts (their sha256 without arrivals)."""
     s = run.summary
-    wl_cfg = {k: v for k, v in (run.config.get("workload") or {}).items() if k not in LOAD_KEYS}
-    shape = json.dumps(wl_cfg, sort_keys=True) if wl_cfg else (s.get("workload") or {}).get("sha256")
+    shape = run.prompts_sha256 or s.workload.get("sha256")
     return json.dumps([backend_text(s), engine_text(s), model_text(s), shape], sort_keys=True)
 
 
 def _load_order(run: Run) -> tuple[float, float]:
-    wl = run.summary.get("workload") or {}
-    rate = (run.config.get("workload") or {}).get("rate")
+    wl = run.summary.workload
+    rate = wl.get("rate")
     return (float(rate) if wl.get("open_loop") and rate is not None else -1.0, float(wl.get("concurrency") or 0))
 
 
 def _point_label(run: Run) -> str:
-    wl = run.summary.get("workload") or {}
-    rate = (run.config.get("workload") or {}).get("rate")
-    return f"r={rate}/s" if wl.get("open_loop") else f"c={wl.get('concurrency')}"
+    wl = run.summary.workload
+    return f"r={wl.get('rate')}/s" if wl.get("open_loop") else f"c={wl.get('concurrency')}"
 
 
 def _latency_vs_throughput(runs: Sequence[Run]):
@@ -462,7 +489,7 @@ def _latency_vs_throughput(runs: Sequence[Run]):
 
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        if plots.is_num((run.summary.get("throughput") or {}).get("output_tokens_per_s")) and _p(run.summary, "ttft_s", "p50") is not None:
+        if run.summary.stat("output_tokens_per_s") is not None and run.summary.stat("ttft_s", "p50") is not None:
             groups.setdefault(setup_key(run), []).append(run)
     if not groups:
         return None
@@ -471,10 +498,10 @@ def _latency_vs_throughput(runs: Sequence[Run]):
     for i, members in enumerate(groups.values()):
         members = sorted(members, key=_load_order)
         name = names[i]
-        x = [(m.summary.get("throughput") or {}).get("output_tokens_per_s") for m in members]
+        x = [m.summary.stat("output_tokens_per_s") for m in members]
         texts = [esc(_point_label(m)) for m in members]
         for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
-            y = [_p(m.summary, metric, "p50") for m in members]
+            y = [shown(m.summary, metric, "p50") for m in members]
             fig.add_trace(go.Scatter(
                 x=x, y=y, mode="lines+markers+text", text=texts, textposition="top center", name=esc(name),
                 legendgroup=f"g{i}", showlegend=j == 1, line=dict(color=plots.color(i)), marker=dict(size=9),
@@ -483,7 +510,7 @@ def _latency_vs_throughput(runs: Sequence[Run]):
             ), 1, j)
     for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
         fig.update_xaxes(title_text="output tokens/s (whole run)", row=1, col=j)
-        ys = [v for g in groups.values() for v in (_p(m.summary, metric, "p50") for m in g) if v and v > 0]
+        ys = [v for g in groups.values() for v in (shown(m.summary, metric, "p50") for m in g) if v and v > 0]
         if ys and max(ys) / min(ys) > 100:  # points spread over decades: a log axis keeps them apart
             fig.update_yaxes(type="log", row=1, col=j)
     return ("latency-throughput", "Latency against throughput", fig,
@@ -503,8 +530,8 @@ def _throughput_bars(runs: Sequence[Run]):
     import plotly.graph_objects as go
 
     labels = [esc(r.label) for r in runs]
-    out_tps = [(r.summary.get("throughput") or {}).get("output_tokens_per_s") for r in runs]
-    req_s = [(r.summary.get("throughput") or {}).get("requests_per_s") for r in runs]
+    out_tps = [r.summary.stat("output_tokens_per_s") for r in runs]
+    req_s = [r.summary.stat("requests_per_s") for r in runs]
     if not any(plots.is_num(v) and v for v in out_tps):
         return None
     fig = plots.figure(1, 2, ["output tokens/s", "requests/s"], height=max(300, 120 + 36 * len(runs)))
@@ -521,12 +548,12 @@ def _throughput_bars(runs: Sequence[Run]):
 def _per_turn(runs: Sequence[Run]):
     import plotly.graph_objects as go
 
-    chat = [(i, r) for i, r in enumerate(runs) if len(r.summary.get("per_turn") or []) > 1]
+    chat = [(i, r) for i, r in enumerate(runs) if len(r.summary.per_turn) > 1]
     if not chat:
         return None
     fig = plots.figure(1, 2, ["TTFT p50 by turn (ms)", "TTFT p50 against context length (ms)"], height=380)
     for i, run in chat:
-        turns = run.summary["per_turn"]
+        turns = run.summary.per_turn
         y = [t.get("ttft_p50_s") * 1000 if plots.is_num(t.get("ttft_p50_s")) else None for t in turns]
         for j, x in enumerate(([t.get("turn") for t in turns], [t.get("prompt_tokens_mean") for t in turns]), start=1):
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=esc(run.label), legendgroup=f"run{i}", showlegend=j == 1,
@@ -543,7 +570,7 @@ def _differences_figure(diffs: Sequence[dict[str, Any]]):
     if not usable:
         return None
     metrics = list(dict.fromkeys(r["metric"] for r in usable))
-    fig = plots.figure(1, len(metrics), [f"{METRICS[m][0]} change (%)" for m in metrics],
+    fig = plots.figure(1, len(metrics), [f"{registry.get(m).label} change (%)" for m in metrics],
                        height=max(300, 130 + 40 * len({r["run"] for r in usable})), shared_yaxes=True)
     verdict_colors = {stats.FASTER: "#59a14f", stats.SLOWER: "#e15759", stats.NO_DIFFERENCE: "#7b8794"}
     for j, metric in enumerate(metrics, start=1):
@@ -558,7 +585,7 @@ def _differences_figure(diffs: Sequence[dict[str, Any]]):
                 marker=dict(color=colr, size=10),
                 error_x=dict(type="data", symmetric=False, array=[r["ci_high_pct"] - r["change_pct"] for r in sel],
                              arrayminus=[r["change_pct"] - r["ci_low_pct"] for r in sel], color=colr, thickness=2),
-                hovertemplate="%{y}<br>%{x:+.1f}%<extra>" + esc(METRICS[metric][0]) + "</extra>",
+                hovertemplate="%{y}<br>%{x:+.1f}%<extra>" + esc(registry.get(metric).label) + "</extra>",
             ), 1, j)
         fig.add_vline(x=0, line=dict(color="#1f2933", width=1), row=1, col=j)
     fig.update_yaxes(autorange="reversed", type="category")
@@ -577,7 +604,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("runs", nargs="+", help="run folders, globs (quoted), or folders of runs (a sweep)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: results/compare-<date>-<time>)")
     parser.add_argument("--baseline", default=None, help="the run the others are compared with (default: the first)")
-    parser.add_argument("--metric", default="ttft_s", choices=sorted(METRICS), help="metric for the regression gate (default: ttft_s)")
+    parser.add_argument("--metric", default="ttft_s", choices=sorted(GATE_METRICS), help="metric for the regression gate (default: ttft_s)")
     parser.add_argument("--stat", default="median", help="statistic of per-request values: median (default), mean or pNN, e.g. p90")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help="exit 1 when --metric is worse than the baseline by more than PCT%% and the 95%% CI excludes 0")
@@ -596,6 +623,51 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_REFUSED
 
 
+@dataclass
+class Comparison:
+    """What one comparison produced (its files are in ``out_dir``)."""
+
+    runs: list[Run]
+    comparability: Comparability
+    table: pd.DataFrame
+    diffs: list[dict[str, Any]]
+    regression_lines: list[str]
+    out_dir: Path
+
+    @property
+    def baseline(self) -> Run:
+        return self.runs[0]
+
+
+def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s", stat: str = "median",
+                 resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, fail_pct: Optional[float] = None) -> Comparison:
+    """Load the runs (the first is the baseline), compare them, and write compare.csv,
+    differences.csv and compare.html into ``out_dir``."""
+    runs = load_runs(paths)
+    baseline = runs[0]
+    comp = check_comparable(runs)
+    table = runs_table(runs)
+    diffs = differences(runs, baseline, list(dict.fromkeys([metric, *DIFF_METRICS])), stat, resamples, seed)
+    regression_lines = regressions(diffs, metric, fail_pct) if fail_pct is not None else []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_dir / "compare.csv", index=False)
+    differences_frame(diffs).to_csv(out_dir / "differences.csv", index=False)
+    gate = (fail_pct, regression_lines) if fail_pct is not None else None
+    html, _ = build_compare_html(runs, baseline, table, diffs, comp, out_dir, metric, stat, gate)
+    tmp = out_dir / "compare.html.tmp"
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out_dir / "compare.html")
+    return Comparison(runs, comp, table, diffs, regression_lines, out_dir)
+
+
+def write_comparison(paths: Sequence[Path], out_dir: Path, quiet: bool = True) -> Path:
+    """compare.html (and the CSVs) of a sweep's points, baseline the first; for sweep.json's folder."""
+    result = compare_runs(paths, out_dir, resamples=500)
+    if not quiet:
+        print(format_runs_table(result.table))
+    return out_dir / "compare.html"
+
+
 def run_compare(args: argparse.Namespace) -> int:
     try:
         stats.stat_function(args.stat)
@@ -611,40 +683,28 @@ def run_compare(args: argparse.Namespace) -> int:
         paths = base_path + [p for p in paths if p.resolve() != base_path[0].resolve()]
     if len(paths) < 2:
         raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
-    runs = load_runs(paths)
-    baseline = runs[0]
-
-    comp = check_comparable(runs)
-    if comp.problems and args.strict:
-        raise CompareError("runs are not comparable (--strict): " + " | ".join(comp.problems))
+    if args.strict:
+        comp = check_comparable(load_runs(paths))
+        if comp.problems:
+            raise CompareError("runs are not comparable (--strict): " + " | ".join(comp.problems))
+    out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
+                          seed=args.seed, fail_pct=args.fail_on_regression)
+    comp = result.comparability
     for problem in comp.problems:
         print(f"WARNING: runs are not comparable: {problem}", file=sys.stderr)
-
-    table = runs_table(runs)
-    metrics = list(dict.fromkeys([args.metric, *DIFF_METRICS]))
-    diffs = differences(runs, baseline, metrics, args.stat, args.resamples, args.seed)
-    regression_lines = regressions(diffs, args.metric, args.fail_on_regression) if args.fail_on_regression is not None else []
-
-    out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "compare.csv", index=False)
-    differences_frame(diffs).to_csv(out_dir / "differences.csv", index=False)
-    gate = (args.fail_on_regression, regression_lines) if args.fail_on_regression is not None else None
-    html, _ = build_compare_html(runs, baseline, table, diffs, comp, out_dir, args.metric, args.stat, gate)
-    (out_dir / "compare.html").write_text(html, encoding="utf-8")
-
     for note in comp.notes:
         print(f"note: {note}")
-    print(format_runs_table(table))
-    print(f"\nagainst the baseline ({baseline.label}), {args.stat} of per-request values, bootstrap 95% CI:")
-    print(format_differences(diffs))
-    for line in regression_lines:
+    print(format_runs_table(result.table))
+    print(f"\nagainst the baseline ({result.baseline.label}), {args.stat} of per-request values, bootstrap 95% CI:")
+    print(format_differences(result.diffs))
+    for line in result.regression_lines:
         print(line)
-    if gate is not None and not regression_lines:
+    if args.fail_on_regression is not None and not result.regression_lines:
         print(f"no regression: no run is worse than the baseline by more than {args.fail_on_regression:g}% in "
-              f"{METRICS[args.metric][0]} {args.stat} beyond noise")
+              f"{registry.get(args.metric).label} {args.stat} beyond noise")
     print(f"compare: {out_dir / 'compare.html'}", flush=True)
-    return EXIT_REGRESSION if regression_lines else 0
+    return EXIT_REGRESSION if result.regression_lines else 0
 
 
 if __name__ == "__main__":

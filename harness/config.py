@@ -5,13 +5,16 @@ The backend and workload sections are typed by the entry chosen from their regis
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
+from harness.saturation import SaturationConfig
 
 
 @dataclass
@@ -39,7 +42,7 @@ class SLOConfig:
     def validate(self) -> None:
         for key in ("ttft_s", "tpot_s", "e2e_s"):
             value = getattr(self, key)
-            if value is not None and value <= 0:
+            if value is not None and not value > 0:  # NaN too
                 raise ConfigError(f"slo.{key} must be > 0 seconds (got {value})")
 
 
@@ -62,6 +65,62 @@ class MemoryConfig:
 
 
 @dataclass
+class SweepConfig:
+    """How a multirun sweep (``python -m harness -m …``) treats its points."""
+
+    # consecutive points whose engine settings (backend, model) are the same share one loaded
+    # engine (in-process, or one server); false: every point loads its own
+    reuse_engine: bool = True
+    # between points on a reused engine, empty its prefix cache where the engine allows
+    reset_prefix_cache: bool = True
+    compare_html: bool = True  # refresh compare.html of the points beside sweep.json after each point
+
+    def validate(self) -> None:
+        pass
+
+
+SEARCH_OVER = ("rate", "concurrency")
+
+
+@dataclass
+class SLOSearchConfig:
+    """Find the highest load at which the SLO (``slo.*``) holds: ``slo_search.enabled=true``.
+
+    Each probe runs the workload at one load (``workload.rate`` or ``workload.concurrency``)
+    against one loaded engine. A probe passes when the run completed (not saturated) and at
+    least ``attainment`` of the requests sent met every SLO. The search doubles the load from
+    ``low`` until a probe fails (or ``high`` is reached), then bisects between the highest pass
+    and the lowest failure until they are within ``tolerance`` (relative; 1 for concurrency).
+    """
+
+    enabled: bool = False
+    over: str = "rate"  # rate (open loop, requests/s) | concurrency (closed loop)
+    low: float = 1.0
+    high: Optional[float] = None  # null: double from low until a probe fails
+    max_probes: int = 10
+    tolerance: float = 0.1
+    attainment: float = 0.99
+
+    def validate(self, slo: "SLOConfig") -> None:
+        if not self.enabled:
+            return
+        if self.over not in SEARCH_OVER:
+            raise ConfigError(f"slo_search.over must be rate or concurrency (got {self.over!r})")
+        if not self.low > 0 or (self.over == "concurrency" and self.low < 1):
+            raise ConfigError(f"slo_search.low must be > 0 (>= 1 for concurrency) (got {self.low})")
+        if self.high is not None and not self.high > self.low:
+            raise ConfigError(f"slo_search.high must be > slo_search.low (got {self.high})")
+        if self.max_probes < 2:
+            raise ConfigError(f"slo_search.max_probes must be >= 2 (got {self.max_probes})")
+        if not 0 < self.tolerance < 1:
+            raise ConfigError(f"slo_search.tolerance must be in (0, 1) (got {self.tolerance})")
+        if not 0 < self.attainment <= 1:
+            raise ConfigError(f"slo_search.attainment must be in (0, 1] (got {self.attainment})")
+        if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
+            raise ConfigError("slo_search needs an SLO: set slo.ttft_s, slo.tpot_s or slo.e2e_s")
+
+
+@dataclass
 class RunConfig:
     backend: Any = MISSING
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -70,13 +129,46 @@ class RunConfig:
     output_root: str = "results"
     slo: SLOConfig = field(default_factory=SLOConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    saturation: SaturationConfig = field(default_factory=SaturationConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    slo_search: SLOSearchConfig = field(default_factory=SLOSearchConfig)
+    repeat: int = 1  # run each point this many times (the sweep table gives mean and 95% CI)
+    resume: bool = False  # skip points whose run folder under output_root is complete (same config)
     progress: bool = True
     save_output_text: bool = True
     report: bool = True  # write report.html (harness/report.py) into the run folder
 
     def validate(self) -> None:
-        for section in (self.backend, self.model, self.workload, self.slo, self.memory):
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0 (got {self.seed})")
+        if self.repeat < 1:
+            raise ConfigError(f"repeat must be >= 1 (got {self.repeat})")
+        for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.saturation, self.sweep):
             section.validate()
+        self.slo_search.validate(self.slo)
+
+
+# Keys that change how a run is shown or stored, not what it measures: not in config_sha256.
+PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep")
+
+
+def config_sha256(cfg: RunConfig) -> str:
+    """sha256 of the resolved config that decides what a point measures (resume matches on it)."""
+    from omegaconf import OmegaConf
+
+    body = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    for key in PRESENTATION_KEYS:
+        body.pop(key, None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def engine_key(cfg: RunConfig) -> str:
+    """What makes two points able to share one loaded engine: the backend's and the model's settings."""
+    from omegaconf import OmegaConf
+
+    body = {"backend": OmegaConf.to_container(OmegaConf.structured(cfg.backend), resolve=True),
+            "model": OmegaConf.to_container(OmegaConf.structured(cfg.model), resolve=True)}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def register_configs() -> None:

@@ -6,14 +6,19 @@ its own request in the engine at once, and the engine decides how to batch them.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from dataclasses import replace
 from typing import Callable, Optional
 
 from backends.base import Backend, GenerationRequest, RequestDone, SamplingParams, TokenChunk
 from harness.metrics import RequestRecord, build_record
+from harness.saturation import SaturationDetector
 from workloads.base import SessionSpec, WorkloadPlan
 from workloads.prompts import PromptRenderer, chat_messages
+
+# The error of a request cancelled because its open-loop point was stopped as over-saturated.
+SATURATED_ERROR = "cancelled: over-saturated, the point was stopped"
 
 
 async def execute(
@@ -84,6 +89,7 @@ class Driver:
         renderer: PromptRenderer,
         plan: WorkloadPlan,
         on_record: Callable[[RequestRecord], None],
+        saturation: Optional[SaturationDetector] = None,
     ):
         self.backend = backend
         self.renderer = renderer
@@ -91,6 +97,12 @@ class Driver:
         self.on_record = on_record
         self.sampling = SamplingParams(**plan.sampling)
         self.t0 = 0.0
+        # Open loop only: watches backlog and TTFT, and stops the point when it is
+        # over-saturated (one detector per run). ``saturated`` is then the reason, one line.
+        self.saturation = saturation
+        self.saturated: Optional[str] = None
+        self._monitoring = False
+        self._sessions_done = 0
 
     def _sampling_for(self, request_id: int) -> SamplingParams:
         """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
@@ -99,22 +111,81 @@ class Driver:
         return replace(self.sampling, seed=self.plan.seed + request_id)
 
     async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
-        """Run the sessions; returns the measured wall time T (first send to last finish)."""
+        """Run the sessions; returns the measured wall time T (first send to last finish).
+
+        Open loop with a saturation detector: a monitor task samples the backlog every
+        ``sample_interval_s``; when the detector reports over-saturation, ``self.saturated``
+        is set to its reason, nothing more is sent, the requests in flight are cancelled
+        (recorded with ``SATURATED_ERROR``) and T is returned up to that point.
+        """
         cap = self.plan.concurrency or (None if open_loop else 1)
         semaphore = asyncio.Semaphore(cap) if cap else None
         first_ids = _request_ids(sessions)
+        self.saturated = None
+        self._monitoring = open_loop and self.saturation is not None
+        self._sessions_done = 0
+        session = self._counted_session if self._monitoring else self._session
         self.t0 = time.perf_counter()
         tasks = [
-            asyncio.create_task(self._session(s, first_id, semaphore, open_loop))
+            asyncio.create_task(session(s, first_id, semaphore, open_loop))
             for s, first_id in zip(sessions, first_ids)
         ]
+        monitor = asyncio.create_task(self._monitor(sessions)) if self._monitoring else None
         try:
-            await asyncio.gather(*tasks)
+            if monitor is None:
+                await asyncio.gather(*tasks)
+            else:
+                await self._until_done_or_saturated(tasks, monitor)
         finally:
+            if monitor is not None:
+                monitor.cancel()
+                tasks.append(monitor)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return time.perf_counter() - self.t0
+
+    async def _until_done_or_saturated(self, tasks: list[asyncio.Task], monitor: asyncio.Task) -> None:
+        """Wait for every session, or for the monitor to find the point over-saturated."""
+        all_done = asyncio.gather(*tasks)
+        # Its outcome is read below, or (when stopped) it ends cancelled: never leave it unread.
+        all_done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        await asyncio.wait({all_done, monitor}, return_when=asyncio.FIRST_COMPLETED)
+        if all_done.done():
+            all_done.result()  # a session's exception propagates, as with a plain gather
+            return
+        self.saturated = monitor.result()  # set before the sessions are cancelled (_on_cancel)
+
+    async def _monitor(self, sessions: list[SessionSpec]) -> str:
+        """Sample the backlog every interval and ask the detector; returns its reason."""
+        detector = self.saturation
+        assert detector is not None
+        interval = detector.cfg.sample_interval_s
+        arrivals = sorted(s.arrival_s or 0.0 for s in sessions)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.perf_counter() - self.t0
+            # Backlog: sessions whose arrival has passed (bisect) and that have not finished,
+            # including those waiting for the concurrency cap.
+            backlog = max(0, bisect.bisect_right(arrivals, now) - self._sessions_done)
+            detector.observe_backlog(now, backlog)
+            reason = detector.check(now)
+            if reason:
+                return reason
+
+    async def _counted_session(
+        self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
+    ) -> None:
+        try:
+            await self._session(session, first_id, semaphore, open_loop)
+        finally:
+            self._sessions_done += 1
+
+    def _on_cancel(self, record: RequestRecord) -> None:
+        """A request cut off in flight: by Ctrl-C, or because the point was stopped as saturated."""
+        if self.saturated is not None:
+            record.error = SATURATED_ERROR
+        self.on_record(record)
 
     async def _session(
         self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
@@ -150,13 +221,18 @@ class Driver:
             record, output_ids = await execute(
                 self.backend, request, self.t0, scheduled,
                 expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
-                on_cancel=self.on_record,
+                on_cancel=self._on_cancel,
             )
             # Stage 5, post-processing: the reply as text, which the next turn re-sends
             # (a server's own reply text when it sent one, else the output ids decoded).
             if record.output_text is None:
                 record.output_text = self.renderer.decode(output_ids) if output_ids else ""
             self.on_record(record)
+            if self._monitoring and record.ok:
+                # TTFT as the user sees it in an open loop: from the scheduled arrival (so it
+                # includes waiting for the concurrency cap) to the first token.
+                wait = record.start_s - scheduled if scheduled is not None else 0.0
+                self.saturation.observe_ttft(time.perf_counter() - self.t0, wait + record.ttft_s)
             if not record.ok:
                 return  # a conversation cannot go on without its reply
             history.append({"role": "assistant", "content": record.output_text})

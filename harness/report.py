@@ -23,7 +23,6 @@ import re
 import sys
 import time
 import warnings
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
@@ -31,133 +30,52 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from harness import metric_registry as registry
 from harness import plots
 from harness.plots import esc, fmt
-from harness.results import load_requests, load_summary
+from harness.results import REPORT, RunResult, RunSummary, load_run
 
-REPORT_NAME = "report.html"
-# a "large" harness overhead: the runner got tokens (p90 over requests of each request's worst
-# delivery lag) later than this after the engine made them, or later than this share of the
-# median E2E; open loop: requests sent later than this after their scheduled time (p90)
-OVERHEAD_WARN_S = 0.05
-OVERHEAD_WARN_SHARE_OF_E2E = 0.2
-LATENCY_ROWS = (
-    ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_wait_s", "queue wait"),
-)
+REPORT_NAME = REPORT
 PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "failed": "#e15759"}
-
-
-@dataclass
-class RunData:
-    """What one run folder holds, loaded; optional parts are None when the file is missing."""
-
-    run_dir: Path
-    summary: dict[str, Any]
-    requests: pd.DataFrame
-    env: dict[str, Any]
-    config_text: Optional[str]
-    workload: Optional[dict[str, Any]]
-    memory: Optional[pd.DataFrame]
-
-    @property
-    def name(self) -> str:
-        return self.run_dir.name
-
-    @property
-    def completed(self) -> pd.DataFrame:
-        return completed(self.requests)
-
-
-def load_run(run_dir: Path, with_workload: bool = True) -> RunData:
-    """Load a run folder; only summary.json and the requests are required."""
-    run_dir = Path(run_dir)
-    summary = load_summary(run_dir)
-    try:
-        requests = load_requests(run_dir)
-    except (FileNotFoundError, ValueError):
-        requests = pd.DataFrame()
-    requests = _with_columns(requests)
-    env = _read_json(run_dir / "env.json") or {}
-    config = run_dir / "config.yaml"
-    workload = _read_json(run_dir / "workload.json") if with_workload else None
-    memory = None
-    if (run_dir / "memory.parquet").exists():
-        memory = pd.read_parquet(run_dir / "memory.parquet")
-    return RunData(run_dir, summary, requests, env, config.read_text() if config.exists() else None, workload, memory)
-
-
-def _with_columns(df: pd.DataFrame) -> pd.DataFrame:
-    from harness.results import REQUEST_COLUMNS
-
-    for column in REQUEST_COLUMNS:
-        if column not in df.columns:
-            df[column] = pd.Series([None] * len(df), dtype=object)
-    return df
-
-
-def _read_json(path: Path) -> Optional[dict[str, Any]]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def completed(df: pd.DataFrame) -> pd.DataFrame:
-    """The requests that finished without an error (the only ones in latency figures)."""
-    if df.empty:
-        return df
-    err = df["error"]
-    return df[err.isna() | (err.astype(str) == "")]
-
-
-def metric_values(df: pd.DataFrame, metric: str) -> np.ndarray:
-    """Per-request values of a metric over completed requests; ``itl_s`` is pooled over tokens."""
-    ok = completed(df)
-    if ok.empty:
-        return np.empty(0)
-    if metric == "itl_s":
-        gaps = [g for lst in ok["itl_s"] if lst is not None for g in lst]
-        return plots.values(pd.Series(gaps, dtype=float))
-    return plots.values(ok[metric])
 
 
 # --- text about the run -------------------------------------------------------------------
 
 
-def backend_text(summary: dict[str, Any]) -> str:
+def backend_text(summary: RunSummary) -> str:
     """``transformers (inprocess · batching=static, device=cpu …)``."""
-    b = summary.get("backend") or {}
+    b = summary.backend
     info = b.get("info") or {}
     details = ", ".join(f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list)))
     return f"{b.get('name')} ({b.get('mode')}{' · ' + details if details else ''})"
 
 
-def engine_text(summary: dict[str, Any]) -> str:
-    b = summary.get("backend") or {}
+def engine_text(summary: RunSummary) -> str:
+    b = summary.backend
     return f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip()
 
 
-def model_text(summary: dict[str, Any]) -> str:
-    m = summary.get("model") or {}
+def model_text(summary: RunSummary) -> str:
+    m = summary.model
     source = m.get("source")
     return f"{m.get('name')}" + (f" ({source})" if source and source != m.get("name") else "")
 
 
-def load_text(summary: dict[str, Any], config: Optional[dict[str, Any]] = None) -> str:
+def load_text(summary: RunSummary) -> str:
     """Closed loop with its concurrency, or open loop with its rate."""
-    wl = summary.get("workload") or {}
-    rate = ((config or {}).get("workload") or {}).get("rate")
+    wl = summary.workload
+    rate = wl.get("rate")
     if wl.get("open_loop"):
         return f"open loop, rate {rate if rate is not None else '?'}/s, at most {wl.get('concurrency')} in flight"
     return f"closed loop, concurrency {wl.get('concurrency')}"
 
 
-def workload_text(summary: dict[str, Any], config: Optional[dict[str, Any]] = None) -> str:
-    wl = summary.get("workload") or {}
+def workload_text(summary: RunSummary) -> str:
+    wl = summary.workload
     sha = (wl.get("sha256") or "")[:12]
     return (
         f"{wl.get('name')} · {wl.get('requests_planned')} requests in {wl.get('sessions')} sessions · "
-        f"{load_text(summary, config)} · sha256 {sha}…"
+        f"{load_text(summary)} · sha256 {sha}…"
     )
 
 
@@ -192,51 +110,6 @@ def run_date(run_dir: Path) -> str:
     return datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S") if path.exists() else "?"
 
 
-def parsed_config(run: RunData) -> dict[str, Any]:
-    if not run.config_text:
-        return {}
-    try:
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(OmegaConf.create(run.config_text)) or {}
-    except Exception:  # noqa: BLE001 - a damaged config.yaml must not stop the report
-        return {}
-
-
-def run_warnings(summary: dict[str, Any]) -> list[str]:
-    """The run's own warnings plus: not complete, nothing completed, a large harness overhead."""
-    out = []
-    status = summary.get("status")
-    req = summary.get("requests") or {}
-    planned = (summary.get("workload") or {}).get("requests_planned")
-    if status == "interrupted":
-        out.append(f"The run was interrupted: {req.get('sent', 0)} of {planned} planned requests finished; the figures cover those.")
-    elif status not in (None, "complete"):
-        out.append(f"The run {status}: {summary.get('error') or 'no error recorded'}")
-    if req.get("completed", 0) == 0:
-        out.append("No request completed: there are no latency figures.")
-    out.extend(summary.get("warnings") or [])
-    out.extend(overhead_warnings(summary))
-    return out
-
-
-def overhead_warnings(summary: dict[str, Any]) -> list[str]:
-    """Harness overhead worth a warning (thresholds: OVERHEAD_WARN_S, OVERHEAD_WARN_SHARE_OF_E2E)."""
-    out = []
-    harness = summary.get("harness") or {}
-    lag = (harness.get("delivery_lag_max_s") or {}).get("p90")
-    e2e = ((summary.get("latency") or {}).get("e2e_s") or {}).get("p50")
-    if plots.is_num(lag) and (lag > OVERHEAD_WARN_S or (plots.is_num(e2e) and e2e > 0 and lag > OVERHEAD_WARN_SHARE_OF_E2E * e2e)):
-        out.append(
-            f"Large harness overhead: tokens reached the runner up to {lag * 1000:.0f} ms after the engine made them "
-            f"(p90 over requests of the worst delivery lag; median E2E {fmt(e2e, 0, 1000)} ms)."
-        )
-    send = (harness.get("send_lag_s") or {}).get("p90")
-    if plots.is_num(send) and send > OVERHEAD_WARN_S:
-        out.append(f"Large harness overhead: open-loop requests were sent {send * 1000:.0f} ms late (p90) after their scheduled time.")
-    return out
-
-
 # --- the page -----------------------------------------------------------------------------
 
 
@@ -251,22 +124,21 @@ def write_report(run_dir: Path) -> Path:
     return path
 
 
-def build_report(run: RunData) -> tuple[str, list[str]]:
+def build_report(run: RunResult) -> tuple[str, list[str]]:
     """The report's HTML and the ids of the plots in it."""
     summary = run.summary
-    config = parsed_config(run)
     figures: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
     for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _memory_over_time, _chat_figures):
         made = make(run)
         if made is not None:
             figures.append(made)
 
-    status = summary.get("status") or "?"
+    status = summary.status or "?"
     parts = [
         f'<h1>{esc(run.name)} <span class="pill {esc(status)}">{esc(status)}</span></h1>',
         f'<p class="sub">LLM inference benchmark report · {esc(run_date(run.run_dir))}</p>',
-        plots.banner(run_warnings(summary), "Warnings", "warning"),
-        plots.meta_list(_header_items(run, config)),
+        plots.banner(summary.warnings, "Warnings", "warning"),
+        plots.meta_list(_header_items(run)),
         plots.section("Summary", _summary_html(summary)),
     ]
     plot_ids = []
@@ -280,59 +152,65 @@ def build_report(run: RunData) -> tuple[str, list[str]]:
     return plots.page(f"Report · {run.name}", "\n".join(p for p in parts if p)), plot_ids
 
 
-def _header_items(run: RunData, config: dict[str, Any]) -> list[tuple[str, str]]:
+def _header_items(run: RunResult) -> list[tuple[str, str]]:
     s, env = run.summary, run.env
     git = ((env.get("harness") or {}).get("git") or {})
     sha = (git.get("sha") or "?")[:10] + (" (uncommitted changes)" if git.get("dirty") else "")
-    return [
+    engine = engine_text(s)
+    if s.engine.get("reused"):
+        engine += f" · engine reused (loaded once in {fmt(s.engine.get('session_load_s'), 1, unit=' s')} for {s.engine.get('points_served')} points so far)"
+    items = [
         ("backend", backend_text(s)),
-        ("engine", engine_text(s)),
+        ("engine", engine),
         ("model", model_text(s)),
-        ("workload", workload_text(s, config)),
+        ("workload", workload_text(s)),
         ("hardware", hardware_text(env)),
         ("date", run_date(run.run_dir)),
-        ("harness", f"{(env.get('harness') or {}).get('version', '?')} @ {sha} · Python {env.get('python', '?')} · seed {s.get('seed')}"),
+        ("harness", f"{(env.get('harness') or {}).get('version', '?')} @ {sha} · Python {env.get('python', '?')} · seed {s.seed}"),
         ("folder", str(run.run_dir)),
     ]
+    if s.repeat:
+        items.insert(4, ("repeat", f"{s.repeat.get('index')} of {s.repeat.get('of')}"))
+    if s.error:
+        items.insert(0, ("error", f"{s.status}: {s.error}"))
+    return items
 
 
-def _summary_html(summary: dict[str, Any]) -> str:
-    latency = summary.get("latency") or {}
+def _summary_html(summary: RunSummary) -> str:
     rows = []
-    for key, label in LATENCY_ROWS:
-        d = latency.get(key) or {}
-        row = {"metric": f"{label} (ms)", "count": d.get("count", 0)}
-        for c in ("mean", "p50", "p90", "p95", "p99", "max"):
-            row[c] = fmt(d.get(c), 1, 1000)
+    for key, metric in registry.REQUEST_METRICS.items():
+        if not metric.in_console:
+            continue
+        d = summary.latency.get(key) or {}
+        row = {"metric": f"{metric.label} ({metric.unit})", "count": d.get("count", 0)}
+        for c in (*registry.STATS, "max"):
+            row[c] = fmt(d.get(c), metric.digits, metric.scale)
         rows.append(row)
-    table = plots.table(rows, ["metric", "count", "mean", "p50", "p90", "p95", "p99", "max"], text_columns=["metric"])
-    tp = summary.get("throughput") or {}
-    req = summary.get("requests") or {}
-    dec = (latency.get("decode_tps") or {}).get("mean")
+    table = plots.table(rows, ["metric", "count", *registry.STATS, "max"], text_columns=["metric"])
+    req = summary.requests
     items = [
         ("requests ok / sent", f"{req.get('completed', 0)} / {req.get('sent', 0)}"),
         ("failed", str(req.get("failed", 0))),
-        ("duration", fmt(summary.get("duration_s"), 2, unit=" s")),
-        ("output tokens/s", fmt(tp.get("output_tokens_per_s"), 1)),
-        ("total tokens/s", fmt(tp.get("total_tokens_per_s"), 1)),
-        ("requests/s", fmt(tp.get("requests_per_s"), 3)),
-        ("goodput req/s", fmt(tp.get("goodput_requests_per_s"), 3)),
-        ("SLO attainment", fmt(tp.get("slo_attainment"), 1, 100, " %")),
-        ("mean concurrency", fmt(tp.get("mean_concurrency"), 2)),
-        ("decode tok/s per request", fmt(dec, 1)),
+        ("duration", fmt(summary.duration_s, 2, unit=" s")),
     ]
-    cache = summary.get("prefix_cache") or {}
+    for key, metric in registry.RUN_METRICS.items():
+        items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale,
+                                        " %" if metric.unit == "%" else "")))
+    for key, metric in registry.REQUEST_METRICS.items():
+        if not metric.in_console:  # per-request rates: their mean as a card
+            items.append((f"{metric.label} (mean)", fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale)))
+    cache = summary.prefix_cache
     if cache.get("reported_by_engine"):
         items.append(("prompt tokens from prefix cache", fmt(cache.get("cached_share"), 1, 100, " %")))
-    mem = summary.get("memory") or {}
+    mem = summary.memory
     for key, label in (("rss_peak_bytes", "peak RSS"), ("gpu_peak_allocated_bytes", "GPU peak allocated"),
                        ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"), ("weights_bytes", "weights")):
         if mem.get(key):
             items.append((label, plots.fmt_bytes(mem[key])))
     html = plots.cards(items) + table
-    turns = summary.get("per_turn") or []
+    turns = summary.per_turn
     if len(turns) > 1:
-        cached = (summary.get("prefix_cache") or {}).get("reported_by_engine")
+        cached = cache.get("reported_by_engine")
         turn_rows = [
             {"turn": t.get("turn"), "requests": t.get("requests"), "context tokens (mean)": fmt(t.get("prompt_tokens_mean"), 1),
              **({"cached %": fmt(t.get("cached_share"), 1, 100)} if cached else {}),
@@ -347,9 +225,9 @@ def _summary_html(summary: dict[str, Any]) -> str:
 # --- figures: each returns (div id, title, figure, note) or None when there is nothing to draw
 
 
-def _latency_cdfs(run: RunData):
+def _latency_cdfs(run: RunResult):
     panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
-    data = {k: metric_values(run.requests, k) for k, _ in panels}
+    data = {k: run.values(k) for k, _ in panels}
     if not any(v.size for v in data.values()):
         return None
     import plotly.graph_objects as go
@@ -366,9 +244,9 @@ def _latency_cdfs(run: RunData):
             "Fraction of completed requests at or below each latency. TTFT includes queueing and prefill.")
 
 
-def _itl_figure(run: RunData):
+def _itl_figure(run: RunResult):
     ok = run.completed
-    gaps = metric_values(run.requests, "itl_s")
+    gaps = run.values("itl_s")
     if gaps.size == 0:
         return None
     import plotly.graph_objects as go
@@ -395,7 +273,7 @@ def _itl_figure(run: RunData):
             "Gaps between consecutive output tokens, pooled over all requests (token-weighted); right: median and p90 of the gap before each output token.")
 
 
-def _timeline(run: RunData):
+def _timeline(run: RunResult):
     df = run.requests
     if df.empty or df["start_s"].isna().all():
         return None
@@ -460,7 +338,7 @@ def token_times(ok: pd.DataFrame) -> np.ndarray:
     return np.concatenate(out) if out else np.empty(0)
 
 
-def _throughput_over_time(run: RunData):
+def _throughput_over_time(run: RunResult):
     ok = run.completed
     times = token_times(ok) if not ok.empty else np.empty(0)
     if times.size == 0:
@@ -502,7 +380,7 @@ def mean_in_flight(df: pd.DataFrame, edges: np.ndarray) -> Optional[np.ndarray]:
     return overlap.sum(axis=0) / (hi - lo)
 
 
-def _memory_over_time(run: RunData):
+def _memory_over_time(run: RunResult):
     mem = run.memory
     if mem is None or mem.empty or "t_s" not in mem:
         return None
@@ -521,7 +399,7 @@ def _memory_over_time(run: RunData):
     return ("memory", "Memory over time", fig, "Resident memory of the harness process and its children (and GPU memory where sampled).")
 
 
-def _chat_figures(run: RunData):
+def _chat_figures(run: RunResult):
     ok = run.completed
     if ok.empty or pd.to_numeric(ok["turn"], errors="coerce").max() < 1:
         return None
@@ -576,7 +454,7 @@ def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list
     return rows
 
 
-def _requests_html(run: RunData, limit: int = 10) -> str:
+def _requests_html(run: RunResult, limit: int = 10) -> str:
     df = run.requests
     if df.empty:
         return plots.section("Requests", '<p class="note">No request was recorded.</p>')
@@ -598,13 +476,13 @@ def _requests_html(run: RunData, limit: int = 10) -> str:
     return plots.section("Requests", "".join(parts))
 
 
-def _details_html(run: RunData) -> str:
+def _details_html(run: RunResult) -> str:
     parts = []
     if run.config_text:
         parts.append(f"<details><summary>config.yaml</summary><pre>{esc(run.config_text)}</pre></details>")
     if run.env:
         parts.append(f"<details><summary>env.json</summary><pre>{esc(json.dumps(run.env, indent=2))}</pre></details>")
-    memory = (run.summary.get("memory") or {})
+    memory = run.summary.memory
     if memory:
         parts.append(f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>")
     return plots.section("Run details", "".join(parts)) if parts else ""

@@ -1,24 +1,40 @@
-"""The run folder: requests written as they finish, then tables and the summary.
+"""The run folder: its schema, its writer, and the typed result it loads back into.
 
-Files:
+This module alone knows the files of a run folder:
+
 - ``requests.jsonl`` — one line per finished request, flushed as it lands (survives a crash)
 - ``requests.parquet`` — the same rows, written when the run ends (also on error or Ctrl-C)
-- ``summary.json`` — per-run figures; written last, its ``status`` says whether the run completed
+- ``summary.json`` — the run's figures (:class:`RunSummary`); ``status`` says how it ended
 - ``config.yaml`` — the resolved config; ``env.json`` — harness, libraries, hardware
 - ``workload.json`` — the generated workload (text, token ids) and its sha256
 - ``memory.parquet`` — the RSS (and GPU) samples over time
+- ``report.html`` — written by harness/report.py from the loaded :class:`RunResult`
+
+:func:`load_run` returns a :class:`RunResult`; report and compare render it and never
+recompute what the summary holds.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
 from harness.metrics import RequestRecord
+
+SUMMARY = "summary.json"
+REQUESTS_PARQUET = "requests.parquet"
+REQUESTS_JSONL = "requests.jsonl"
+CONFIG = "config.yaml"
+ENV = "env.json"
+WORKLOAD = "workload.json"
+MEMORY = "memory.parquet"
+REPORT = "report.html"
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
@@ -26,6 +42,110 @@ REQUEST_COLUMNS = (
     "e2e_s", "itl_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
     "error", "output_text", "engine_stats",
 )
+
+# How a run ended. A saturated point was stopped early on purpose (its queue kept growing);
+# what it measured before that is kept.
+COMPLETE, SATURATED, INTERRUPTED, FAILED = "complete", "saturated", "interrupted", "failed"
+FINISHED = (COMPLETE, SATURATED)  # nothing to redo: a resumed sweep skips these
+
+
+@dataclass
+class RunSummary:
+    """summary.json, typed. Sections that are tables of figures stay dicts:
+    ``latency[metric]`` is a distribution (count, mean, std, min, max, p50…p99) and
+    ``throughput[metric]`` a number, keyed by the metric registry (harness/metric_registry.py)."""
+
+    status: str = FAILED
+    error: Optional[str] = None
+    started_at: Optional[str] = None
+    backend: dict[str, Any] = field(default_factory=dict)  # name, mode, engine, engine_version, info
+    model: dict[str, Any] = field(default_factory=dict)
+    # name, sha256 (prompts + arrivals), prompts_sha256 (without arrivals), requests_planned,
+    # sessions, open_loop, concurrency, rate, exact_output_len
+    workload: dict[str, Any] = field(default_factory=dict)
+    seed: Optional[int] = None
+    requests: dict[str, int] = field(default_factory=lambda: {"sent": 0, "completed": 0, "failed": 0})
+    duration_s: float = 0.0
+    latency: dict[str, dict[str, Optional[float]]] = field(default_factory=dict)
+    throughput: dict[str, Optional[float]] = field(default_factory=dict)
+    prefix_cache: dict[str, Any] = field(default_factory=dict)
+    tokens: dict[str, Any] = field(default_factory=dict)
+    per_turn: list[dict[str, Any]] = field(default_factory=list)
+    harness: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
+    load_s: float = 0.0  # engine load time paid by this run (0 when it reused a loaded engine)
+    # the engine session: reused (loaded for an earlier point), session_load_s, points_served
+    engine: dict[str, Any] = field(default_factory=dict)
+    config_sha256: Optional[str] = None  # the point's resolved config (what resume matches on)
+    repeat: Optional[dict[str, int]] = None  # {"index": i, "of": n} when the point is repeated
+    saturated: Optional[str] = None  # why an open-loop point was stopped as over-saturated
+    server_metrics: Optional[dict[str, Any]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if out["server_metrics"] is None:
+            del out["server_metrics"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSummary":
+        """From summary.json; keys this version does not know are dropped, missing ones default."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def stat(self, metric: str, stat: str = "p50") -> Optional[float]:
+        """A figure in SI units: ``latency[metric][stat]`` for request metrics, else ``throughput[metric]``."""
+        if metric in self.latency:
+            value = (self.latency.get(metric) or {}).get(stat)
+        else:
+            value = self.throughput.get(metric)
+        return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+@dataclass
+class RunResult:
+    """A run folder loaded: the typed summary, the requests, and the optional files (None when missing)."""
+
+    run_dir: Path
+    summary: RunSummary
+    requests: pd.DataFrame
+    env: dict[str, Any]
+    config_text: Optional[str]
+    workload: Optional[dict[str, Any]]
+    memory: Optional[pd.DataFrame]
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def completed(self) -> pd.DataFrame:
+        return completed(self.requests)
+
+    def values(self, metric: str) -> np.ndarray:
+        """A request metric's per-request values over completed requests (ITL pooled)."""
+        from harness.metric_registry import REQUEST_METRICS
+
+        return REQUEST_METRICS[metric].frame_values(self.completed)
+
+    def config(self) -> dict[str, Any]:
+        """config.yaml as a dict ({} when missing or unreadable)."""
+        if not self.config_text:
+            return {}
+        try:
+            from omegaconf import OmegaConf
+
+            return OmegaConf.to_container(OmegaConf.create(self.config_text)) or {}
+        except Exception:  # noqa: BLE001 - a damaged config.yaml must not stop a report
+            return {}
+
+
+# --- writing ------------------------------------------------------------------------------
 
 
 class RunWriter:
@@ -38,19 +158,19 @@ class RunWriter:
         self._jsonl = None
 
     def write_json(self, name: str, data: Any) -> None:
-        path = self.run_dir / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n")
-        tmp.replace(path)
+        write_json(self.run_dir / name, data)
 
     def write_text(self, name: str, text: str) -> None:
         (self.run_dir / name).write_text(text)
+
+    def write_summary(self, summary: RunSummary) -> None:
+        self.write_json(SUMMARY, summary.to_dict())
 
     def append(self, record: RequestRecord) -> None:
         """Keep a finished request; its row reaches disk at once."""
         self.records.append(record)
         if self._jsonl is None:
-            self._jsonl = open(self.run_dir / "requests.jsonl", "a", encoding="utf-8")
+            self._jsonl = open(self.run_dir / REQUESTS_JSONL, "a", encoding="utf-8")
         self._jsonl.write(json.dumps(_jsonable(self._row(record))) + "\n")
         self._jsonl.flush()
 
@@ -67,32 +187,83 @@ class RunWriter:
             self._jsonl = None
         rows = [self._row(r) for r in sorted(self.records, key=lambda r: r.request_id)]
         frame = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS))
-        frame.to_parquet(self.run_dir / "requests.parquet", index=False)
+        frame.to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
         if memory_samples:
             mem = pd.DataFrame(memory_samples, columns=["t", "rss_bytes", "gpu_used_bytes"])
             mem["t_s"] = mem.pop("t") - t0
-            mem[["t_s", "rss_bytes", "gpu_used_bytes"]].to_parquet(self.run_dir / "memory.parquet", index=False)
+            mem[["t_s", "rss_bytes", "gpu_used_bytes"]].to_parquet(self.run_dir / MEMORY, index=False)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (a reader never sees half a file)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
 
 
 def check_run_dir_free(run_dir: Path) -> None:
     """Two runs must not share a folder (they are named by the second)."""
-    if (Path(run_dir) / "requests.jsonl").exists() or (Path(run_dir) / "summary.json").exists():
-        from harness.errors import HarnessError
+    if (Path(run_dir) / REQUESTS_JSONL).exists() or (Path(run_dir) / SUMMARY).exists():
+        from core.errors import HarnessError
 
         raise HarnessError(f"{run_dir} already holds a run; start the new run again in a second")
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / SUMMARY).is_file()
 
 
 def load_requests(run_dir: Path) -> pd.DataFrame:
     """A run's requests as a DataFrame: from requests.parquet, or the .jsonl of a run that died."""
     run_dir = Path(run_dir)
-    parquet = run_dir / "requests.parquet"
+    parquet = run_dir / REQUESTS_PARQUET
     if parquet.exists():
         return pd.read_parquet(parquet)
-    return pd.read_json(run_dir / "requests.jsonl", lines=True)
+    return pd.read_json(run_dir / REQUESTS_JSONL, lines=True)
 
 
 def load_summary(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "summary.json").read_text())
+    """summary.json as plain JSON (for pandas users); :func:`load_run` gives the typed one."""
+    return json.loads((Path(run_dir) / SUMMARY).read_text())
+
+
+def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
+    """Load a run folder; only summary.json and the requests are required."""
+    run_dir = Path(run_dir)
+    summary = RunSummary.from_dict(load_summary(run_dir))
+    try:
+        requests = load_requests(run_dir)
+    except (FileNotFoundError, ValueError):
+        requests = pd.DataFrame()
+    for column in REQUEST_COLUMNS:
+        if column not in requests.columns:
+            requests[column] = pd.Series([None] * len(requests), dtype=object)
+    config = run_dir / CONFIG
+    memory = pd.read_parquet(run_dir / MEMORY) if (run_dir / MEMORY).exists() else None
+    return RunResult(
+        run_dir, summary, requests, _read_json(run_dir / ENV) or {},
+        config.read_text() if config.exists() else None,
+        _read_json(run_dir / WORKLOAD) if with_workload else None, memory,
+    )
+
+
+def completed(df: pd.DataFrame) -> pd.DataFrame:
+    """The requests that finished without an error (the only ones in latency figures)."""
+    if df.empty:
+        return df
+    err = df["error"]
+    return df[err.isna() | (err.astype(str) == "")]
+
+
+def _read_json(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _jsonable(value: Any) -> Any:

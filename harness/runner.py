@@ -1,37 +1,36 @@
-"""One benchmark run, start to finish, and what it leaves in its run folder.
+"""A load point: one workload, at one load, run against an engine session → a typed result.
 
-Order: validate the config (before any model loads) → resolve the model → build the
-workload from the model's tokenizer → load the engine (in server mode: launch its server)
-→ warm up (not counted) → scrape the engine's metrics → the measured phase → scrape again
-→ tables and summary, also after an error or Ctrl-C.
+Order: validate the config (before any model loads) → build the workload from the session's
+tokenizer → check it fits the engine → load the engine if the session has not yet (in
+server mode: launch its server) → warm up (not counted) → scrape the engine's metrics → the
+measured phase → scrape again → tables, summary and report, also after an error or Ctrl-C.
+
+``run_benchmark(cfg, run_dir)`` is one point on its own session, opened and closed for it.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from backends import Backend, check_backend_available, create_backend
+from core.errors import ConfigError, EngineFailed
 from harness import memory as mem
 from harness import prometheus
-from harness.config import RunConfig
+from harness.config import RunConfig, config_sha256
 from harness.driver import Driver
 from harness.environment import capture_environment
-from harness.errors import ConfigError, EngineFailed, HarnessError
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
-from harness.model_store import ModelFiles, resolve_model
-from harness.results import RunWriter, check_run_dir_free
-from harness.summary import summarize
+from harness.results import COMPLETE, FAILED, INTERRUPTED, SATURATED, RunSummary, RunWriter, check_run_dir_free
+from harness.saturation import SaturationDetector
+from harness.session import EngineSession
+from harness.summary import run_warnings, summarize
 from workloads import workload_registry
 from workloads.base import WorkloadPlan
-from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer
 
 log = logging.getLogger("harness")
 
@@ -39,7 +38,7 @@ log = logging.getLogger("harness")
 @dataclass
 class RunOutcome:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     records: list[RequestRecord]
 
 
@@ -55,33 +54,42 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
+    """One load point on an engine session of its own."""
+    cfg.validate()
+    with EngineSession(cfg, run_dir) as session:
+        return run_point(session, cfg, run_dir, progress=progress)
+
+
+def run_point(
+    session: EngineSession, cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None,
+    repeat: Optional[dict[str, int]] = None, prefix_cache_reset: Optional[bool] = None,
+    on_loaded: Optional[Callable[[], None]] = None,
+) -> RunOutcome:
+    """Run ``cfg``'s workload against ``session``'s engine (loading it first if needed)."""
     cfg.validate()
     check_run_dir_free(run_dir)
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
-    check_backend_available(cfg.backend)
-
-    model = resolve_model(cfg.model)
-    backend: Backend = create_backend(cfg.backend, model)
-    backend.run_dir = run_dir
-    tokenizer = backend.get_tokenizer()
-    renderer = PromptRenderer(tokenizer)
-    plan = workload.build(renderer, TokenizedCorpus(tokenizer), cfg.seed)
-    backend.check_workload(plan)
+    session.open()
+    assert session.backend is not None and session.renderer is not None and session.corpus is not None
+    plan = workload.build(session.renderer, session.corpus, cfg.seed)
+    session.backend.check_workload(plan)
 
     sampler = mem.MemorySampler(cfg.memory.sample_interval_s).start()
-    log.info("loading %s on %s", model.name, cfg.backend.name)
-    t_load = time.perf_counter()
+    reused = session.loaded
     try:
-        backend.load()  # in server mode: launch the server and wait for its health
-    except BaseException as exc:
+        load_s = session.ensure_loaded()
+    except BaseException:
         sampler.stop()
-        _safe(backend.close)
-        if isinstance(exc, Exception) and not isinstance(exc, HarnessError):
-            log.debug("load failed", exc_info=True)
-            detail = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise HarnessError(f"backend {cfg.backend.name} could not load {model.name}: {type(exc).__name__}: {detail}") from exc
         raise
-    load_s = time.perf_counter() - t_load
+    if not reused and on_loaded is not None:
+        on_loaded()
+    session.points_served += 1
+    engine = {
+        "reused": reused,
+        "session_load_s": session.load_s,
+        "points_served": session.points_served,
+        "prefix_cache_reset": prefix_cache_reset,
+    }
 
     # The engine is up: from here on the run folder fills, and is finished even on error.
     writer = RunWriter(run_dir, save_output_text=cfg.save_output_text)
@@ -89,99 +97,78 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
     workload_json = plan.to_json()
     writer.write_json("workload.json", workload_json)
     writer.write_json("env.json", capture_environment())
-    status, error = "failed", None
+    status, error = FAILED, None
     started_at = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-    duration_s, t0, t_measured = 0.0, time.perf_counter(), None
+    duration_s, t_measured = 0.0, None
+    t0 = time.perf_counter()
     scrapes: dict[str, Optional[str]] = {"before": None, "after": None}
+    detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
+    driver = Driver(session.backend, session.renderer, plan, on_record=writer.append, saturation=detector)
     try:
         on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
-        driver = Driver(backend, renderer, plan, on_record=on_record)
+        driver.on_record = on_record
 
         async def warm_up_then_measure() -> float:
-            # One event loop for both phases: engines (vLLM's AsyncLLM) and connection pools
-            # bind to the loop they first run in.
             if plan.warmup:
                 log.info("warm-up: %d requests (not counted)", len(plan.warmup))
-                await Driver(backend, renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
-                _check_engine(backend, writer, run_dir)
-            scrapes["before"] = _scrape(backend)
+                await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
+                _check_engine(session, writer, run_dir)
+            scrapes["before"] = session.scrape_metrics()
             mem.reset_torch_gpu_peaks()
             return await driver.run(plan.sessions, plan.open_loop)
 
         try:
-            duration_s = asyncio.run(warm_up_then_measure())
+            duration_s = session.run(warm_up_then_measure())
         finally:
             close_progress()
             if driver.t0:  # the measured phase began (also when it was interrupted)
                 t0 = t_measured = driver.t0
-        _check_engine(backend, writer, run_dir)
-        status = "complete"
+        _check_engine(session, writer, run_dir)
+        status = SATURATED if driver.saturated else COMPLETE
     except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        status, error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
         raise
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
         try:  # the measured data reaches disk first: closing an engine can be slow
-            summary = _finish_summary(
-                cfg, backend, model, plan, writer, sampler, scrapes, status=status, error=error,
-                started_at=started_at, duration_s=duration_s, t_measured=t_measured, load_s=load_s,
-                workload_sha256=workload_json["sha256"])
+            sampler.sample()
+            sampler.stop()
+            if scrapes["before"] is not None:
+                scrapes["after"] = session.scrape_metrics()
+            if status not in (COMPLETE, SATURATED) and writer.records:
+                duration_s = max(r.end_s for r in writer.records)
+            summary = RunSummary(
+                status=status, error=error, started_at=started_at, backend=session.describe(),
+                model=session.model.describe() if session.model else {},
+                workload=_workload_summary(cfg, plan, workload_json),
+                seed=cfg.seed, **summarize(writer.records, duration_s, cfg.slo),
+                memory=_memory_summary(session, sampler, t_measured, cfg), load_s=load_s, engine=engine,
+                config_sha256=config_sha256(cfg), repeat=repeat, saturated=driver.saturated,
+                server_metrics=_server_metrics(scrapes, writer),
+            )
+            summary.warnings = run_warnings(summary) + summary.warnings
             writer.write_tables(sampler.samples, t0)
-            writer.write_json("summary.json", summary)
+            writer.write_summary(summary)
         finally:
-            try:
-                backend.close()
-            except Exception as exc:  # noqa: BLE001 - the results are written; say so and go on
-                log.warning("closing the %s backend failed: %s", cfg.backend.name, exc)
             if cfg.report:
                 _write_report(run_dir)
     return RunOutcome(run_dir, summary, writer.records)
 
 
-def _finish_summary(
-    cfg: RunConfig, backend: Backend, model: ModelFiles, plan: WorkloadPlan, writer: RunWriter,
-    sampler: mem.MemorySampler, scrapes: dict[str, Optional[str]], *, status: str, error: Optional[str],
-    started_at: str, duration_s: float, t_measured: Optional[float], load_s: float, workload_sha256: str,
-) -> dict[str, Any]:
-    """summary.json: the run's figures and what ran (also for failed or interrupted runs)."""
-    sampler.sample()
-    sampler.stop()
-    if scrapes["before"] is not None:
-        scrapes["after"] = _scrape(backend)
-    if status != "complete" and writer.records:
-        duration_s = max(r.end_s for r in writer.records)
-    summary = {
-        "status": status,
-        "error": error,
-        "started_at": started_at,
-        "backend": {
-            "name": cfg.backend.name,
-            "mode": cfg.backend.mode,
-            "engine": _safe(lambda: backend.engine_name),
-            "engine_version": _safe(lambda: backend.engine_version),
-            "info": _safe(backend.engine_info) or {},
-        },
-        "model": model.describe(),
-        "workload": {
-            "name": plan.name,
-            "sha256": workload_sha256,
-            "requests_planned": plan.num_requests,
-            "sessions": len(plan.sessions),
-            "open_loop": plan.open_loop,
-            "concurrency": plan.concurrency,
-            "exact_output_len": plan.exact_output_len,
-        },
-        "seed": cfg.seed,
-        **summarize(writer.records, duration_s, cfg.slo),
-        "memory": _memory_summary(backend, model, sampler, t_measured, cfg),
-        "load_s": load_s,
+def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": plan.name,
+        "sha256": workload_json["sha256"],
+        "prompts_sha256": workload_json.get("prompts_sha256"),
+        "requests_planned": plan.num_requests,
+        "sessions": len(plan.sessions),
+        "open_loop": plan.open_loop,
+        "concurrency": plan.concurrency,
+        "rate": getattr(cfg.workload, "rate", None),
+        "exact_output_len": plan.exact_output_len,
     }
-    server_metrics = _server_metrics(scrapes, writer)
-    if server_metrics is not None:
-        summary["server_metrics"] = server_metrics
-    return summary
 
 
 def _write_report(run_dir: Path) -> None:
@@ -195,23 +182,14 @@ def _write_report(run_dir: Path) -> None:
                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
 
 
-def _check_engine(backend: Backend, writer: RunWriter, run_dir: Path) -> None:
+def _check_engine(session: EngineSession, writer: RunWriter, run_dir: Path) -> None:
     """End the run, keeping what was measured, when the engine can no longer serve."""
-    reason = _safe(backend.fatal_error)
+    reason = session.fatal_error()
     if reason:
         failed = sum(1 for r in writer.records if not r.ok)
         raise EngineFailed(
             f"{reason}; {failed} of {len(writer.records)} requests failed; the results so far are in {run_dir}"
         )
-
-
-def _scrape(backend: Backend) -> Optional[str]:
-    """The engine's Prometheus text, or None (no endpoint, or it did not answer)."""
-    try:
-        return backend.scrape_metrics()
-    except Exception as exc:  # noqa: BLE001 - metrics are extra; the run goes on without them
-        log.warning("could not scrape the engine's metrics: %s", exc)
-        return None
 
 
 def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Optional[dict[str, Any]]:
@@ -230,8 +208,9 @@ def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Opt
         return None
 
 
-def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
-    engine = _safe(backend.memory) or {}
+def _memory_summary(session: EngineSession, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
+    engine = _safe(session.backend.memory) if session.backend else None
+    engine = engine or {}
     out: dict[str, Any] = {
         "rss_peak_bytes": sampler.peak_rss(),
         "rss_peak_measured_bytes": sampler.peak_rss(t_measured) if t_measured else None,
@@ -240,8 +219,8 @@ def _memory_summary(backend: Backend, model: ModelFiles, sampler: mem.MemorySamp
         **engine,
     }
     bytes_per_value = engine.get("kv_bytes_per_value")
-    if bytes_per_value:
-        hf_config = _safe(model.hf_config) or {}
+    if bytes_per_value and session.model is not None:
+        hf_config = _safe(session.model.hf_config) or {}
         out["kv_bytes_per_token"] = kv_cache_bytes_per_token(hf_config, bytes_per_value)
         if cfg.memory.budget_gib and out["kv_bytes_per_token"] and engine.get("weights_bytes"):
             out["budget_gib"] = cfg.memory.budget_gib

@@ -1,50 +1,35 @@
-"""The run's summary: per-run metrics from the request records, and the table a user reads."""
+"""The run's summary: per-run figures from the request records, and the table a user reads.
+
+Which figures exist, their units and formulas come from the metric registry
+(harness/metric_registry.py); this module fills and prints them.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
+from harness import metric_registry as registry
 from harness import metrics
 from harness.metrics import RequestRecord
+from harness.results import COMPLETE, INTERRUPTED, SATURATED, RunSummary
 
-LATENCY_METRICS = (
-    ("ttft_s", "TTFT", "ms"),
-    ("tpot_s", "TPOT", "ms"),
-    ("itl_s", "ITL", "ms"),
-    ("e2e_s", "E2E", "ms"),
-    ("queue_wait_s", "queue wait", "ms"),
-)
+# a "large" harness overhead: the runner got tokens (p90 over requests of each request's worst
+# delivery lag) later than this after the engine made them, or later than this share of the
+# median E2E; open loop: requests sent later than this after their scheduled time (p90)
+OVERHEAD_WARN_S = 0.05
+OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 
 
 def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any) -> dict[str, Any]:
     """Per-run figures. Failed requests are counted apart and never enter a distribution."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
-    latency = {
-        "ttft_s": metrics.distribution([r.ttft_s for r in ok]),
-        "tpot_s": metrics.distribution([r.tpot_s for r in ok if r.tpot_s is not None]),
-        "itl_s": metrics.distribution([gap for r in ok for gap in r.itl_s]),
-        "e2e_s": metrics.distribution([r.e2e_s for r in ok]),
-        "queue_wait_s": metrics.distribution([r.queue_wait_s for r in ok if r.queue_wait_s is not None]),
-        "output_tps": metrics.distribution([r.output_tps for r in ok if r.output_tps is not None]),
-        "decode_tps": metrics.distribution([r.decode_tps for r in ok if r.decode_tps is not None]),
-    }
-    meeting = [r for r in ok if metrics.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo)]
-    throughput = {
-        "requests_per_s": metrics.request_throughput(len(ok), duration_s),
-        "output_tokens_per_s": metrics.output_token_throughput([r.output_tokens for r in ok], duration_s),
-        "total_tokens_per_s": metrics.total_token_throughput(
-            [r.prompt_tokens for r in ok], [r.output_tokens for r in ok], duration_s
-        ),
-        "goodput_requests_per_s": metrics.goodput(len(meeting), duration_s),
-        "slo_attainment": len(meeting) / len(ok) if ok else None,
-        "mean_concurrency": metrics.mean_concurrency([r.e2e_s for r in ok], duration_s),
-    }
+    meeting = sum(1 for r in ok if metrics.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
     return {
         "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
         "duration_s": duration_s,
-        "latency": latency,
-        "throughput": throughput,
+        "latency": registry.distributions(ok),
+        "throughput": registry.run_figures(registry.RunTotals(ok, meeting, duration_s)),
         "prefix_cache": {
             "cached_share": metrics.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
             "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
@@ -67,6 +52,44 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any) -> 
         },
         "warnings": warnings(records),
     }
+
+
+def run_warnings(summary: RunSummary) -> list[str]:
+    """What the ending and the harness's own overhead add to the request warnings."""
+    out = []
+    req = summary.requests
+    planned = summary.workload.get("requests_planned")
+    if summary.status == INTERRUPTED:
+        out.append(f"The run was interrupted: {req.get('sent', 0)} of {planned} planned requests finished; the figures cover those.")
+    elif summary.status == SATURATED:
+        out.append(f"The point was stopped early, over-saturated ({summary.saturated}); "
+                   f"{req.get('sent', 0)} of {planned} planned requests were sent.")
+    elif summary.status != COMPLETE:
+        out.append(f"The run {summary.status}: {summary.error or 'no error recorded'}")
+    if req.get("completed", 0) == 0:
+        out.append("No request completed: there are no latency figures.")
+    return out + overhead_warnings(summary.harness, summary.latency)
+
+
+def overhead_warnings(harness: dict[str, Any], latency: dict[str, Any]) -> list[str]:
+    """Harness overhead worth a warning (thresholds: OVERHEAD_WARN_S, OVERHEAD_WARN_SHARE_OF_E2E)."""
+    out = []
+    lag = (harness.get("delivery_lag_max_s") or {}).get("p90")
+    e2e = (latency.get("e2e_s") or {}).get("p50")
+    if _num(lag) and (lag > OVERHEAD_WARN_S or (_num(e2e) and e2e > 0 and lag > OVERHEAD_WARN_SHARE_OF_E2E * e2e)):
+        e2e_text = f"{e2e * 1000:.0f}" if _num(e2e) else "–"
+        out.append(
+            f"Large harness overhead: tokens reached the runner up to {lag * 1000:.0f} ms after the engine made them "
+            f"(p90 over requests of the worst delivery lag; median E2E {e2e_text} ms)."
+        )
+    send = (harness.get("send_lag_s") or {}).get("p90")
+    if _num(send) and send > OVERHEAD_WARN_S:
+        out.append(f"Large harness overhead: open-loop requests were sent {send * 1000:.0f} ms late (p90) after their scheduled time.")
+    return out
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and v == v
 
 
 def per_turn(ok: Sequence[RequestRecord]) -> list[dict[str, Any]]:
@@ -128,49 +151,50 @@ def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
 # --- the table printed at the end of a run ----------------------------------------------
 
 
-def format_summary(summary: dict[str, Any]) -> str:
+def format_summary(summary: RunSummary) -> str:
     import pandas as pd
 
     lines = []
-    head = summary.get("backend", {})
-    wl = summary.get("workload", {})
-    req = summary["requests"]
+    head = summary.backend
+    wl = summary.workload
+    req = summary.requests
+    reused = " · engine reused" if summary.engine.get("reused") else ""
     lines.append(
         f"{head.get('name')} ({head.get('engine')} {head.get('engine_version')}, {head.get('mode')}) · "
-        f"model {summary.get('model', {}).get('name')} · workload {wl.get('name')} · "
+        f"model {summary.model.get('name')} · workload {wl.get('name')} · "
         f"{req['completed']}/{req['sent']} requests ok, {req['failed']} failed · "
-        f"{summary['duration_s']:.2f} s · {summary.get('status')}"
+        f"{summary.duration_s:.2f} s · {summary.status}{reused}"
     )
     rows = {}
-    for key, label, unit in LATENCY_METRICS:
-        d = summary["latency"][key]
-        if d["count"]:
-            rows[f"{label} ({unit})"] = {c: _ms(d[c]) for c in ("mean", "p50", "p90", "p95", "p99")}
+    for key, metric in registry.REQUEST_METRICS.items():
+        d = summary.latency.get(key) or {}
+        if metric.in_console and d.get("count"):
+            rows[f"{metric.label} ({metric.unit})"] = {c: _shown(metric, d.get(c)) for c in registry.STATS}
     if rows:
         lines.append(pd.DataFrame(rows).T.to_string(float_format=lambda v: f"{v:.1f}"))
-    tp = summary["throughput"]
-    lines.append(
-        f"throughput: {tp['requests_per_s']:.3f} req/s · output {tp['output_tokens_per_s']:.1f} tok/s · "
-        f"total {tp['total_tokens_per_s']:.1f} tok/s · goodput {tp['goodput_requests_per_s']:.3f} req/s · "
-        f"mean concurrency {tp['mean_concurrency']:.2f}"
-    )
-    dec = summary["latency"]["decode_tps"]
-    if dec["count"]:
-        lines.append(f"per request: decode {dec['mean']:.1f} tok/s (mean), output {summary['latency']['output_tps']['mean']:.1f} tok/s (mean)")
-    cache = summary.get("prefix_cache", {})
+    figures = []
+    for key, metric in registry.RUN_METRICS.items():
+        value = summary.throughput.get(key)
+        if metric.in_console and value is not None:
+            figures.append(f"{metric.label} {metric.show(value):.{metric.digits}f} {metric.unit}")
+    lines.append("throughput: " + " · ".join(figures))
+    dec, out_tps = summary.latency.get("decode_tps") or {}, summary.latency.get("output_tps") or {}
+    if dec.get("count"):
+        lines.append(f"per request: decode {dec['mean']:.1f} tok/s (mean), output {out_tps.get('mean') or 0:.1f} tok/s (mean)")
+    cache = summary.prefix_cache
     if cache.get("reported_by_engine") and cache.get("cached_share") is not None:
         lines.append(f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
                      f"({cache['cached_tokens_total']} tokens)")
-    lines.append(_memory_line(summary.get("memory", {})))
-    server_line = _server_metrics_line(summary.get("server_metrics"))
+    lines.append(_memory_line(summary.memory))
+    server_line = _server_metrics_line(summary.server_metrics)
     if server_line:
         lines.append(server_line)
-    turns = summary.get("per_turn", [])
+    turns = summary.per_turn
     if len(turns) > 1:
         df = pd.DataFrame(turns).set_index("turn")
         columns = ["requests", "prompt_tokens_mean", "ttft_mean_s", "ttft_p90_s", "e2e_mean_s"]
         names = ["requests", "prompt tok", "TTFT mean ms", "TTFT p90 ms", "E2E mean ms"]
-        if summary.get("prefix_cache", {}).get("reported_by_engine"):
+        if cache.get("reported_by_engine"):
             columns.insert(2, "cached_share")
             names.insert(2, "cached %")
         df = df[columns].astype({c: float for c in columns if c != "requests"})
@@ -180,9 +204,13 @@ def format_summary(summary: dict[str, Any]) -> str:
             df["cached_share"] = df["cached_share"] * 100
         df.columns = names
         lines.append("per turn:\n" + df.to_string(float_format=lambda v: f"{v:.1f}"))
-    for w in summary.get("warnings", []):
+    for w in summary.warnings:
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
+
+
+def _shown(metric: type[registry.Metric], value: Optional[float]) -> float:
+    return float("nan") if value is None else metric.show(value)
 
 
 def _server_metrics_line(server_metrics: Optional[dict[str, Any]]) -> Optional[str]:
@@ -195,10 +223,6 @@ def _server_metrics_line(server_metrics: Optional[dict[str, Any]]) -> Optional[s
             p99 = f", p99 ≈ {d['p99'] * 1000:.1f}" if d.get("p99") is not None else ""
             parts.append(f"{label} mean {d['mean'] * 1000:.1f}{p99} ms")
     return "server's own metrics: " + " · ".join(parts) if parts else None
-
-
-def _ms(v: Optional[float]) -> float:
-    return float("nan") if v is None else v * 1000
 
 
 def _memory_line(mem: dict[str, Any]) -> str:

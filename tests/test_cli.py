@@ -119,7 +119,7 @@ def test_import_without_any_engine():
         "from harness.cli import register_everything\n"
         "register_everything()\n"
         "from backends import backend_registry\n"
-        "from harness.errors import BackendUnavailable\n"
+        "from core.errors import BackendUnavailable\n"
         "try:\n"
         "    backend_registry.get('transformers').cls.check_available()\n"
         "except BackendUnavailable as e:\n"

@@ -65,7 +65,7 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
         assert label in proc.stdout
     table = pd.read_csv(out / "compare.csv")
     assert len(table) == 3 and table.ok.tolist() == [8, 8, 8]
-    assert {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p90_ms", "output_tok_s", "req_s"} <= set(table.columns)
+    assert {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p90_ms", "output_tokens_per_s", "requests_per_s"} <= set(table.columns)
     diffs = pd.read_csv(out / "differences.csv")
     assert len(diffs) == 2 * 4 and set(diffs.verdict) <= VERDICTS
     assert (diffs.ci_low_pct <= diffs.change_pct).all() and (diffs.change_pct <= diffs.ci_high_pct).all()
@@ -108,8 +108,7 @@ def test_incomparable_runs_warn_loudly_or_are_refused(runs, tmp_path, capsys, fi
     elif field == "hardware":
         edit_json(other / "env.json", lambda d: d["cpu"].update(model="Some Other CPU"))
     else:
-        edit_json(other / "summary.json", lambda d: d["workload"].update(sha256="f" * 64))
-        edit_json(other / "workload.json", lambda d: d["sessions"][0]["turns"][0].update(user="another prompt"))
+        edit_json(other / "summary.json", lambda d: d["workload"].update(sha256="f" * 64, prompts_sha256="e" * 64))
     base = str(runs / "serial-c2")
     assert compare.main([base, str(other), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()

@@ -32,7 +32,7 @@ def test_synthetic_run_writes_every_file(tmp_path):
     assert [len(s["turns"][0]["prompt_token_ids"]) for s in workload["sessions"]] == [64] * 6
     env = json.loads((tmp_path / "env.json").read_text())
     assert env["libraries"]["transformers"] and env["cpu"]["logical_cores"] >= 1
-    assert outcome.summary["throughput"]["output_tokens_per_s"] > 0
+    assert outcome.summary.throughput["output_tokens_per_s"] > 0
 
 
 def test_open_loop_run_records_schedule(tmp_path):
@@ -66,9 +66,9 @@ def test_real_model_chat_resends_history(tmp_path):
         for earlier, later in zip(rows, rows[1:]):
             # the next prompt holds the whole previous prompt, the reply and a new message
             assert later["prompt_tokens"] > earlier["prompt_tokens"] + earlier["output_tokens"]
-    assert [row["turn"] for row in outcome.summary["per_turn"]] == [0, 1, 2]
+    assert [row["turn"] for row in outcome.summary.per_turn] == [0, 1, 2]
     assert df.output_text.str.len().gt(0).all()
-    assert outcome.summary["model"]["name"] == "smollm2-135m"
+    assert outcome.summary.model["name"] == "smollm2-135m"
 
 
 @pytest.mark.real_model
@@ -80,4 +80,4 @@ def test_real_model_synthetic_exact_lengths(tmp_path):
     df = load_requests(tmp_path)
     assert (df.output_tokens == 16).all()
     assert (df.prompt_tokens == df.expected_prompt_tokens).all()
-    assert outcome.summary["warnings"] == []
+    assert outcome.summary.warnings == []

@@ -3,7 +3,8 @@ import pytest
 
 from harness.config import SLOConfig
 from harness.metrics import RequestRecord
-from harness.summary import format_summary, summarize
+from harness.results import RunSummary
+from harness.summary import format_summary, overhead_warnings, run_warnings, summarize
 
 
 def record(i, ttft=0.1, e2e=1.0, n_out=10, requested=10, exact=True, error=None, turn=0, prompt=50, expected=50):
@@ -48,6 +49,19 @@ def test_per_turn_rows_and_table():
     s = summarize(records, 1.0, SLOConfig())
     assert [row["turn"] for row in s["per_turn"]] == [0, 1]
     assert s["per_turn"][1]["ttft_mean_s"] == pytest.approx(0.3)
-    s.update(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, memory={})
-    text = format_summary(s)
+    text = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s))
     assert "TTFT (ms)" in text and "per turn" in text
+
+
+def test_large_overhead_is_a_warning():
+    lines = overhead_warnings({"delivery_lag_max_s": {"p90": 0.03}, "send_lag_s": {"p90": 0.2}}, {"e2e_s": {"p50": 0.1}})
+    assert len(lines) == 2 and "30 ms" in lines[0] and "200 ms late" in lines[1]
+    assert overhead_warnings({"delivery_lag_max_s": {"p90": 0.01}}, {"e2e_s": {"p50": 1.0}}) == []
+
+
+def test_interrupted_and_saturated_endings_are_warnings():
+    base = dict(requests={"sent": 3, "completed": 3, "failed": 0}, workload={"requests_planned": 10})
+    assert "interrupted: 3 of 10" in run_warnings(RunSummary(status="interrupted", **base))[0]
+    saturated = run_warnings(RunSummary(status="saturated", saturated="backlog grew", **base))[0]
+    assert "over-saturated (backlog grew)" in saturated and "3 of 10" in saturated
+    assert run_warnings(RunSummary(status="complete", **base)) == []

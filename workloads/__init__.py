@@ -1,5 +1,5 @@
 """Workloads: what requests to send, with what lengths, arriving when."""
-from harness.registry import Registry
+from core.registry import Registry
 from workloads.base import SessionSpec, TurnSpec, Workload, WorkloadConfig, WorkloadPlan
 
 workload_registry: Registry[Workload] = Registry("workload", package="workloads", config_group="workload")

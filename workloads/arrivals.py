@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.registry import Registry
+from core.registry import Registry
 
 
 class ArrivalProcess:

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
 
@@ -109,12 +109,22 @@ class WorkloadPlan:
             "sessions": [asdict(s) for s in self.sessions],
             "warmup": [asdict(s) for s in self.warmup],
         }
-        return {"sha256": self.content_hash(body), **body}
+        return {"sha256": self.content_hash(body), "prompts_sha256": self.prompts_hash(body), **body}
 
     @staticmethod
     def content_hash(body: dict[str, Any]) -> str:
         """sha256 of the measured requests' content: prompts, token ids, lengths, arrivals."""
         measured = {k: body[k] for k in ("name", "exact_output_len", "sampling", "sessions")}
+        return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
+
+
+    @staticmethod
+    def prompts_hash(body: dict[str, Any]) -> str:
+        """sha256 of the prompts and lengths alone, without arrival times: runs of one workload
+        at different rates share it (a rate sweep), so they stay comparable."""
+        sessions = [{k: v for k, v in s.items() if k != "arrival_s"} for s in body["sessions"]]
+        measured = {"name": body["name"], "exact_output_len": body["exact_output_len"],
+                    "sampling": body["sampling"], "sessions": sessions}
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.base import (
     SessionSpec,

@@ -5,7 +5,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads.corpus import TokenizedCorpus
 
 Messages = list[dict[str, str]]

@@ -3,8 +3,8 @@ import asyncio
 
 import pytest
 
-from harness.errors import ConfigError, ModelError
-from harness.model_store import ModelFiles
+from core.errors import ConfigError, ModelError
+from core.model import ModelFiles
 from workloads.prompts import PromptRenderer
 from engine_helpers import collect, request
 from engine_helpers import make_backend as _make
@@ -133,9 +133,9 @@ def test_chat_run_end_to_end(tmp_path):
     assert len(df) == 4 and df.error.isna().all()
     # one session at a time: each second turn finds its session's prefix still in the cache
     assert (df[df.turn == 1].cached_tokens > 0).all() and (df[df.turn == 0].cached_tokens == 0).all()
-    assert outcome.summary["per_turn"][1]["cached_share"] > 0.5
-    assert outcome.summary["backend"]["info"]["prefix_cache"] == "kept within a chat session"
-    assert outcome.summary["memory"]["weights_bytes"] > 50e6
+    assert outcome.summary.per_turn[1]["cached_share"] > 0.5
+    assert outcome.summary.backend["info"]["prefix_cache"] == "kept within a chat session"
+    assert outcome.summary.memory["weights_bytes"] > 50e6
 
 
 def test_batched_synthetic_run_end_to_end(tmp_path):
@@ -148,7 +148,7 @@ def test_batched_synthetic_run_end_to_end(tmp_path):
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all()
-    assert outcome.summary["warnings"] == []
+    assert outcome.summary.warnings == []
 
 
 def test_cli_refuses_a_folder_without_gguf(tmp_path):
@@ -171,5 +171,5 @@ def test_server_mode_chat_and_exact_lengths(tmp_path):
     df = load_requests(tmp_path)
     # llama_cpp.server sends no usage: counts come from re-tokenizing; the logit bias gives exact lengths
     assert (df.output_tokens == 12).all() and df.error.isna().all()
-    assert outcome.summary["warnings"] == []
+    assert outcome.summary.warnings == []
     assert "llama_cpp.server" in (tmp_path / "server.log").read_text()

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from harness.errors import ModelError
-from harness.model_store import ModelFiles
+from core.errors import ModelError
+from core.model import ModelFiles
 from workloads.prompts import PromptRenderer
 from engine_helpers import collect, request
 from engine_helpers import make_backend as _make
@@ -98,8 +98,8 @@ def test_synthetic_run_end_to_end(tmp_path):
                       "workload.concurrency=4", "workload.input_len=48", "workload.output_len=6")
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
-    assert (df.output_tokens == 6).all() and outcome.summary["warnings"] == []
-    assert outcome.summary["memory"]["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 2  # bf16 KV
+    assert (df.output_tokens == 6).all() and outcome.summary.warnings == []
+    assert outcome.summary.memory["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 2  # bf16 KV
 
 
 def test_cli_refuses_a_gguf_in_one_line(tmp_path, real_model):
@@ -122,4 +122,4 @@ def test_server_mode_end_to_end(tmp_path):
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 6).all() and df.error.isna().all()
-    assert outcome.summary["backend"]["mode"] == "server"
+    assert outcome.summary.backend["mode"] == "server"

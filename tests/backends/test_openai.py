@@ -7,7 +7,7 @@ import pytest
 
 from backends.openai import HTTPStatusError, OpenAIClient, OpenAIConfig, check_server
 from conftest import make_config, run_harness_cli
-from harness.errors import ConfigError, HarnessError
+from core.errors import ConfigError, HarnessError
 from harness.reference_server import word
 from harness.results import load_requests, load_summary
 from harness.runner import run_benchmark
@@ -205,6 +205,6 @@ def test_errors_are_recorded_per_request_and_the_run_goes_on(tmp_path):
     failed = df[df.error.notna()]
     assert len(df) == 20 and 0 < len(failed) < 20
     assert failed.error.str.startswith("HTTPStatusError: HTTP 500").all()
-    assert outcome.summary["status"] == "complete"
-    assert outcome.summary["requests"]["failed"] == len(failed)
+    assert outcome.summary.status == "complete"
+    assert outcome.summary.requests["failed"] == len(failed)
     assert (df[df.error.isna()].output_tokens == 6).all()

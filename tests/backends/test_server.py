@@ -20,7 +20,7 @@ from backends.server_presets import (
     eog_token_ids, llamacpp_preset, mlx_preset, sglang_preset, transformers_serve_available, vllm_preset,
 )
 from conftest import make_config, run_harness_cli
-from harness.errors import ConfigError, ModelError
+from core.errors import ConfigError, ModelError
 from harness.reference_server import WORDS
 from harness.results import load_requests, load_summary
 from harness.runner import run_benchmark
@@ -109,11 +109,14 @@ def test_engine_presets_build_their_commands(tiny_model, real_model):
     v = vllm_preset(cfg, tiny_model, extra_args=["--enforce-eager"], env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     assert v.command == ["-m", "vllm.entrypoints.openai.api_server", "--model", hf, "--served-model-name", "tiny-random",
                          "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager"]
-    assert (v.health_path, v.metrics_path, v.served_model_name, v.env) == ("/health", "/metrics", "tiny-random", {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert (v.health_path, v.metrics_path, v.served_model_name) == ("/health", "/metrics", "tiny-random")
+    # /reset_prefix_cache (between sweep points) exists only in vLLM's dev mode
+    assert v.env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"} and v.reset_cache_path == "/reset_prefix_cache"
     assert v.extra_body(chat_request(0, 7)) == {"ignore_eos": True, "min_tokens": 7}
     assert v.extra_body(chat_request(0, 7, exact=False)) == {}
     s = sglang_preset(cfg, tiny_model)
     assert s.command[:4] == ["-m", "sglang.launch_server", "--model-path", hf] and "--enable-metrics" in s.command
+    assert s.reset_cache_path == "/flush_cache"
     assert s.metrics_path == "/metrics" and s.extra_body(chat_request(0, 3)) == {"ignore_eos": True, "min_tokens": 3}
     l = llamacpp_preset(cfg, real_model)
     assert l.command[:4] == ["-m", "llama_cpp.server", "--model", str(real_model.gguf_file)]
@@ -147,11 +150,11 @@ def test_transformers_serve_for_real(tmp_path):
     df = load_requests(tmp_path)
     assert df.error.isna().all() and (df.output_tokens == 6).all() and (df.prompt_tokens == 48).all()
     assert df.engine_stats.map(lambda s: json.loads(s)["output_tokens_source"]).eq("usage").all()
-    assert outcome.summary["warnings"] == []  # exact lengths through the logit bias on eos ids
-    assert outcome.summary["backend"]["engine"] == "transformers"
+    assert outcome.summary.warnings == []  # exact lengths through the logit bias on eos ids
+    assert outcome.summary.backend["engine"] == "transformers"
     log = (tmp_path / "server.log").read_text()
     assert "transformers.cli.transformers serve" in log and "POST /v1/chat/completions" in log
-    assert gone(outcome.summary["backend"]["info"]["server"]["pid"])
+    assert gone(outcome.summary.backend["info"]["server"]["pid"])
 
 
 @pytest.mark.parametrize("preset_fn,dialect", [

@@ -9,7 +9,7 @@ import pytest
 
 from backends import backend_registry
 from backends.sglang import SGLangConfig, build_server_args, server_args_schema, sglang_stats
-from harness.errors import ConfigError
+from core.errors import ConfigError
 
 
 def server_args(**overrides):

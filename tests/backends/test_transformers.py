@@ -5,7 +5,7 @@ import pytest
 
 from backends import SamplingParams
 from backends.transformers import TransformersConfig
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads.prompts import PromptRenderer
 from engine_helpers import collect, request
 from engine_helpers import make_backend as _make

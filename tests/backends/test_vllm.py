@@ -8,7 +8,7 @@ import pytest
 
 from backends import backend_registry
 from backends.vllm import VLLMConfig
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads.prompts import PromptRenderer
 from engine_helpers import collect, request
 
@@ -101,12 +101,12 @@ def test_chat_run_end_to_end(tmp_path):
     df = load_requests(tmp_path)
     assert len(df) == 9 and df.error.isna().all()
     assert df.queue_wait_s.notna().all()
-    assert outcome.summary["backend"]["engine"] == "vllm"
+    assert outcome.summary.backend["engine"] == "vllm"
     # later turns re-send the history, which vLLM's prefix cache serves: the share is measured per turn
-    per_turn = outcome.summary["per_turn"]
+    per_turn = outcome.summary.per_turn
     assert per_turn[2]["cached_share"] > 0.3
     assert df.cached_tokens.notna().all()
-    assert outcome.summary["backend"]["info"]["prefix_caching"] is True
+    assert outcome.summary.backend["info"]["prefix_caching"] is True
 
 
 def test_server_mode_end_to_end_with_its_metrics(tmp_path):
@@ -120,9 +120,45 @@ def test_server_mode_end_to_end_with_its_metrics(tmp_path):
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all() and df.error.isna().all()
-    assert outcome.summary["backend"]["mode"] == "server"
-    server = outcome.summary["server_metrics"]
+    assert outcome.summary.backend["mode"] == "server"
+    server = outcome.summary.server_metrics
     assert server  # vLLM's own /metrics, scraped around the measured phase
     for name in ("metrics_before.txt", "metrics_after.txt", "server.log"):
         assert (tmp_path / name).exists()
     assert "vllm:time_to_first_token_seconds" in (tmp_path / "metrics_after.txt").read_text()
+
+
+def _sweep(tmp_path, *args):
+    import json
+
+    from conftest import run_harness_cli
+    from harness.results import load_summary
+
+    proc = run_harness_cli("-m", "backend=vllm", "model=tiny-random", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1",
+                           "backend.enable_prefix_caching=true", "workload=synthetic", "workload.num_requests=4",
+                           "workload.input_len=300", "workload.output_len=4", "progress=false", "report=false", *args,
+                           f"output_root={tmp_path}", cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    sweep = json.loads(next(tmp_path.glob("sweep-*/sweep.json")).read_text())
+    summaries = [load_summary(p["run_dirs"][0]) for p in sweep["points"]]
+    return sweep, summaries
+
+
+def test_sweep_loads_vllm_once_and_resets_its_prefix_cache(tmp_path):
+    """Same prompts at every point: without a reset the second point would be served from the cache."""
+    sweep, summaries = _sweep(tmp_path, "sweep.reset_prefix_cache=true,false", "workload.concurrency=1,2")
+    assert sweep["engine_loads"] == 1
+    assert [p["engine_reused"] for p in sweep["points"]] == [False, True, True, True]
+    assert [p["prefix_cache_reset"] for p in sweep["points"]] == [None, True, None, None]
+    shares = [s["prefix_cache"]["cached_share"] for s in summaries]
+    assert shares[1] < 0.5  # reset before it: nothing of the previous point is cached (CPU blocks: 128 tokens)
+    assert shares[2] > 0.7 and shares[3] > 0.7  # no reset: the previous point's prompts are still cached
+
+
+def test_server_mode_sweep_starts_one_server(tmp_path):
+    sweep, summaries = _sweep(tmp_path, "backend.mode=server", "workload.concurrency=1,2")
+    assert sweep["engine_loads"] == 1
+    assert [p["prefix_cache_reset"] for p in sweep["points"]] == [None, True]  # POST /reset_prefix_cache
+    assert summaries[0]["backend"]["info"]["server"]["pid"] == summaries[1]["backend"]["info"]["server"]["pid"]
+    log = next(tmp_path.glob("sweep-*/server.log")).read_text()
+    assert log.count("starting vllm server") == 1 and "POST /reset_prefix_cache HTTP/1.1\" 200" in log

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads.arrivals import arrival_registry
 
 

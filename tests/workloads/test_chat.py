@@ -1,7 +1,7 @@
 """Chat sessions: turns, a shared system prompt, think time."""
 import pytest
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.corpus import TokenizedCorpus
 from workloads.prompts import PromptRenderer

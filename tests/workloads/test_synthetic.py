@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.corpus import TokenizedCorpus
 from workloads.prompts import PromptRenderer, chat_messages

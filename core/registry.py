@@ -12,7 +12,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from harness.errors import ConfigError
+from core.errors import ConfigError
 
 T = TypeVar("T")
 

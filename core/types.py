@@ -1,0 +1,58 @@
+"""The types that cross the Backend interface: a request in, a stream of events out."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 means no top-k
+    seed: Optional[int] = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class GenerationRequest:
+    """One request as every engine receives it: chat-templated prompt ids and a length."""
+
+    request_id: int
+    prompt_token_ids: list[int]
+    max_new_tokens: int
+    exact_output_len: bool  # suppress end-of-sequence so exactly max_new_tokens come out
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    messages: list[dict[str, str]] = field(default_factory=list)
+    session_id: int = 0
+    turn: int = 0
+
+
+@dataclass(slots=True)
+class TokenChunk:
+    """Tokens the engine produced, stamped with ``time.perf_counter()`` when it produced them."""
+
+    token_ids: list[int]
+    t: float
+    handed_t: Optional[float] = None  # when an engine thread handed it to the event loop
+
+
+@dataclass
+class RequestDone:
+    """The last event of a request's stream."""
+
+    finish_reason: str  # "length", "stop" or "cancelled"
+    scheduled_t: Optional[float] = None  # perf_counter time the engine began work on it
+    # The engine's own figures. Two keys override the harness's counts in the record:
+    # "prompt_tokens" (e.g. an HTTP server's usage.prompt_tokens) and "output_tokens"
+    # (usage.completion_tokens, or the streamed text re-tokenized as a whole).
+    engine_stats: dict[str, Any] = field(default_factory=dict)
+    # The reply as the engine returned it (HTTP servers); when set, the runner uses it as the
+    # request's output text and chat history instead of decoding the streamed token ids.
+    text: Optional[str] = None
+
+
+StreamEvent = Union[TokenChunk, RequestDone]

@@ -1,0 +1,229 @@
+"""The engine session: one loaded engine that serves one or more load points.
+
+``EngineSession`` owns what outlives a single point: the model's files, the backend (the
+engine in-process, or its server), the tokenizer the prompts are rendered with, and the
+event loop every point runs in (vLLM's AsyncLLM and HTTP connection pools bind to the loop
+they first run in, so one loop serves the whole session). It loads lazily — the first point
+checks its workload before anything loads — and it is a context manager::
+
+    with EngineSession(cfg, workdir) as session:
+        result_a = run_point(session, cfg_a, dir_a)
+        result_b = run_point(session, cfg_b, dir_b)   # same engine, not reloaded
+
+:class:`SessionCache` keeps one session open across the points of a sweep and replaces it
+when the next point needs another engine (or the engine died).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Optional, TypeVar
+
+from backends import Backend, check_backend_available, create_backend
+from core.errors import HarnessError
+from core.model import ModelFiles
+from harness.config import RunConfig, engine_key
+from harness.model_store import resolve_model
+from workloads.corpus import TokenizedCorpus
+from workloads.prompts import PromptRenderer
+
+log = logging.getLogger("harness")
+T = TypeVar("T")
+
+
+class EngineSession:
+    def __init__(self, cfg: RunConfig, workdir: Path):
+        self.cfg = cfg
+        self.key = engine_key(cfg)
+        self.workdir = Path(workdir)  # where a server writes server.log
+        self.model: Optional[ModelFiles] = None
+        self.backend: Optional[Backend] = None
+        self.renderer: Optional[PromptRenderer] = None
+        self.corpus: Optional[TokenizedCorpus] = None
+        self.load_s: Optional[float] = None  # None until loaded
+        self.points_served = 0
+        self._loop_runner: Optional[_LoopRunner] = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def open(self) -> "EngineSession":
+        """Everything short of loading: the engine is installed, the model found, the tokenizer read."""
+        if self.backend is not None:
+            return self
+        check_backend_available(self.cfg.backend)
+        self.model = resolve_model(self.cfg.model)
+        self.backend = create_backend(self.cfg.backend, self.model)
+        self.backend.run_dir = self.workdir
+        tokenizer = self.backend.get_tokenizer()
+        self.renderer = PromptRenderer(tokenizer)
+        self.corpus = TokenizedCorpus(tokenizer)
+        return self
+
+    @property
+    def loaded(self) -> bool:
+        return self.load_s is not None
+
+    def ensure_loaded(self) -> float:
+        """Load the engine if it is not loaded yet; the seconds this call spent loading (0 if it was)."""
+        if self.loaded:
+            return 0.0
+        self.open()
+        assert self.backend is not None and self.model is not None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log.info("loading %s on %s", self.model.name, self.cfg.backend.name)
+        t = time.perf_counter()
+        try:
+            self.backend.load()  # in server mode: launch the server and wait for its health
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, Exception) and not isinstance(exc, HarnessError):
+                log.debug("load failed", exc_info=True)
+                detail = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise HarnessError(
+                    f"backend {self.cfg.backend.name} could not load {self.model.name}: {type(exc).__name__}: {detail}"
+                ) from exc
+            raise
+        self.load_s = time.perf_counter() - t
+        self._loop_runner = _LoopRunner()
+        return self.load_s
+
+    def close(self) -> None:
+        """Release the engine (stop its server) and the session's event loop; safe to call twice."""
+        backend, self.backend = self.backend, None
+        self.load_s = None
+        try:
+            if backend is not None:
+                backend.close()
+        except Exception as exc:  # noqa: BLE001 - the results are written; say so and go on
+            log.warning("closing the %s backend failed: %s", self.cfg.backend.name, exc)
+        finally:
+            runner, self._loop_runner = self._loop_runner, None
+            if runner is not None:
+                runner.close()
+
+    def __enter__(self) -> "EngineSession":
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- serving points -------------------------------------------------------------------
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run a coroutine on the session's event loop (Ctrl-C cancels it, then raises KeyboardInterrupt)."""
+        assert self._loop_runner is not None, "ensure_loaded() first"
+        return self._loop_runner.run(coro)
+
+    def fatal_error(self) -> Optional[str]:
+        """Why the engine can no longer serve (e.g. its server exited), or None."""
+        if self.backend is None:
+            return "the engine is closed"
+        return _safe(self.backend.fatal_error)
+
+    def scrape_metrics(self) -> Optional[str]:
+        """The engine's Prometheus text, or None (no endpoint, or it did not answer)."""
+        if self.backend is None:
+            return None
+        try:
+            return self.backend.scrape_metrics()
+        except Exception as exc:  # noqa: BLE001 - metrics are extra; the run goes on without them
+            log.warning("could not scrape the engine's metrics: %s", exc)
+            return None
+
+    def reset_prefix_cache(self) -> Optional[bool]:
+        """Empty the engine's prefix cache between points: True done, False not possible, None failed."""
+        if self.backend is None or not self.loaded:
+            return None
+        try:
+            return bool(self.run(self.backend.reset_prefix_cache()))
+        except Exception as exc:  # noqa: BLE001 - the point runs anyway; its summary says the cache was not reset
+            log.warning("could not reset the %s prefix cache: %s", self.cfg.backend.name, exc)
+            return None
+
+    def describe(self) -> dict[str, Any]:
+        """What the summary says about the engine: name, mode, version, and the engine's settings."""
+        backend = self.backend
+        return {
+            "name": self.cfg.backend.name,
+            "mode": self.cfg.backend.mode,
+            "engine": _safe(lambda: backend.engine_name) if backend else None,
+            "engine_version": _safe(lambda: backend.engine_version) if backend else None,
+            "info": (_safe(backend.engine_info) or {}) if backend else {},
+        }
+
+
+class SessionCache:
+    """At most one open session, kept across the points of a sweep while they share its engine."""
+
+    def __init__(self) -> None:
+        self.session: Optional[EngineSession] = None
+        self.loads = 0  # engines loaded (sweep.json: engine_loads)
+
+    def get(self, cfg: RunConfig, workdir: Path, reuse: bool = True) -> EngineSession:
+        """The open session if it can serve ``cfg`` (same engine, alive, reuse allowed), else a new one."""
+        current = self.session
+        if current is not None:
+            alive = not current.loaded or current.fatal_error() is None
+            if reuse and current.key == engine_key(cfg) and alive:
+                return current
+            log.info("closing the %s engine: the next point needs %s", current.cfg.backend.name,
+                     "a fresh load" if current.key == engine_key(cfg) else "another engine")
+            self.close()
+        self.session = EngineSession(cfg, workdir)
+        return self.session
+
+    def note_loaded(self) -> None:
+        self.loads += 1
+
+    def discard(self) -> None:
+        """Close the session after its engine died (the next point reloads)."""
+        self.close()
+
+    def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.close()
+
+
+class _LoopRunner:
+    """One event loop for many ``run`` calls: asyncio.Runner (Python ≥ 3.11) or its equivalent."""
+
+    def __init__(self) -> None:
+        runner_cls = getattr(asyncio, "Runner", None)
+        self._runner = runner_cls() if runner_cls is not None else None
+        self._loop = asyncio.new_event_loop() if self._runner is None else None
+
+    def run(self, coro: Awaitable[T]) -> T:
+        if self._runner is not None:
+            return self._runner.run(coro)
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        try:
+            return self._loop.run_until_complete(task)
+        except KeyboardInterrupt:
+            task.cancel()
+            try:
+                self._loop.run_until_complete(task)
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+            raise
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+        elif self._loop is not None:
+            pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.close()
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - reporting must not mask the run's own error
+        return None

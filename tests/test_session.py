@@ -1,0 +1,44 @@
+"""The engine session: one load serves several load points; the config hash and engine key."""
+from conftest import make_config
+from harness.config import config_sha256, engine_key
+from harness.runner import run_point
+from harness.session import EngineSession, SessionCache
+
+FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=40", "workload.output_len=4", "workload.num_requests=3"]
+
+
+def test_one_session_serves_two_points(tmp_path):
+    first, second = make_config(*FAST, "workload.concurrency=1"), make_config(*FAST, "workload.concurrency=2")
+    with EngineSession(first, tmp_path) as session:
+        a = run_point(session, first, tmp_path / "a")
+        backend = session.backend
+        b = run_point(session, second, tmp_path / "b")
+        assert session.backend is backend and session.points_served == 2
+    assert session.backend is None and not session.loaded  # closed on exit
+    assert a.summary.engine["reused"] is False and a.summary.load_s > 0
+    assert b.summary.engine["reused"] is True and b.summary.load_s == 0
+    assert b.summary.engine["session_load_s"] == a.summary.engine["session_load_s"]
+    assert a.summary.workload["concurrency"] == 1 and b.summary.workload["concurrency"] == 2
+    assert a.summary.workload["prompts_sha256"] == b.summary.workload["prompts_sha256"]
+
+
+def test_cache_keeps_a_session_only_for_the_same_engine(tmp_path):
+    cache = SessionCache()
+    serial = make_config(*FAST)
+    s1 = cache.get(serial, tmp_path)
+    assert cache.get(make_config(*FAST, "workload.concurrency=4", "seed=3"), tmp_path) is s1  # a load setting: same engine
+    s2 = cache.get(make_config(*FAST, "backend.batching=static"), tmp_path)  # an engine setting: another one
+    assert s2 is not s1 and cache.session is s2
+    assert cache.get(make_config(*FAST, "backend.batching=static"), tmp_path, reuse=False) is not s2
+    cache.close()
+    assert cache.session is None
+
+
+def test_config_hash_ignores_presentation_keys():
+    base = make_config(*FAST)
+    assert config_sha256(base) == config_sha256(make_config(*FAST, "progress=true", "report=false", "resume=true",
+                                                            "output_root=/elsewhere", "sweep.compare_html=false"))
+    assert config_sha256(base) != config_sha256(make_config(*FAST, "workload.concurrency=2"))
+    assert config_sha256(base) != config_sha256(make_config(*FAST, "repeat=2"))
+    assert engine_key(base) == engine_key(make_config(*FAST, "workload.concurrency=2"))
+    assert engine_key(base) != engine_key(make_config(*FAST, "backend.batching=static"))
