@@ -173,8 +173,9 @@ class SweepCallback(Callback):
             sweep = read_sweep(sweep_dir)
         except (OSError, ValueError):
             return
-        if config.get("sweep", {}).get("compare_html", True):
-            refresh_compare(sweep_dir)
+        in_process = str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher")
+        if config.get("sweep", {}).get("compare_html", True) and not in_process:
+            refresh_compare(sweep_dir)  # points run elsewhere each refreshed it; once more, complete
         print(format_sweep(sweep))
         failed = [p for p in sweep.get("points", []) if p.get("status") not in ("complete", "saturated", "skipped")]
         if failed:

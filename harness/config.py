@@ -73,6 +73,9 @@ class SweepConfig:
     reuse_engine: bool = True
     # between points on a reused engine, empty its prefix cache where the engine allows
     reset_prefix_cache: bool = True
+    # the workload's warm-up requests run on an engine's first point only: a reused engine is
+    # warm already (true: warm up before every point)
+    warmup_every_point: bool = False
     compare_html: bool = True  # refresh compare.html of the points beside sweep.json after each point
 
     def validate(self) -> None:

@@ -108,8 +108,11 @@ def run_point(
         on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
         driver.on_record = on_record
 
+        warm_up = plan.warmup and (not reused or cfg.sweep.warmup_every_point)
+        engine["warmed_up"] = bool(warm_up)
+
         async def warm_up_then_measure() -> float:
-            if plan.warmup:
+            if warm_up:
                 log.info("warm-up: %d requests (not counted)", len(plan.warmup))
                 await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
                 _check_engine(session, writer, run_dir)
