@@ -64,6 +64,7 @@ class LlamaCppBackend(ThreadedBackend):
         """llama-cpp-python's server on the same GGUF, context, threads and GPU layers."""
         from backends.server_presets import llamacpp_preset
 
+        check_gguf_header(model.require_gguf())
         args = ["--n_ctx", str(config.n_ctx), "--n_batch", str(config.n_batch), "--n_gpu_layers", str(config.n_gpu_layers)]
         if config.n_threads:
             args += ["--n_threads", str(config.n_threads)]

@@ -189,7 +189,8 @@ class OpenAIClient:
         state = _StreamState()
         retry_as_text = False
         try:
-            async with self._session_for_loop().post(url, data=json.dumps(body)) as response:
+            # no redirects: the API key goes to the configured origin and nowhere else
+            async with self._session_for_loop().post(url, data=json.dumps(body), allow_redirects=False) as response:
                 if response.status != 200:
                     detail = _error_detail(await response.text())
                     if not chat and self.prompt_token_ids is None and response.status in (400, 422):
@@ -330,12 +331,39 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+class _SameOriginCredentials(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, but a redirect to another origin (scheme, host, port) loses the
+    Authorization header: the API key is sent to the configured server alone."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+def _origin(url: str) -> tuple[str, str, Optional[int]]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+# loopback never goes through a proxy from the environment; other hosts follow the environment
+_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _SameOriginCredentials())
+_OPENER = urllib.request.build_opener(_SameOriginCredentials())
+
+
+def _opener_for(url: str) -> urllib.request.OpenerDirector:
+    host = (urlsplit(url).hostname or "").lower()
+    loopback = host == "localhost" or host.startswith("127.") or host == "::1"
+    return _LOOPBACK_OPENER if loopback else _OPENER
+
+
 def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0,
              method: str = "GET") -> tuple[int, str, dict[str, str]]:
     """(status, body, headers) of a GET (or a bodiless ``method``); raises OSError (URLError) when nothing answers."""
     req = urllib.request.Request(url, headers=headers or {}, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as response:
+        with _opener_for(url).open(req, timeout=timeout_s) as response:
             return response.status, response.read().decode("utf-8", "replace"), dict(response.headers)
     except urllib.error.HTTPError as exc:
         body = exc.read().decode("utf-8", "replace") if exc.fp else ""

@@ -201,6 +201,7 @@ class ManagedServer:
         self._log: Any = None
         self._stopped = False
         self._old_sigterm: Any = None
+        self._watchdog: Optional[subprocess.Popen] = None
 
     @property
     def url_root(self) -> str:
@@ -227,6 +228,7 @@ class ManagedServer:
             raise ServerStartError(f"could not start the {self.name} server ({self.argv[0]}): {exc.strerror or exc}") from None
         atexit.register(self.stop)
         self._trap_sigterm()
+        self._watchdog = _start_watchdog(self.proc.pid, self.stop_grace_s)
 
     def poll(self) -> Optional[int]:
         """The exit code, or None while it runs."""
@@ -282,13 +284,16 @@ class ManagedServer:
         descendants = _descendants(proc.pid)
         _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace_s
+        interrupted = False
         try:
             proc.wait(timeout=self.stop_grace_s)
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
         except subprocess.TimeoutExpired:
             pass
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if proc.poll() is None or _group_alive(pgid):
+        except KeyboardInterrupt:  # a second Ctrl-C: no more grace
+            interrupted = True
+        if interrupted or proc.poll() is None or _group_alive(pgid):
             _signal_group(pgid, signal.SIGKILL)
         for p in descendants:
             try:
@@ -306,6 +311,11 @@ class ManagedServer:
                 self._log.close()
         atexit.unregister(self.stop)
         self._restore_sigterm()
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait(timeout=5)
+        if interrupted:
+            raise KeyboardInterrupt
 
     def _trap_sigterm(self) -> None:
         """A SIGTERM to the harness becomes KeyboardInterrupt, so the clean-up runs."""
@@ -325,6 +335,44 @@ class ManagedServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# A tiny process of its own (its own session: a Ctrl-C to the terminal does not reach it) that
+# outlives the harness only to stop the server's process group when the harness is gone, even
+# after a SIGKILL, which runs no clean-up: the harness is its parent, so being re-parented means
+# the harness died. argv: server pgid, grace seconds.
+_WATCHDOG = """
+import os, signal, sys, time
+pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, signal.SIG_IGN)
+parent = os.getppid()
+def alive():
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        return False
+while os.getppid() == parent and alive():
+    time.sleep(0.25)
+if alive():
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive():
+        os.killpg(pgid, signal.SIGKILL)
+"""
+
+
+def _start_watchdog(pgid: int, grace_s: float) -> Optional[subprocess.Popen]:
+    try:
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(pgid), str(grace_s)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError as exc:  # the run goes on; only a SIGKILL of the harness could then leave the server behind
+        log.warning("no watchdog for the server (%s): a SIGKILL of the harness would leave it running", exc)
+        return None
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -71,7 +72,14 @@ def check_group_choices(args: list[str]) -> None:
 
 def _discard_if_empty(run_dir: Path) -> None:
     """Nothing was measured: leave no folder behind, unless it holds an engine's server log."""
+    from harness.results import CLAIM
+
     only_hydra = {".hydra", "harness.log"}
+    try:
+        if (run_dir / CLAIM).read_text().strip() == str(os.getpid()):
+            only_hydra.add(CLAIM)  # claimed by this run: nobody else's folder
+    except OSError:
+        pass
     if run_dir.is_dir() and all(p.name in only_hydra for p in run_dir.iterdir()):
         shutil.rmtree(run_dir, ignore_errors=True)
 

@@ -5,8 +5,10 @@ The backend and workload sections are typed by the entry chosen from their regis
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -142,6 +144,7 @@ class RunConfig:
     report: bool = True  # write report.html (harness/report.py) into the run folder
 
     def validate(self) -> None:
+        check_finite(self)
         if self.seed < 0:
             raise ConfigError(f"seed must be >= 0 (got {self.seed})")
         if self.repeat < 1:
@@ -149,6 +152,22 @@ class RunConfig:
         for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.saturation, self.sweep):
             section.validate()
         self.slo_search.validate(self.slo)
+
+
+def check_finite(node: Any, path: str = "") -> None:
+    """NaN and infinities are refused in every float of the config (``workload.rate=nan`` would
+    otherwise pass every ``> 0`` check), before anything loads."""
+    if dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            check_finite(getattr(node, f.name), f"{path}.{f.name}" if path else f.name)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            check_finite(value, f"{path}.{key}")
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            check_finite(value, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"{path} must be a finite number (got {node})")
 
 
 # Keys that change how a run is shown or stored, not what it measures: not in config_sha256.

@@ -211,9 +211,13 @@ def build_record(
     rendered prompt's length and the number of streamed ids.
     """
     n_streamed = len(output_token_ids)
-    n_out = int(engine_stats.get("output_tokens", n_streamed)) if error is None else n_streamed
-    if error is None and (n_streamed == 0 or n_out == 0):
-        error = "no output tokens"
+    n_out = n_streamed
+    if error is None:
+        error = _bad_count(engine_stats, "output_tokens") or _bad_count(engine_stats, "prompt_tokens")
+    if error is None:
+        n_out = int(engine_stats.get("output_tokens", n_streamed))
+        if n_streamed == 0 or n_out == 0:
+            error = "no output tokens"
     ttft_s = e2e_s = tpot_s = None
     itl: list[float] = []
     if error is None:
@@ -226,7 +230,8 @@ def build_record(
         request_id=request.request_id,
         session_id=request.session_id,
         turn=request.turn,
-        prompt_tokens=engine_stats.get("prompt_tokens", len(request.prompt_token_ids)),
+        prompt_tokens=len(request.prompt_token_ids) if _bad_count(engine_stats, "prompt_tokens")
+        else int(engine_stats.get("prompt_tokens", len(request.prompt_token_ids))),
         output_tokens=n_out,
         requested_output_tokens=request.max_new_tokens,
         exact_output_len=request.exact_output_len,
@@ -247,3 +252,13 @@ def build_record(
         error=error,
         engine_stats=engine_stats,
     )
+
+
+def _bad_count(engine_stats: dict[str, Any], key: str) -> Optional[str]:
+    """An engine-reported token count that is not a whole number ≥ 0 (a server that lies) → the request's error."""
+    if key not in engine_stats:
+        return None
+    value = engine_stats[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 or value != int(value):
+        return f"the engine reported an invalid {key.replace('_', ' ')} count: {str(value)[:40]!r}"
+    return None

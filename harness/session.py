@@ -19,10 +19,10 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 from backends import Backend, check_backend_available, create_backend
-from core.errors import HarnessError
+from core.errors import HarnessError, ModelError
 from core.model import ModelFiles
 from harness.config import RunConfig, engine_key
 from harness.model_store import resolve_model
@@ -54,9 +54,13 @@ class EngineSession:
             return self
         check_backend_available(self.cfg.backend)
         self.model = resolve_model(self.cfg.model)
-        self.backend = create_backend(self.cfg.backend, self.model)
+        model = self.model
+        self.backend = _one_line(lambda: create_backend(self.cfg.backend, model),
+                                 f"backend {self.cfg.backend.name} cannot use model {model.name} ({model.source})")
         self.backend.run_dir = self.workdir
-        tokenizer = self.backend.get_tokenizer()
+        tokenizer = _one_line(self.backend.get_tokenizer,
+                              f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
+                              "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
         self.renderer = PromptRenderer(tokenizer)
         self.corpus = TokenizedCorpus(tokenizer)
         return self
@@ -220,6 +224,17 @@ class _LoopRunner:
             if pending:
                 self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
+
+
+def _one_line(fn: Callable[[], T], what: str) -> T:
+    """``fn()``; an unexpected error becomes one ModelError line saying ``what`` and why."""
+    try:
+        return fn()
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - third-party loaders raise anything
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ModelError(f"{what}: {type(exc).__name__}: {detail}") from exc
 
 
 def _safe(fn):

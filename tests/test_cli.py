@@ -48,12 +48,39 @@ def test_unknown_choice_is_one_line(tmp_path, arg, choices):
     ("workload.rate=0", "workload.rate must be > 0"),
     ("workload.input_len=-1", "workload.input_len must be >= 1 (got -1)"),
     ("workload.arrival=weibull", "unknown arrival process 'weibull'"),
+    ("workload.rate=nan", "workload.rate must be a finite number (got nan)"),
+    ("slo.tpot_s=inf", "slo.tpot_s must be a finite number (got inf)"),
+    ("seed=-1", "seed must be >= 0 (got -1)"),
+    ("repeat=0", "repeat must be >= 1 (got 0)"),
 ])
 def test_bad_values_fail_before_any_model_loads(tmp_path, arg, message):
     # the model path does not exist: the config error must come first
     proc = run_harness_cli("workload=synthetic", arg, "model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path)
     assert error_line(proc).startswith(f"error: {message}")
     assert list(tmp_path.iterdir()) == []  # no results folder for a run that never started
+
+
+def test_bad_model_files_are_one_line(tmp_path, tiny_model):
+    import shutil
+
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    shutil.copy(tiny_model.hf_dir / "config.json", folder)
+    proc = run_harness_cli("model.path=" + str(folder), "workload=synthetic", f"output_root={tmp_path}", cwd=tmp_path)
+    assert error_line(proc).startswith(f"error: could not read the tokenizer of model no-tokenizer ({folder})")
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("not a gguf")
+    for mode in ("inprocess", "server"):
+        proc = run_harness_cli("backend=llamacpp", f"backend.mode={mode}", f"model.path={fake}", f"output_root={tmp_path}", cwd=tmp_path)
+        assert error_line(proc) == f"error: {fake} is not a GGUF file (bad header); give a valid .gguf as model.path"
+
+
+def test_server_command_example_of_the_readme_parses(tmp_path):
+    proc = run_harness_cli("backend=llamacpp", "backend.mode=server",
+                           'backend.server_command=[/opt/llama.cpp/llama-server,-m,"{gguf}",--port,"{port}"]', "--cfg", "job",
+                           cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "- '{gguf}'" in proc.stdout and "- '{port}'" in proc.stdout
 
 
 def test_missing_model_path_names_the_path(tmp_path):
@@ -84,7 +111,8 @@ def test_multirun_sweeps_concurrency(tmp_path):
     assert sorted(json.loads(p.read_text())["workload"]["concurrency"] for p in summaries) == [1, 2]
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_sigterm_or_sighup_keeps_what_was_measured(tmp_path, sig):
     args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
             "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
@@ -98,7 +126,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
             break
         time.sleep(0.2)
     assert jsonl is not None, "no request finished in time"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     run_dir = jsonl.parent
@@ -108,6 +136,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     assert summary["status"] == "interrupted"
     assert summary["requests"]["completed"] == len(df[df.error.isna()])
     assert "interrupted" in err
+    assert (run_dir / "report.html").exists()
 
 
 def test_import_without_any_engine():
@@ -141,3 +170,15 @@ def test_no_code_outside_the_registry_branches_on_a_backend_name():
                 if pattern in text:
                     offenders.append(f"{path.name}: {pattern}")
     assert offenders == []
+
+
+def test_two_runs_started_together_do_not_share_a_folder(tmp_path):
+    args = [*FAST, "workload.num_requests=3", f"hydra.run.dir={tmp_path / 'same'}"]
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert error_line(subprocess.CompletedProcess([], 2, "", refused)).endswith("give it another hydra.run.dir")
+    assert len(pd.read_parquet(tmp_path / "same" / "requests.parquet")) == 3  # one run's rows, not both

@@ -76,3 +76,22 @@ def test_kv_cache_bytes_for_smollm2_shape():
 def test_cached_share():
     assert metrics.cached_share([10, 0, None], [20, 20, 100]) == pytest.approx(0.25)  # unknown ones left out
     assert metrics.cached_share([None, None], [5, 5]) is None
+
+
+@pytest.mark.parametrize("stats,error", [
+    ({"output_tokens": -5}, "invalid output tokens count: '-5'"),
+    ({"output_tokens": "12"}, "invalid output tokens count: '12'"),
+    ({"prompt_tokens": 3.5}, "invalid prompt tokens count: '3.5'"),
+    ({"output_tokens": float("nan")}, "invalid output tokens count: 'nan'"),
+])
+def test_counts_a_server_lies_about_fail_that_request(stats, error):
+    """A server's usage that is not a whole number ≥ 0 is that request's error, never negative tokens/s."""
+    from core.types import GenerationRequest
+
+    request = GenerationRequest(request_id=0, prompt_token_ids=[1, 2, 3], max_new_tokens=4, exact_output_len=True)
+    record = metrics.build_record(
+        request=request, t0=0.0, send_t=1.0, end_t=2.0, chunks=[(1.5, 1), (1.6, 1)], output_token_ids=[7, 8],
+        scheduled_s=None, expected_prompt_tokens=3, scheduled_t=None, finish_reason="length", error=None,
+        delivery_lag_max_s=None, engine_stats=stats)
+    assert record.error == f"the engine reported an {error}"
+    assert record.prompt_tokens == 3 and record.output_tokens == 2 and record.ttft_s is None

@@ -81,3 +81,44 @@ def test_real_model_synthetic_exact_lengths(tmp_path):
     assert (df.output_tokens == 16).all()
     assert (df.prompt_tokens == df.expected_prompt_tokens).all()
     assert outcome.summary.warnings == []
+
+
+def test_a_failing_table_write_keeps_the_summary_and_the_report(tmp_path, monkeypatch, caplog):
+    from harness.results import RunWriter
+
+    def broken(self, samples, t0):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(RunWriter, "write_tables", broken)
+    cfg = make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=2", "workload.input_len=40",
+                      "workload.output_len=3")
+    run_benchmark(cfg, tmp_path)
+    assert not (tmp_path / "requests.parquet").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "complete"
+    assert (tmp_path / "report.html").exists()  # rebuilt from requests.jsonl
+    assert any("requests.parquet and memory.parquet not written (OSError: disk full)" in r.message for r in caplog.records)
+
+
+def test_a_second_interrupt_waits_for_the_results(tmp_path):
+    """SIGINT during the final writes is held until they are done, then raised."""
+    import os
+    import signal
+
+    from harness.runner import _interrupts_deferred
+
+    written = []
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            written.append("summary.json")  # still runs after the signal arrived
+    assert written == ["summary.json"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_taken_run_folder_is_refused_in_one_line(tmp_path):
+    from core.errors import HarnessError
+    from harness.results import check_run_dir_free
+
+    check_run_dir_free(tmp_path)
+    with pytest.raises(HarnessError, match="already holds a run"):
+        check_run_dir_free(tmp_path)  # a second run given the same folder, even before it has written anything

@@ -208,3 +208,47 @@ def test_errors_are_recorded_per_request_and_the_run_goes_on(tmp_path):
     assert outcome.summary.status == "complete"
     assert outcome.summary.requests["failed"] == len(failed)
     assert (df[df.error.isna()].output_tokens == 6).all()
+
+
+def test_the_api_key_never_follows_a_redirect_to_another_origin(monkeypatch):
+    """/v1/models answering with a redirect to another port: the key reaches the first server only."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from backends.openai import check_server
+    from backends.server import free_port
+
+    seen: dict[int, list] = {}
+
+    def server(port, redirect_to=None):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.setdefault(port, []).append(self.headers.get("Authorization"))
+                if redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", f"http://127.0.0.1:{redirect_to}/v1/models")
+                    self.end_headers()
+                else:
+                    body = b'{"data": [{"id": "m"}]}'
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+
+    other, first = free_port(), free_port()
+    servers = [server(other), server(first, redirect_to=other)]
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # loopback must not go through it
+    try:
+        ids, _ = check_server(f"http://127.0.0.1:{first}/v1", "sk-secret", "MY_KEY")
+    finally:
+        for s in servers:
+            s.shutdown()
+    assert ids == ["m"]
+    assert seen[first] == ["Bearer sk-secret"] and seen[other] == [None]

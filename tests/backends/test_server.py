@@ -357,8 +357,9 @@ def test_registry_lists_the_new_backends():
     assert "openai" in names and "reference" in names
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
-def test_ctrl_c_or_sigterm_stops_the_server(tmp_path, sig, code):
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, 130), (signal.SIGKILL, -9)])
+def test_ctrl_c_sigterm_sighup_or_sigkill_stops_the_server(tmp_path, sig, code):
+    """SIGKILL runs no clean-up in the harness: the server's watchdog stops it."""
     import subprocess
 
     args = [*REF, "backend.itl_ms=20", *FAST, "workload.output_len=50", "workload.num_requests=200",
@@ -380,6 +381,12 @@ def test_ctrl_c_or_sigterm_stops_the_server(tmp_path, sig, code):
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
+    if sig == signal.SIGKILL:
+        deadline = time.time() + 20  # the watchdog notices within 0.25 s; SIGTERM, then SIGKILL after the grace
+        while time.time() < deadline and not all(gone(c.pid) for c in children):
+            time.sleep(0.1)
+        assert [c.pid for c in children if not gone(c.pid)] == [], "outlived the harness"
+        return
     summary = load_summary(run_dir)
     assert summary["status"] == "interrupted"
     assert 2 <= summary["requests"]["sent"] < 200

@@ -1,0 +1,44 @@
+"""The run folder's schema: typed summary round trip, text a server sent, partial folders."""
+import json
+
+import pandas as pd
+
+from harness.metrics import RequestRecord
+from harness.results import REQUEST_COLUMNS, RunSummary, RunWriter, clean_text, load_run
+
+
+def record(i, **kw):
+    base = dict(request_id=i, session_id=i, turn=0, prompt_tokens=5, output_tokens=2, requested_output_tokens=2,
+                exact_output_len=True, expected_prompt_tokens=5, scheduled_s=None, start_s=0.0, end_s=0.2,
+                ttft_s=0.1, tpot_s=0.1, e2e_s=0.2, itl_s=[0.1])
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def test_summary_round_trip_and_unknown_keys():
+    s = RunSummary(status="complete", latency={"ttft_s": {"p50": 0.25}}, throughput={"requests_per_s": 2.0})
+    back = RunSummary.from_dict({**json.loads(json.dumps(s.to_dict())), "from_a_newer_version": 1})
+    assert back == s
+    assert back.stat("ttft_s", "p50") == 0.25 and back.stat("requests_per_s") == 2.0 and back.stat("nope") is None
+    assert RunSummary.from_dict({"status": "failed"}).requests == {"sent": 0, "completed": 0, "failed": 0}
+
+
+def test_what_a_server_sent_cannot_lose_the_tables(tmp_path):
+    """A non-string finish_reason and an error body with a lone surrogate: parquet is still written."""
+    writer = RunWriter(tmp_path)
+    writer.append(record(0, finish_reason={"weird": 1}))
+    writer.append(record(1, error="bad \ud800 body", ttft_s=None, e2e_s=None, tpot_s=None, itl_s=[]))
+    writer.write_tables([], 0.0)
+    df = pd.read_parquet(tmp_path / "requests.parquet")
+    assert list(df.columns) == list(REQUEST_COLUMNS)
+    assert df.finish_reason[0] == "{'weird': 1}" and df.error[1] == "bad ? body"
+    assert clean_text(None) is None and clean_text(3) == "3"
+
+
+def test_load_run_from_requests_jsonl_alone(tmp_path):
+    writer = RunWriter(tmp_path)
+    writer.append(record(0))
+    writer.write_summary(RunSummary(status="interrupted"))
+    run = load_run(tmp_path)  # no parquet, no env, no config, no workload
+    assert run.summary.status == "interrupted" and len(run.requests) == 1
+    assert run.values("ttft_s").tolist() == [0.1] and run.env == {} and run.config() == {}
