@@ -48,6 +48,8 @@ class BackendConfig:
     port: int = 0  # 0: a free port; a port in use is replaced by a free one (said in the log)
     startup_timeout_s: float = 300.0  # how long the server may take to answer its health check
     request_timeout_s: float = 600.0  # per request, from send to the last byte (also backend=openai)
+    idle_timeout_s: float = 120.0  # per request: no byte from the server for this long fails it (also openai)
+    max_event_mib: float = 16.0  # a server-sent event (or line) larger than this fails its request (also openai)
     endpoint: str = "chat"  # chat: /v1/chat/completions with messages | completions: /v1/completions (also openai)
     api_key_env: Optional[str] = None  # name of the environment variable holding the API key (also openai)
 
@@ -64,6 +66,10 @@ class BackendConfig:
             raise ConfigError(f"backend.endpoint must be chat or completions (got {self.endpoint!r})")
         if self.request_timeout_s <= 0:
             raise ConfigError(f"backend.request_timeout_s must be > 0 (got {self.request_timeout_s})")
+        if self.idle_timeout_s <= 0:
+            raise ConfigError(f"backend.idle_timeout_s must be > 0 (got {self.idle_timeout_s})")
+        if self.max_event_mib <= 0:
+            raise ConfigError(f"backend.max_event_mib must be > 0 (got {self.max_event_mib})")
         if self.api_key_env is not None and not os.environ.get(self.api_key_env):
             raise ConfigError(
                 f"backend.api_key_env names the environment variable {self.api_key_env}, which is not set"

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
-from backends.sse import SSEEvent, SSEParser
+from backends.sse import DEFAULT_MAX_EVENT_CHARS, SSEEvent, SSEParser
 from core.errors import ConfigError, HarnessError
 
 log = logging.getLogger("harness")
@@ -121,11 +121,15 @@ class OpenAIClient:
         api_key: Optional[str] = None,
         timeout_s: float = 600.0,
         prompt_token_ids: Optional[bool] = None,
+        idle_timeout_s: float = 120.0,
+        max_event_chars: int = DEFAULT_MAX_EVENT_CHARS,
     ):
         self.base_url = base_url.rstrip("/")
         self.model_name = model_name
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_event_chars = max_event_chars
         self.prompt_token_ids = prompt_token_ids  # None: try ids, fall back to text once refused
         self._tokenizer = tokenizer
         self._fast = getattr(tokenizer, "backend_tokenizer", None)
@@ -169,7 +173,8 @@ class OpenAIClient:
 
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop or self._session.closed:
-            timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0))
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0),
+                                            sock_read=self.idle_timeout_s)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0), timeout=timeout, headers=self._headers
             )
@@ -198,8 +203,19 @@ class OpenAIClient:
                     else:
                         raise HTTPStatusError(response.status, detail)
                 else:
-                    parser = SSEParser()
-                    async for data in response.content.iter_any():
+                    parser = SSEParser(self.max_event_chars)
+                    content = response.content
+                    while True:
+                        if state.finish_reason is None:
+                            data = await content.readany()
+                        else:  # the reply has ended: [DONE] (or usage) may follow, or nothing ever
+                            try:
+                                data = await asyncio.wait_for(content.readany(), FINISHED_GRACE_S)
+                            except asyncio.TimeoutError:
+                                state.done = state.no_done_marker = True
+                                break
+                        if not data:
+                            break
                         for sse in parser.feed(data):
                             chunk = state.handle(sse, chat, self)
                             if chunk is not None:
@@ -212,7 +228,8 @@ class OpenAIClient:
                             if chunk is not None:
                                 yield chunk
         except asyncio.TimeoutError:
-            raise TimeoutError(f"no complete reply within backend.request_timeout_s={self.timeout_s:g} s") from None
+            raise TimeoutError(f"no byte for backend.idle_timeout_s={self.idle_timeout_s:g} s, or no complete reply "
+                               f"within backend.request_timeout_s={self.timeout_s:g} s") from None
         if retry_as_text:
             self.prompt_token_ids = False
             log.info("%s refused a prompt of token ids; sending the prompt as text", public_url(url))
@@ -229,7 +246,7 @@ class OpenAIClient:
 class _StreamState:
     """What one stream has said so far."""
 
-    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "chunks", "streamed")
+    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "chunks", "streamed")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
@@ -237,6 +254,7 @@ class _StreamState:
         self.usage: Optional[dict[str, Any]] = None
         self.finish_reason: Optional[str] = None
         self.done = False
+        self.no_done_marker = False  # the server ended its reply but never sent [DONE]
         self.chunks = 0
         self.streamed = 0
 
@@ -271,7 +289,8 @@ class _StreamState:
                 texts.append(content)
                 self.reply.append(content)
             if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+                reason = choice["finish_reason"]
+                self.finish_reason = reason if isinstance(reason, str) else str(reason)[:100]
         if not texts:
             return None  # role-only, final, usage-only or empty chunks carry no token
         text = "".join(texts)
@@ -283,6 +302,8 @@ class _StreamState:
 
     def request_done(self, client: OpenAIClient) -> RequestDone:
         stats: dict[str, Any] = {"http_chunks": self.chunks, "streamed_tokens": self.streamed}
+        if self.no_done_marker:
+            stats["no_done_marker"] = True
         usage = self.usage or {}
         if usage.get("prompt_tokens") is not None:
             stats["prompt_tokens"] = int(usage["prompt_tokens"])
@@ -356,6 +377,16 @@ def _opener_for(url: str) -> urllib.request.OpenerDirector:
     host = (urlsplit(url).hostname or "").lower()
     loopback = host == "localhost" or host.startswith("127.") or host == "::1"
     return _LOOPBACK_OPENER if loopback else _OPENER
+
+
+# after a chunk with finish_reason, the stream is taken as ended when nothing more comes for
+# this long (a server that never sends [DONE] and keeps the connection open)
+FINISHED_GRACE_S = 2.0
+
+
+def client_limits(cfg: Any) -> dict[str, Any]:
+    """The per-request limits of a backend config, as OpenAIClient keywords."""
+    return {"idle_timeout_s": cfg.idle_timeout_s, "max_event_chars": int(cfg.max_event_mib * 2**20)}
 
 
 def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0,
@@ -453,7 +484,8 @@ class OpenAIBackend(HTTPBackend):
         ids, self._server_header = check_server(base, key, cfg.api_key_env)
         model_name = cfg.model_name or (ids[0] if ids else self.model.name)
         self.client = OpenAIClient(base, model_name=model_name, tokenizer=self.get_tokenizer(),
-                                   endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s)
+                                   endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
+                                   **client_limits(cfg))
         if cfg.metrics_url:
             root = urlsplit(base)
             self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url

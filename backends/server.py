@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
-from backends.openai import HTTPBackend, OpenAIClient, check_server, http_get
+from backends.openai import HTTPBackend, OpenAIClient, check_server, client_limits, http_get
 from core.errors import ConfigError, HarnessError
 from core.model import ModelFiles
 
@@ -468,6 +468,7 @@ class ServerBackend(HTTPBackend):
         self.client = OpenAIClient(
             base, model_name=model_name, tokenizer=self.get_tokenizer(), endpoint=cfg.endpoint,
             api_key=key, timeout_s=cfg.request_timeout_s, prompt_token_ids=preset.prompt_token_ids,
+            **client_limits(cfg),
         )
         self.metrics_url = self.server.url_root + preset.metrics_path if preset.metrics_path else None
 

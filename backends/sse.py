@@ -9,7 +9,10 @@ Follows the WHATWG rules that matter to an OpenAI-compatible stream:
 - a blank line ends the event; an event without data is not dispatched;
 - one space after the colon is dropped; ``event:`` and ``id:`` are kept, ``retry:`` ignored.
 
-Feed it bytes as they arrive; it returns the events completed so far.
+Feed it bytes as they arrive; it returns the events completed so far. Parsing is linear in
+the stream's size: a line that spans many reads is joined once, when it ends. A line or an
+event larger than ``max_event_chars`` raises :class:`SSETooLarge` (a server that never ends
+its event must not hold the client, and every other stream's timing, for minutes).
 """
 from __future__ import annotations
 
@@ -19,6 +22,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
+DEFAULT_MAX_EVENT_CHARS = 16 * 2**20
+
+
+class SSETooLarge(ValueError):
+    """An event (or one line of it) over the parser's size limit."""
 
 
 @dataclass(slots=True)
@@ -29,21 +37,30 @@ class SSEEvent:
 
 
 class SSEParser:
-    def __init__(self) -> None:
+    def __init__(self, max_event_chars: int = DEFAULT_MAX_EVENT_CHARS) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""  # an unfinished line (may end in a lone \r awaiting its \n)
+        self.max_event_chars = max_event_chars
+        self._pending: list[str] = []  # an unfinished line, in pieces (may end in a lone \r awaiting its \n)
+        self._pending_chars = 0
         self._data: list[str] = []
+        self._data_chars = 0
         self._event: Optional[str] = None
         self._id: Optional[str] = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by ``chunk`` (possibly none)."""
-        text = self._pending + self._decoder.decode(chunk)
+        decoded = self._decoder.decode(chunk)
+        held_cr = bool(self._pending) and self._pending[-1].endswith("\r")
+        if not held_cr and "\n" not in decoded and "\r" not in decoded:
+            self._hold(decoded)  # no line ends here: nothing to split, nothing to re-join
+            return []
+        text = "".join(self._pending) + decoded
+        self._pending, self._pending_chars = [], 0
         held = ""
         if text.endswith("\r"):  # may be the first half of \r\n: decide on the next read
             text, held = text[:-1], "\r"
         lines = _LINE_END.split(text)
-        self._pending = lines.pop() + held
+        self._hold(lines.pop() + held)
         events: list[SSEEvent] = []
         for line in lines:
             event = self._line(line)
@@ -51,11 +68,18 @@ class SSEParser:
                 events.append(event)
         return events
 
+    def _hold(self, text: str) -> None:
+        if text:
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if self._pending_chars + self._data_chars > self.max_event_chars:
+                raise SSETooLarge(f"a server-sent event over {self.max_event_chars:,} characters")
+
     def close(self) -> list[SSEEvent]:
         """End of stream: an event left without its blank line is dispatched too (lenient)."""
         events: list[SSEEvent] = []
-        tail = self._pending + self._decoder.decode(b"", final=True)
-        self._pending = ""
+        tail = "".join(self._pending) + self._decoder.decode(b"", final=True)
+        self._pending, self._pending_chars = [], 0
         for line in _LINE_END.split(tail):
             if line:
                 event = self._line(line)
@@ -76,6 +100,9 @@ class SSEParser:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self._data_chars += len(value) + 1
+            if self._data_chars > self.max_event_chars:
+                raise SSETooLarge(f"a server-sent event over {self.max_event_chars:,} characters")
         elif name == "event":
             self._event = value
         elif name == "id" and "\0" not in value:
@@ -87,6 +114,6 @@ class SSEParser:
             self._event = None
             return None
         event = SSEEvent("\n".join(self._data), self._event, self._id)
-        self._data = []
+        self._data, self._data_chars = [], 0
         self._event = None
         return event

@@ -252,3 +252,62 @@ def test_the_api_key_never_follows_a_redirect_to_another_origin(monkeypatch):
             s.shutdown()
     assert ids == ["m"]
     assert seen[first] == ["Bearer sk-secret"] and seen[other] == [None]
+
+
+def test_a_silent_server_fails_the_request_at_the_idle_timeout(tmp_path, tokenizer):
+    """The server answers, then sends no byte for 3 s: the idle time-out (1 s) ends the request, not the total (600 s)."""
+    with reference_server(tmp_path, "--ttft-ms", "3000", "--itl-ms", "1") as srv:
+        t = time.perf_counter()
+        with pytest.raises(TimeoutError, match="no byte for backend.idle_timeout_s=1 s"):
+            run(collect(client_for(srv, tokenizer, idle_timeout_s=1.0).stream(chat_request(0, 4), {"ignore_eos": True})))
+        assert time.perf_counter() - t < 2.9
+
+
+def test_an_event_over_the_size_limit_fails_the_request(tmp_path, tokenizer):
+    from backends.sse import SSETooLarge
+
+    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1") as srv:
+        with pytest.raises(SSETooLarge, match="over 100 characters"):
+            run(collect(client_for(srv, tokenizer, max_event_chars=100).stream(chat_request(0, 4), {"ignore_eos": True})))
+
+
+def test_a_finished_stream_without_done_is_accepted_after_a_grace(tokenizer):
+    """finish_reason and usage, then the connection stays open with no [DONE]: the reply counts, in ~2 s."""
+    import asyncio
+    import json as _json
+
+    from aiohttp import web
+
+    from backends.server import free_port
+
+    async def handler(request):
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i, text in enumerate(["a", " b", " c"]):
+            chunk = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+            await response.write(f"data: {_json.dumps(chunk)}\n\n".encode())
+        done = {"choices": [{"index": 0, "delta": {}, "finish_reason": {"not": "a string"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 3}}
+        await response.write(f"data: {_json.dumps(done)}\n\n".encode())
+        await asyncio.sleep(30)  # never [DONE], never closed
+        return response
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            client = OpenAIClient(f"http://127.0.0.1:{port}/v1", model_name="m", tokenizer=tokenizer)
+            t = time.perf_counter()
+            chunks, done = await collect(client.stream(chat_request(0, 3)))
+            return chunks, done, time.perf_counter() - t
+        finally:
+            await runner.cleanup()
+
+    chunks, done, took = asyncio.run(main())
+    assert done.text == "a b c" and done.engine_stats["output_tokens"] == 3
+    assert done.engine_stats["no_done_marker"] is True and done.finish_reason == "{'not': 'a string'}"
+    assert 1.5 < took < 10

@@ -65,3 +65,38 @@ def test_events_complete_as_soon_as_their_blank_line_arrives():
 
 def test_unterminated_last_event_is_kept_at_close():
     assert datas(b"data: 1\n\ndata: last") == ["1", "last"]
+
+
+def test_a_long_event_in_many_small_reads_is_one_event():
+    from backends.sse import SSEParser
+
+    parser = SSEParser()
+    body = "x" * 200_000
+    wire = f"data: {body}\n\n".encode()
+    events = []
+    for i in range(0, len(wire), 7):  # a line spanning ~28,000 reads, joined once at its end
+        events += parser.feed(wire[i:i + 7])
+    assert [e.data for e in events] == [body]
+
+
+def test_a_held_carriage_return_still_ends_its_line():
+    from backends.sse import SSEParser
+
+    parser = SSEParser()
+    assert parser.feed(b"data: a\r") == []
+    assert [e.data for e in parser.feed(b"\rdata: b\n\n")] == ["a", "b"]  # \r then \r: a blank line ended "a"
+
+
+def test_an_event_over_the_limit_raises():
+    import pytest
+
+    from backends.sse import SSEParser, SSETooLarge
+
+    parser = SSEParser(max_event_chars=1000)
+    with pytest.raises(SSETooLarge):
+        for _ in range(100):
+            parser.feed(b"y" * 50)  # one unending line
+    parser = SSEParser(max_event_chars=1000)
+    with pytest.raises(SSETooLarge):
+        for _ in range(100):
+            parser.feed(b"data: " + b"z" * 40 + b"\n")  # many data lines, never a blank one
