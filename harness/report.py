@@ -490,13 +490,19 @@ def _details_html(run: RunResult) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``python -m harness.report RUN_DIR…``: (re)build report.html in each run folder."""
+    from core.errors import HarnessError
+
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print("usage: python -m harness.report RUN_DIR [RUN_DIR …]", file=sys.stderr)
         return 2
     for arg in args:
         t0 = time.perf_counter()
-        path = write_report(Path(arg))
+        try:
+            path = write_report(Path(arg))
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB, {time.perf_counter() - t0:.2f} s)")
     return 0
 

@@ -241,16 +241,57 @@ def check_run_dir_free(run_dir: Path) -> None:
 
 
 def is_run_dir(path: Path) -> bool:
+    """A finished run folder (summary.json); a killed run with only requests.jsonl is one for
+    :func:`load_run`, not for the listing of a sweep."""
     return (Path(path) / SUMMARY).is_file()
 
 
 def load_requests(run_dir: Path) -> pd.DataFrame:
-    """A run's requests as a DataFrame: from requests.parquet, or the .jsonl of a run that died."""
+    """A run's requests as a DataFrame: from requests.parquet, or the .jsonl of a run that died
+    (a last line cut off mid-write is left out)."""
     run_dir = Path(run_dir)
     parquet = run_dir / REQUESTS_PARQUET
     if parquet.exists():
         return pd.read_parquet(parquet)
-    return pd.read_json(run_dir / REQUESTS_JSONL, lines=True)
+    return pd.DataFrame(read_jsonl_rows(run_dir / REQUESTS_JSONL), columns=list(REQUEST_COLUMNS))
+
+
+def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    """The complete rows of requests.jsonl; a line that does not parse (a write cut short) is skipped."""
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def summary_from_jsonl(run_dir: Path) -> RunSummary:
+    """What a killed run's requests.jsonl still says, when it left no summary.json (SIGKILL,
+    power loss): the figures of the requests that finished. No SLO is known here."""
+    from harness.summary import summarize
+
+    fields = {f.name for f in dataclasses.fields(RequestRecord)}
+    records = []
+    for row in read_jsonl_rows(Path(run_dir) / REQUESTS_JSONL):
+        stats = row.get("engine_stats")
+        row["engine_stats"] = json.loads(stats) if isinstance(stats, str) else (stats or {})
+        try:
+            records.append(RequestRecord(**{k: v for k, v in row.items() if k in fields}))
+        except TypeError:
+            continue
+    duration = max((r.end_s for r in records), default=0.0)
+    figures = summarize(records, duration, _NoSLO())
+    return RunSummary(status="incomplete", error="the run left no summary.json (killed?); figures rebuilt from requests.jsonl",
+                      **figures)
+
+
+class _NoSLO:
+    ttft_s = tpot_s = e2e_s = None
 
 
 def load_summary(run_dir: Path) -> dict[str, Any]:
@@ -261,7 +302,14 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
 def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
     """Load a run folder; only summary.json and the requests are required."""
     run_dir = Path(run_dir)
-    summary = RunSummary.from_dict(load_summary(run_dir))
+    if (run_dir / SUMMARY).exists():
+        summary = RunSummary.from_dict(load_summary(run_dir))
+    elif (run_dir / REQUESTS_JSONL).exists():
+        summary = summary_from_jsonl(run_dir)
+    else:
+        from core.errors import HarnessError
+
+        raise HarnessError(f"{run_dir} is not a run folder: it has neither summary.json nor requests.jsonl")
     try:
         requests = load_requests(run_dir)
     except (FileNotFoundError, ValueError):

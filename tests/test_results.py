@@ -42,3 +42,26 @@ def test_load_run_from_requests_jsonl_alone(tmp_path):
     run = load_run(tmp_path)  # no parquet, no env, no config, no workload
     assert run.summary.status == "interrupted" and len(run.requests) == 1
     assert run.values("ttft_s").tolist() == [0.1] and run.env == {} and run.config() == {}
+
+
+def test_a_killed_run_with_a_truncated_last_line_still_loads(tmp_path):
+    """SIGKILL mid-write: requests.jsonl ends in half a line, and there is no summary.json."""
+    from harness.report import main as report_main
+
+    writer = RunWriter(tmp_path)
+    for i in range(3):
+        writer.append(record(i, ttft_s=0.1 * (i + 1)))
+    with open(tmp_path / "requests.jsonl", "a") as f:
+        f.write('{"request_id": 3, "session_id": 3, "tu')  # cut off
+    run = load_run(tmp_path)
+    assert len(run.requests) == 3
+    assert run.summary.status == "incomplete" and run.summary.requests == {"sent": 3, "completed": 3, "failed": 0}
+    assert run.summary.stat("ttft_s", "p50") == 0.2
+    assert report_main([str(tmp_path)]) == 0 and (tmp_path / "report.html").exists()
+
+
+def test_report_of_a_folder_that_is_no_run_is_one_line(tmp_path, capsys):
+    from harness.report import main as report_main
+
+    assert report_main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path} is not a run folder: it has neither summary.json nor requests.jsonl"

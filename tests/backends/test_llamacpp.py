@@ -173,3 +173,22 @@ def test_server_mode_chat_and_exact_lengths(tmp_path):
     assert (df.output_tokens == 12).all() and df.error.isna().all()
     assert outcome.summary.warnings == []
     assert "llama_cpp.server" in (tmp_path / "server.log").read_text()
+
+
+def test_sweep_reuses_llamacpp_and_forgets_kept_prefixes(tmp_path):
+    """keep_session_cache keeps prefixes in the slots; between points they are forgotten unless asked not to."""
+    import json
+
+    from conftest import run_harness_cli
+    from harness.results import load_summary
+
+    proc = run_harness_cli("-m", "backend=llamacpp", "backend.batched=true", "backend.keep_session_cache=true",
+                           "workload=chat", "workload.sessions=2", "workload.turns=2", "workload.user_len=24",
+                           "workload.output_len=6", "workload.concurrency=2", "progress=false", "report=false",
+                           "sweep.reset_prefix_cache=true,false", "seed=0,0", f"output_root={tmp_path}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    sweep = json.loads(next(tmp_path.glob("sweep-*/sweep.json")).read_text())
+    assert sweep["engine_loads"] == 1
+    assert [p["prefix_cache_reset"] for p in sweep["points"]] == [None, True, None, None]
+    first_turn = [load_summary(p["run_dirs"][0])["per_turn"][0]["cached_share"] for p in sweep["points"]]
+    assert first_turn[1] < first_turn[3]  # after a reset, turn 0 finds less of the last point's prompts
