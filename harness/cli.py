@@ -137,7 +137,7 @@ def _sweep_point(cfg: DictConfig, hc: Any) -> None:
     from harness.results import RunSummary, is_run_dir, load_summary
     from harness.runner import to_run_config
     from harness.summary import format_summary
-    from harness.sweep import FAILED, record_point, run_sweep_point
+    from harness.sweep import new_entry, record_point, run_sweep_point
 
     run_dir, sweep_dir = Path(hc.runtime.output_dir), Path(hc.sweep.dir)
     index, overrides = int(hc.job.num), list(hc.overrides.task)
@@ -145,19 +145,22 @@ def _sweep_point(cfg: DictConfig, hc: Any) -> None:
         run_cfg = to_run_config(cfg)
     except HarnessError as exc:  # a value invalid at this point only
         print(f"error: point {index} ({' '.join(overrides)}) failed: {exc}", file=sys.stderr)
-        record_point(sweep_dir, {"index": index, "overrides": overrides, "run_dir": str(run_dir), "run_dirs": [],
-                                 "status": FAILED, "error": str(exc), "load_s": 0.0, "engine_reused": False, "figures": {}})
+        record_point(sweep_dir, new_entry(index, overrides, run_dir, error=str(exc)))
         _discard_if_empty(run_dir)
         return
     # Hydra's basic launcher runs every point in this process, so the engine can stay loaded
     # between points; any other launcher (submitit, Ray) runs points in processes of their
     # own, which must not keep an engine (and its GPU memory) once their point is done.
-    in_process = str(hc.launcher.get("_target_", "")).endswith("BasicLauncher")
-    entry = run_sweep_point(run_cfg, run_dir, sweep_dir, index, overrides, keep_engine=in_process)
+    entry = run_sweep_point(run_cfg, run_dir, sweep_dir, index, overrides, keep_engine=_basic_launcher(hc.launcher))
     for d in entry["run_dirs"]:
         if is_run_dir(Path(d)):
             print(format_summary(RunSummary.from_dict(load_summary(Path(d)))))
     print(f"point {index} ({' '.join(overrides) or 'no overrides'}): {entry['status']} · results: {run_dir}", flush=True)
+
+
+def _basic_launcher(launcher: Any) -> bool:
+    """Hydra's own launcher, which runs every point in this process (others use a process each)."""
+    return str(launcher.get("_target_", "")).endswith("BasicLauncher")
 
 
 class SweepCallback(Callback):
@@ -181,8 +184,7 @@ class SweepCallback(Callback):
             sweep = read_sweep(sweep_dir)
         except (OSError, ValueError):
             return
-        in_process = str(config.hydra.launcher.get("_target_", "")).endswith("BasicLauncher")
-        if config.get("sweep", {}).get("compare_html", True) and not in_process:
+        if config.get("sweep", {}).get("compare_html", True) and not _basic_launcher(config.hydra.launcher):
             refresh_compare(sweep_dir)  # points run elsewhere each refreshed it; once more, complete
         print(format_sweep(sweep))
         failed = [p for p in sweep.get("points", []) if p.get("status") not in ("complete", "saturated", "skipped")]

@@ -37,7 +37,7 @@ from harness import metric_registry as registry
 from harness import plots, stats
 from harness.plots import esc, fmt
 from harness.report import REPORT_NAME, backend_text, engine_text, hardware_text, load_text, model_text, run_date
-from harness.results import RunResult, RunSummary, is_run_dir, load_run
+from harness.results import WORKLOAD, RunResult, RunSummary, read_json, is_run_dir, load_run
 
 # request metrics compared with bootstrap CIs; the gate may use any request metric not pooled
 DIFF_METRICS = tuple(k for k, m in registry.REQUEST_METRICS.items() if m.in_compare)
@@ -123,29 +123,20 @@ def _runs_below(folder: Path) -> list[Path]:
 def prompts_sha256(run: RunResult) -> Optional[str]:
     """The summary's sha256 of the prompts without arrival times; older runs: from workload.json."""
     sha = run.summary.workload.get("prompts_sha256")
-    if sha or not run.workload or "sessions" not in run.workload:
+    if sha:
         return sha
+    workload = read_json(run.run_dir / WORKLOAD)
+    if not workload or "sessions" not in workload:
+        return None
     from workloads.base import WorkloadPlan
 
-    return WorkloadPlan.prompts_hash(run.workload)
+    return WorkloadPlan.prompts_hash(workload)
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:
-    runs = []
-    for path in paths:
-        data = load_run(path, with_workload=not _has_prompts_sha(path))
-        prompts = prompts_sha256(data)
-        data.workload = None  # token ids and texts: not needed past this point
-        runs.append(Run(data, prompts))
+    runs = [Run(data, prompts_sha256(data)) for data in (load_run(path, with_workload=False) for path in paths)]
     assign_labels(runs)
     return runs
-
-
-def _has_prompts_sha(path: Path) -> bool:
-    try:
-        return bool(json.loads((path / "summary.json").read_text()).get("workload", {}).get("prompts_sha256"))
-    except (OSError, ValueError):
-        return False
 
 
 def describe(run: Run) -> dict[str, str]:
@@ -640,12 +631,16 @@ class Comparison:
 
 
 def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s", stat: str = "median",
-                 resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, fail_pct: Optional[float] = None) -> Comparison:
+                 resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, fail_pct: Optional[float] = None,
+                 strict: bool = False) -> Comparison:
     """Load the runs (the first is the baseline), compare them, and write compare.csv,
-    differences.csv and compare.html into ``out_dir``."""
+    differences.csv and compare.html into ``out_dir``; ``strict``: refuse incomparable runs
+    (CompareError) before writing anything."""
     runs = load_runs(paths)
     baseline = runs[0]
     comp = check_comparable(runs)
+    if comp.problems and strict:
+        raise CompareError("runs are not comparable (--strict): " + " | ".join(comp.problems))
     table = runs_table(runs)
     diffs = differences(runs, baseline, list(dict.fromkeys([metric, *DIFF_METRICS])), stat, resamples, seed)
     regression_lines = regressions(diffs, metric, fail_pct) if fail_pct is not None else []
@@ -683,13 +678,9 @@ def run_compare(args: argparse.Namespace) -> int:
         paths = base_path + [p for p in paths if p.resolve() != base_path[0].resolve()]
     if len(paths) < 2:
         raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
-    if args.strict:
-        comp = check_comparable(load_runs(paths))
-        if comp.problems:
-            raise CompareError("runs are not comparable (--strict): " + " | ".join(comp.problems))
     out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
-                          seed=args.seed, fail_pct=args.fail_on_regression)
+                          seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict)
     comp = result.comparability
     for problem in comp.problems:
         print(f"WARNING: runs are not comparable: {problem}", file=sys.stderr)

@@ -273,6 +273,7 @@ def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
 def summary_from_jsonl(run_dir: Path) -> RunSummary:
     """What a killed run's requests.jsonl still says, when it left no summary.json (SIGKILL,
     power loss): the figures of the requests that finished. No SLO is known here."""
+    from harness.config import SLOConfig
     from harness.summary import summarize
 
     fields = {f.name for f in dataclasses.fields(RequestRecord)}
@@ -285,13 +286,10 @@ def summary_from_jsonl(run_dir: Path) -> RunSummary:
         except TypeError:
             continue
     duration = max((r.end_s for r in records), default=0.0)
-    figures = summarize(records, duration, _NoSLO())
+    figures = summarize(records, duration, SLOConfig())
     return RunSummary(status="incomplete", error="the run left no summary.json (killed?); figures rebuilt from requests.jsonl",
                       **figures)
 
-
-class _NoSLO:
-    ttft_s = tpot_s = e2e_s = None
 
 
 def load_summary(run_dir: Path) -> dict[str, Any]:
@@ -320,9 +318,9 @@ def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
     config = run_dir / CONFIG
     memory = pd.read_parquet(run_dir / MEMORY) if (run_dir / MEMORY).exists() else None
     return RunResult(
-        run_dir, summary, requests, _read_json(run_dir / ENV) or {},
+        run_dir, summary, requests, read_json(run_dir / ENV) or {},
         config.read_text() if config.exists() else None,
-        _read_json(run_dir / WORKLOAD) if with_workload else None, memory,
+        read_json(run_dir / WORKLOAD) if with_workload else None, memory,
     )
 
 
@@ -334,7 +332,7 @@ def completed(df: pd.DataFrame) -> pd.DataFrame:
     return df[err.isna() | (err.astype(str) == "")]
 
 
-def _read_json(path: Path) -> Optional[dict[str, Any]]:
+def read_json(path: Path) -> Optional[dict[str, Any]]:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

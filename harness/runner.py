@@ -106,10 +106,9 @@ def run_point(
     t0 = time.perf_counter()
     scrapes: dict[str, Optional[str]] = {"before": None, "after": None}
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
-    driver = Driver(session.backend, session.renderer, plan, on_record=writer.append, saturation=detector)
+    on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
+    driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector)
     try:
-        on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
-        driver.on_record = on_record
 
         warm_up = plan.warmup and (not reused or cfg.sweep.warmup_every_point)
         engine["warmed_up"] = bool(warm_up)
@@ -260,8 +259,7 @@ def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Opt
 
 
 def _memory_summary(session: EngineSession, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
-    engine = _safe(session.backend.memory) if session.backend else None
-    engine = engine or {}
+    engine = session.engine_memory()
     out: dict[str, Any] = {
         "rss_peak_bytes": sampler.peak_rss(),
         "rss_peak_measured_bytes": sampler.peak_rss(t_measured) if t_measured else None,
@@ -270,9 +268,8 @@ def _memory_summary(session: EngineSession, sampler: mem.MemorySampler, t_measur
         **engine,
     }
     bytes_per_value = engine.get("kv_bytes_per_value")
-    if bytes_per_value and session.model is not None:
-        hf_config = _safe(session.model.hf_config) or {}
-        out["kv_bytes_per_token"] = kv_cache_bytes_per_token(hf_config, bytes_per_value)
+    if bytes_per_value:
+        out["kv_bytes_per_token"] = kv_cache_bytes_per_token(session.hf_config(), bytes_per_value)
         if cfg.memory.budget_gib and out["kv_bytes_per_token"] and engine.get("weights_bytes"):
             out["budget_gib"] = cfg.memory.budget_gib
             out["kv_tokens_in_budget"] = kv_tokens_in_budget(
@@ -295,10 +292,3 @@ def _with_progress(append, plan: WorkloadPlan, override: Optional[bool], enabled
         bar.update(1)
 
     return append_and_tick, bar.close
-
-
-def _safe(fn):
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001 - reporting must not mask the run's own error
-        return None

@@ -146,6 +146,14 @@ class EngineSession:
             log.warning("could not reset the %s prefix cache: %s", self.cfg.backend.name, exc)
             return None
 
+    def engine_memory(self) -> dict[str, Any]:
+        """The engine's own memory figures (``Backend.memory``), {} when it has none."""
+        return (_safe(self.backend.memory) or {}) if self.backend else {}
+
+    def hf_config(self) -> dict[str, Any]:
+        """The model's config.json, {} when there is none."""
+        return (_safe(self.model.hf_config) or {}) if self.model else {}
+
     def describe(self) -> dict[str, Any]:
         """What the summary says about the engine: name, mode, version, and the engine's settings."""
         backend = self.backend
@@ -163,7 +171,6 @@ class SessionCache:
 
     def __init__(self) -> None:
         self.session: Optional[EngineSession] = None
-        self.loads = 0  # engines loaded (sweep.json: engine_loads)
 
     def get(self, cfg: RunConfig, workdir: Path, reuse: bool = True) -> EngineSession:
         """The open session if it can serve ``cfg`` (same engine, alive, reuse allowed), else a new one."""
@@ -177,13 +184,6 @@ class SessionCache:
             self.close()
         self.session = EngineSession(cfg, workdir)
         return self.session
-
-    def note_loaded(self) -> None:
-        self.loads += 1
-
-    def discard(self) -> None:
-        """Close the session after its engine died (the next point reloads)."""
-        self.close()
 
     def close(self) -> None:
         session, self.session = self.session, None

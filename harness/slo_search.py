@@ -49,47 +49,44 @@ def run_slo_search(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     base = copy.deepcopy(cfg)
     base.slo_search.enabled = False  # each probe is a plain point (its config_sha256 too)
     if key == "rate" and base.workload.concurrency is None:
-        log.info("slo search over rate: no workload.concurrency cap, every arrival is sent at once")
+        log.info("slo search over rate: no workload.concurrency cap: requests in flight are not limited")
     probes: list[dict[str, Any]] = []
     best_pass: Optional[float] = None
     worst_fail: Optional[float] = None
 
     def probe(value: float) -> bool:
+        """Run one probe; sweep.json then has it and the best load so far."""
+        nonlocal best_pass, worst_fail
         n = len(probes) + 1
         value = int(round(value)) if integer else round(value, 6)
-        point_cfg = with_load(base, key, value)
         text = f"{value:g}"
-        entry = run_sweep_point(point_cfg, out_dir / f"probe-{n:02d}-{key}={text}", out_dir, n, [f"workload.{key}={text}"])
+        entry = run_sweep_point(with_load(base, key, value), out_dir / f"probe-{n:02d}-{key}={text}", out_dir, n,
+                                [f"workload.{key}={text}"])
         passed, share = probe_passes(entry, search.attainment)
         probes.append({"probe": n, key: value, "passed": passed, "slo_met_share": share, "status": entry["status"]})
-        verdict = "pass" if passed else "fail"
+        if passed:
+            best_pass = value if best_pass is None else max(best_pass, value)
+        else:
+            worst_fail = value if worst_fail is None else min(worst_fail, value)
         share_text = "-" if share is None else f"{share * 100:.1f}%"
         print(f"probe {n}: {key} {text} → {share_text} of requests met the SLO (need {search.attainment * 100:g}%), "
-              f"{entry['status']} → {verdict}", flush=True)
-        _write_search(out_dir, cfg, probes, best_pass if not passed else max(best_pass or value, value), final=False)
+              f"{entry['status']} → {'pass' if passed else 'fail'}", flush=True)
+        _write_search(out_dir, cfg, probes, best_pass, final=False, worst_fail=worst_fail)
         return passed
 
     try:
         value = search.low
-        while len(probes) < search.max_probes:  # grow until a probe fails
-            if probe(value):
-                best_pass = value if best_pass is None else max(best_pass, value)
-                if search.high is not None and value >= search.high:
-                    break
-                value = value * 2 if search.high is None else min(value * 2, search.high)
-            else:
-                worst_fail = value
+        while len(probes) < search.max_probes and probe(value):  # grow until a probe fails
+            if search.high is not None and value >= search.high:
                 break
+            value = value * 2 if search.high is None else min(value * 2, search.high)
         while (best_pass is not None and worst_fail is not None and len(probes) < search.max_probes
                and _apart(best_pass, worst_fail, search.tolerance, integer)):
             mid = (best_pass + worst_fail) / 2
             mid = float(int(mid)) if integer else mid
             if mid <= best_pass:
                 break
-            if probe(mid):
-                best_pass = mid
-            else:
-                worst_fail = mid
+            probe(mid)
     finally:
         SESSIONS.close()
     return _write_search(out_dir, cfg, probes, best_pass, final=True, worst_fail=worst_fail)

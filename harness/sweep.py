@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -161,21 +162,33 @@ def refresh_compare(sweep_dir: Path) -> Optional[Path]:
 
 def find_finished(output_root: Path, sha: str) -> dict[int, Path]:
     """Finished runs (complete or saturated) of a config under output_root: repeat index → folder."""
-    found: dict[int, Path] = {}
-    root = Path(output_root)
+    return _finished_index(str(Path(output_root).resolve())).get(sha, {})
+
+
+@functools.lru_cache(maxsize=4)
+def _finished_index(root: str) -> dict[str, dict[int, Path]]:
+    """config_sha256 → repeat index → folder, for every finished run under ``root``; read once
+    per process (the points a resumed sweep runs have configs of their own)."""
+    index: dict[str, dict[int, Path]] = {}
     for pattern in ("*/summary.json", "*/*/summary.json", "*/*/*/summary.json"):
-        for path in root.glob(pattern):
+        for path in Path(root).glob(pattern):
             try:
                 summary = load_summary(path.parent)
             except (OSError, ValueError):
                 continue
-            if summary.get("config_sha256") == sha and summary.get("status") in FINISHED:
-                index = (summary.get("repeat") or {}).get("index", 1)
-                found.setdefault(index, path.parent)
-    return found
+            if summary.get("config_sha256") and summary.get("status") in FINISHED:
+                repeat = (summary.get("repeat") or {}).get("index", 1)
+                index.setdefault(summary["config_sha256"], {}).setdefault(repeat, path.parent)
+    return index
 
 
 # --- one point ----------------------------------------------------------------------------
+
+
+def new_entry(index: int, overrides: Sequence[str], run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """A point's entry in sweep.json, as it stands before the point has run (failed until it does)."""
+    return {"index": index, "overrides": list(overrides), "run_dir": str(run_dir), "run_dirs": [], "status": FAILED,
+            "error": None, "load_s": 0.0, "engine_reused": False, "prefix_cache_reset": None, "figures": {}, **fields}
 
 
 def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, overrides: Sequence[str],
@@ -188,11 +201,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     (a launcher's worker process), as does ``sweep.reuse_engine=false``.
     """
     sha = config_sha256(cfg)
-    entry: dict[str, Any] = {
-        "index": index, "overrides": list(overrides), "run_dir": str(run_dir), "run_dirs": [], "status": FAILED,
-        "error": None, "load_s": 0.0, "engine_reused": False, "prefix_cache_reset": None,
-        "config_sha256": sha, "repeats": cfg.repeat, "figures": {},
-    }
+    entry = new_entry(index, overrides, run_dir, config_sha256=sha, repeats=cfg.repeat)
     write_sweep = not single or cfg.repeat > 1
     summaries: list[RunSummary] = []
     done = find_finished(Path(cfg.output_root), sha) if cfg.resume else {}
@@ -216,7 +225,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     except HarnessError as exc:
         entry.update(status=FAILED, error=str(exc))
         if isinstance(exc, EngineFailed) or SESSIONS.session is None or SESSIONS.session.fatal_error():
-            SESSIONS.discard()  # the next point loads a fresh engine
+            SESSIONS.close()  # the next point loads a fresh engine
         if summaries:
             entry["figures"] = combine_repeats(summaries)
         if single:
@@ -240,7 +249,6 @@ def _run_once(cfg: RunConfig, run_dir: Path, workdir: Path, sweep_dir: Optional[
     repeat = {"index": repeat_index, "of": cfg.repeat} if cfg.repeat > 1 else None
 
     def on_loaded() -> None:
-        SESSIONS.note_loaded()
         entry["load_s"] += session.load_s or 0.0
         if sweep_dir is not None:
             count_engine_load(sweep_dir)
