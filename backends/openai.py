@@ -33,12 +33,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
 from backends.sse import DEFAULT_MAX_EVENT_CHARS, SSEEvent, SSEParser
 from core.errors import ConfigError, HarnessError
+from core.text import valid_text
 
 log = logging.getLogger("harness")
 
@@ -80,12 +81,8 @@ class OpenAIConfig(BackendConfig):
             raise ConfigError("backend=openai needs backend.url, the API root (e.g. http://127.0.0.1:8000/v1)")
         if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
             raise ConfigError(f"backend.url must be an http:// or https:// URL (got {public_url(self.url)!r})")
-        parts = urlsplit(self.url)
-        if parts.username or parts.password or "key" in parts.query.lower() or "token" in parts.query.lower():
-            raise ConfigError(
-                "backend.url must not carry credentials (they would be written to the run's config): "
-                "put the key in an environment variable and name it with backend.api_key_env"
-            )
+        for field_name in ("url", "metrics_url"):
+            refuse_credentials_in_url(f"backend.{field_name}", getattr(self, field_name))
         self.extra_body_dict()
         self.validate_http()
 
@@ -197,12 +194,15 @@ class OpenAIClient:
             # no redirects: the API key goes to the configured origin and nowhere else
             async with self._session_for_loop().post(url, data=json.dumps(body), allow_redirects=False) as response:
                 if response.status != 200:
-                    detail = _error_detail(await response.text())
+                    detail = _error_detail(await _read_bounded(response, MAX_ERROR_BODY_BYTES))
                     if not chat and self.prompt_token_ids is None and response.status in (400, 422):
                         retry_as_text = True  # this server may want the prompt as text
                     else:
                         raise HTTPStatusError(response.status, detail)
                 else:
+                    content_type = response.headers.get("Content-Type", "")
+                    if not content_type.startswith("text/event-stream"):
+                        state.not_sse_hint = f" (Content-Type {content_type or 'missing'}: not an event stream)"
                     parser = SSEParser(self.max_event_chars)
                     content = response.content
                     while True:
@@ -237,16 +237,17 @@ class OpenAIClient:
                 yield event
             return
         if not state.done and state.finish_reason is None:
-            raise StreamError("the stream ended before [DONE]")
+            raise StreamError("the stream ended before [DONE]" + state.not_sse_hint)
         if not chat and self.prompt_token_ids is None:
             self.prompt_token_ids = True
-        yield state.request_done(self)
+        yield state.request_done(self, request.max_new_tokens)
 
 
 class _StreamState:
     """What one stream has said so far."""
 
-    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "chunks", "streamed")
+    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "chunks", "streamed",
+                 "not_sse_hint", "invalid_text")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
@@ -257,6 +258,8 @@ class _StreamState:
         self.no_done_marker = False  # the server ended its reply but never sent [DONE]
         self.chunks = 0
         self.streamed = 0
+        self.not_sse_hint = ""
+        self.invalid_text = False  # the server sent text that is not valid Unicode
 
     def handle(self, sse: SSEEvent, chat: bool, client: OpenAIClient) -> Optional[TokenChunk]:
         if self.done:
@@ -273,16 +276,26 @@ class _StreamState:
             raise StreamError(f"unexpected event in the stream: {sse.data[:120]!r}")
         if obj.get("error") and not obj.get("choices"):
             raise StreamError(f"the server reported an error mid-stream: {_error_detail(json.dumps(obj))}")
-        if obj.get("usage"):
-            self.usage = obj["usage"]
+        usage = obj.get("usage")
+        if usage:
+            if not isinstance(usage, dict):
+                raise StreamError(f"usage is not an object: {sse.data[:120]!r}")
+            self.usage = usage
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise StreamError(f"choices is not a list of objects: {sse.data[:120]!r}")
         texts: list[str] = []
-        for choice in obj.get("choices") or ():
+        for choice in choices:
             if chat:
                 delta = choice.get("delta") or {}
+                if not isinstance(delta, dict):
+                    raise StreamError(f"delta is not an object: {sse.data[:120]!r}")
                 content = delta.get("content") or ""
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
             else:
                 content, reasoning = choice.get("text") or "", ""
+            if not isinstance(content, str) or not isinstance(reasoning, str):
+                raise StreamError(f"the token text is not a string: {sse.data[:120]!r}")
             if reasoning:
                 texts.append(reasoning)
             if content:
@@ -294,24 +307,36 @@ class _StreamState:
         if not texts:
             return None  # role-only, final, usage-only or empty chunks carry no token
         text = "".join(texts)
+        try:
+            ids = client.encode(text)
+        except TypeError:  # a lone surrogate (JSON lets a server send "\ud800"): U+FFFD in its place
+            text = valid_text(text)
+            self.reply[-1:] = [valid_text(self.reply[-1])] if self.reply else []
+            self.invalid_text = True
+            ids = client.encode(text)
         self.produced.append(text)
-        ids = client.encode(text)
         self.chunks += 1
         self.streamed += len(ids)
         return TokenChunk(ids, t)
 
-    def request_done(self, client: OpenAIClient) -> RequestDone:
+    def request_done(self, client: OpenAIClient, max_tokens: int) -> RequestDone:
         stats: dict[str, Any] = {"http_chunks": self.chunks, "streamed_tokens": self.streamed}
         if self.no_done_marker:
             stats["no_done_marker"] = True
+        if self.invalid_text:
+            stats["invalid_text"] = True
         usage = self.usage or {}
+        # counts as sent: a count that is not a whole number >= 0 fails its request (harness/metrics.py)
         if usage.get("prompt_tokens") is not None:
-            stats["prompt_tokens"] = int(usage["prompt_tokens"])
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if cached is not None:
-            stats["cached_tokens"] = int(cached)
+            stats["prompt_tokens"] = usage["prompt_tokens"]
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
+            stats["cached_tokens"] = cached
         if usage.get("completion_tokens") is not None:
-            stats["output_tokens"] = int(usage["completion_tokens"])
+            stats["output_tokens"] = usage["completion_tokens"]
+            if isinstance(stats["output_tokens"], (int, float)) and stats["output_tokens"] > max_tokens:
+                raise StreamError(f"usage.completion_tokens is {stats['output_tokens']} for max_tokens {max_tokens}")
             stats["output_tokens_source"] = "usage"
         else:
             stats["output_tokens"] = len(client.encode("".join(self.produced))) if self.produced else 0
@@ -342,14 +367,40 @@ def _error_detail(text: str) -> str:
 # --- plain HTTP for load-time checks and scrapes ------------------------------------------
 
 
-def public_url(url: str) -> str:
-    """The URL without any user:password part, fit for logs and results."""
+# query parameters that carry a credential (api_key, access_token, X-Amz-Signature, sig, …)
+_CREDENTIAL_WORDS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "credential", "signature", "sig")
+
+
+def _credential_params(query: str) -> list[str]:
+    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+    return [n for n in names if any(w in n.lower().replace("-", "_") for w in _CREDENTIAL_WORDS)]
+
+
+def refuse_credentials_in_url(name: str, url: Optional[str]) -> None:
+    """A credential in a URL would be written to the run's config and logs: one line, before anything runs."""
+    if not url:
+        return
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    found = (["user:password"] if parts.username or parts.password else []) + _credential_params(parts.query)
+    if found:
+        raise ConfigError(
+            f"{name} must not carry credentials ({', '.join(found)}): they would be written to the run's "
+            "config and logs; put the key in an environment variable and name it with backend.api_key_env"
+        )
+
+
+def public_url(url: str) -> str:
+    """The URL without a user:password part or the values of credential-like query
+    parameters, fit for logs and results."""
+    parts = urlsplit(url)
+    secret_params = set(_credential_params(parts.query))
+    if parts.username is None and parts.password is None and not secret_params:
         return url
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    query = urlencode([(k, "REDACTED" if k in secret_params else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 class _SameOriginCredentials(urllib.request.HTTPRedirectHandler):
@@ -382,6 +433,20 @@ def _opener_for(url: str) -> urllib.request.OpenerDirector:
 # after a chunk with finish_reason, the stream is taken as ended when nothing more comes for
 # this long (a server that never sends [DONE] and keeps the connection open)
 FINISHED_GRACE_S = 2.0
+# what is read of an error body (HTTP status other than 200): its message is cut to 300
+# characters anyway, and a server must not make the client hold megabytes
+MAX_ERROR_BODY_BYTES = 64 * 1024
+
+
+async def _read_bounded(response: Any, limit: int) -> str:
+    """Up to ``limit`` bytes of an aiohttp response's body, as text (the rest is never read)."""
+    data = bytearray()
+    while len(data) < limit:
+        piece = await response.content.read(limit - len(data))
+        if not piece:
+            break
+        data += piece
+    return data.decode("utf-8", "replace")
 
 
 def client_limits(cfg: Any) -> dict[str, Any]:
@@ -390,14 +455,15 @@ def client_limits(cfg: Any) -> dict[str, Any]:
 
 
 def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0,
-             method: str = "GET") -> tuple[int, str, dict[str, str]]:
-    """(status, body, headers) of a GET (or a bodiless ``method``); raises OSError (URLError) when nothing answers."""
+             method: str = "GET", max_bytes: int = 64 * 2**20) -> tuple[int, str, dict[str, str]]:
+    """(status, body, headers) of a GET (or a bodiless ``method``); raises OSError (URLError)
+    when nothing answers. The body is cut at ``max_bytes`` (error bodies at MAX_ERROR_BODY_BYTES)."""
     req = urllib.request.Request(url, headers=headers or {}, method=method)
     try:
         with _opener_for(url).open(req, timeout=timeout_s) as response:
-            return response.status, response.read().decode("utf-8", "replace"), dict(response.headers)
+            return response.status, response.read(max_bytes).decode("utf-8", "replace"), dict(response.headers)
     except urllib.error.HTTPError as exc:
-        body = exc.read().decode("utf-8", "replace") if exc.fp else ""
+        body = exc.read(min(max_bytes, MAX_ERROR_BODY_BYTES)).decode("utf-8", "replace") if exc.fp else ""
         return exc.code, body, dict(exc.headers or {})
 
 

@@ -18,7 +18,7 @@ from backends.base import Backend, BackendConfig, GenerationRequest
 from backends.server import ServerPreset
 from core.errors import ConfigError
 from core.model import ModelFiles
-from harness.reference_server import DIALECTS
+from harness.reference_server import DIALECTS, FAULTS
 
 
 @dataclass
@@ -30,7 +30,8 @@ class ReferenceConfig(BackendConfig):
     tokens: int = 1024  # natural reply length (max_tokens caps it; exact lengths ignore it)
     jitter_ms: float = 0.0  # each due time moves by U(−jitter, +jitter)
     error_rate: float = 0.0  # fraction of requests that fail
-    error_kind: str = "status"  # status: HTTP 500 | drop: the connection closes mid-stream
+    error_kind: str = "status"  # how a failing request misbehaves: one of harness.reference_server.FAULTS
+    fault_size_mib: float = 32.0  # the size of a huge-event or huge-error-body fault
     chunk_tokens: int = 1  # tokens per streamed chunk
     dialect: str = "openai"  # openai (vLLM-like) | sglang | mlx | llamacpp
     metrics: bool = True  # serve /metrics, scraped around the measured phase
@@ -48,8 +49,10 @@ class ReferenceConfig(BackendConfig):
             raise ConfigError("backend.tokens and backend.chunk_tokens must be >= 1")
         if not 0 <= self.error_rate <= 1:
             raise ConfigError(f"backend.error_rate must be in [0, 1] (got {self.error_rate})")
-        if self.error_kind not in ("status", "drop"):
-            raise ConfigError(f"backend.error_kind must be status or drop (got {self.error_kind!r})")
+        if self.error_kind not in FAULTS:
+            raise ConfigError(f"backend.error_kind must be one of {', '.join(FAULTS)} (got {self.error_kind!r})")
+        if self.fault_size_mib <= 0:
+            raise ConfigError(f"backend.fault_size_mib must be > 0 (got {self.fault_size_mib})")
         if self.dialect not in DIALECTS:
             raise ConfigError(f"backend.dialect must be one of {', '.join(DIALECTS)} (got {self.dialect!r})")
 
@@ -60,6 +63,7 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         "-m", "harness.reference_server", "--host", "{host}", "--port", "{port}",
         "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms), "--tokens", str(c.tokens),
         "--jitter-ms", str(c.jitter_ms), "--error-rate", str(c.error_rate), "--error-kind", c.error_kind,
+        "--fault-size-mib", str(c.fault_size_mib),
         "--chunk-tokens", str(c.chunk_tokens), "--dialect", c.dialect, "--seed", str(c.seed),
         "--model-name", model.name,
     ]

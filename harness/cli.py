@@ -95,10 +95,10 @@ def hydra_main(cfg: DictConfig) -> None:
     if hc.mode == RunMode.MULTIRUN:
         _sweep_point(cfg, hc)
     else:
-        _single_run(cfg, Path(hc.runtime.output_dir))
+        _single_run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
 
 
-def _single_run(cfg: DictConfig, run_dir: Path) -> None:
+def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     from harness.results import RunSummary, load_summary
     from harness.runner import to_run_config
     from harness.summary import format_summary
@@ -113,7 +113,7 @@ def _single_run(cfg: DictConfig, run_dir: Path) -> None:
             print(format_sweep(read_sweep(run_dir)))
             print(f"results: {run_dir}", flush=True)
             return
-        entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, [], single=True)
+        entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, overrides, single=True)
     except HarnessError as exc:
         _discard_if_empty(run_dir)
         fail(str(exc))

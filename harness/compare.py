@@ -650,7 +650,7 @@ def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s"
     gate = (fail_pct, regression_lines) if fail_pct is not None else None
     html, _ = build_compare_html(runs, baseline, table, diffs, comp, out_dir, metric, stat, gate)
     tmp = out_dir / "compare.html.tmp"
-    tmp.write_text(html, encoding="utf-8")
+    tmp.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
     tmp.replace(out_dir / "compare.html")
     return Comparison(runs, comp, table, diffs, regression_lines, out_dir)
 

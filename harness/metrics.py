@@ -13,6 +13,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from core.text import valid_text
+
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -248,8 +250,8 @@ def build_record(
         queue_wait_s=queue_wait(send_t, scheduled_t),
         cached_tokens=engine_stats.get("cached_tokens"),
         delivery_lag_max_s=delivery_lag_max_s,
-        finish_reason=finish_reason,
-        error=error,
+        finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
+        error=valid_text(error) if error else error,
         engine_stats=engine_stats,
     )
 

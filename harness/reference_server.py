@@ -23,6 +23,12 @@ SmolLM2's tokenizer and other GPT-2-style BPE vocabularies, so re-tokenizing the
 gives the count back. With ``--tokenizer DIR`` the prompt is counted with that tokenizer
 (and its chat template for chat requests); without it, prompt token counts are estimates.
 
+Faults (``--error-kind``, on a share ``--error-rate`` of the requests, seeded) imitate a
+server that misbehaves, one way each (see :data:`FAULTS`); the fault-injection suite
+(tests/test_faults.py) runs the harness against every one of them.
+``GET /reference/requests`` lists what the server received (path, Host, whether an
+Authorization header came), never a key.
+
 ``--metrics`` serves ``/metrics`` in Prometheus text with vLLM-style histograms of what it
 served (``sglang:`` names for ``--dialect sglang``), plus
 ``reference:token_lateness_seconds`` (write time − due time: the server's own error).
@@ -91,6 +97,30 @@ def word(request_index: int, k: int) -> str:
     return " " + WORDS[(request_index * 31 + k * 7) % len(WORDS)]
 
 
+# --error-kind: how a failing request misbehaves (the fault-injection suite runs each)
+FAULTS: dict[str, str] = {
+    "status": "HTTP 500 at once",
+    "drop": "the connection closes half-way through the stream",
+    "stall": "half-way through, no byte ever again, the connection open",
+    "no-done": "finish_reason and usage sent, then the connection stays open without [DONE]",
+    "finish-reason-object": "finish_reason is a JSON object, not a string",
+    "negative-usage": "usage.completion_tokens is negative",
+    "absurd-usage": "usage.completion_tokens is 10^15",
+    "fractional-usage": "usage.prompt_tokens is 3.5",
+    "bad-unicode": "HTTP 500 whose JSON error body holds a lone surrogate (\\ud800)",
+    "surrogate-text": "a token's text holds a lone surrogate (\\ud800)",
+    "huge-event": "half-way through, one event of --fault-size-mib MiB",
+    "huge-error-body": "HTTP 500 with a body of --fault-size-mib MiB",
+    "bad-json": "half-way through, an event that is not JSON",
+    "wrong-types": "half-way through, delta.content is a number",
+    "error-event": "half-way through, an error event (as vLLM sends on an engine error)",
+    "not-sse": "HTTP 200 with an HTML page instead of an event stream",
+    "byte-drip": "every event written one byte at a time",
+    "redirect": "/v1/models and the completions answer 307 to the same server under another origin (localhost)",
+}
+FOREVER_S = 3600.0
+
+
 @dataclass
 class Settings:
     ttft_ms: float = 50.0
@@ -98,7 +128,8 @@ class Settings:
     tokens: int = 64
     jitter_ms: float = 0.0
     error_rate: float = 0.0
-    error_kind: str = "status"  # status: HTTP 500 | drop: connection closed mid-stream
+    error_kind: str = "status"  # one of FAULTS
+    fault_size_mib: float = 32.0  # huge-event, huge-error-body
     seed: int = 0
     dialect: str = "openai"
     metrics: bool = False
@@ -246,6 +277,7 @@ class ReferenceServer:
         self._tokenizer = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-tokenizer")
         self._expected_key = os.environ.get(settings.api_key_env, "") if settings.api_key_env else None
+        self.received: list[dict[str, Any]] = []  # GET /reference/requests
         if settings.tokenizer:
             from transformers import AutoTokenizer
 
@@ -256,6 +288,7 @@ class ReferenceServer:
         if self.dialect.health:
             app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/reference/requests", self.requests_received)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         if self.s.metrics:
@@ -275,13 +308,33 @@ class ReferenceServer:
         return web.Response(text="ok")
 
     async def models(self, request: web.Request) -> web.Response:
+        self._log(request)
         if time.perf_counter() - self.started < self.s.startup_delay_s:
             return _error(503, "starting", "server_error")
+        if self.s.error_kind == "redirect" and self.s.error_rate > 0:
+            redirect = self._redirect(request)
+            if redirect is not None:
+                return redirect
         if not self._authorized(request):
             return _error(401, "invalid API key", "authentication_error")
         return web.json_response(
             {"object": "list", "data": [{"id": self.s.model_name, "object": "model", "owned_by": "reference"}]}
         )
+
+    async def requests_received(self, request: web.Request) -> web.Response:
+        return web.json_response(self.received)
+
+    def _log(self, request: web.Request) -> None:
+        self.received.append({"method": request.method, "path": request.path, "host": request.host,
+                              "authorization": "Authorization" in request.headers})
+
+    @staticmethod
+    def _redirect(request: web.Request) -> Optional[web.Response]:
+        """307 to this server under the other loopback name: the same server, another origin."""
+        host, _, port = request.host.rpartition(":")
+        if host != "127.0.0.1":  # already under the other name: served
+            return None
+        return web.Response(status=307, headers={"Location": f"http://localhost:{port}{request.path_qs}"})
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(text=self.metrics.render(), content_type="text/plain")
@@ -296,6 +349,7 @@ class ReferenceServer:
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter()
+        self._log(request)
         self.requests += 1
         index = self.requests
         if self.s.exit_after is not None and index > self.s.exit_after:
@@ -313,9 +367,20 @@ class ReferenceServer:
             return _error(400, "prompt is required", "invalid_request_error")
         if not chat and not self.dialect.token_id_prompts and not isinstance(body["prompt"], str):
             return _error(422, "prompt must be a string", "invalid_request_error")
-        fail = self.s.error_rate > 0 and self.rng.random() < self.s.error_rate
-        if fail and self.s.error_kind == "status":
+        fault = self.s.error_kind if self.s.error_rate > 0 and self.rng.random() < self.s.error_rate else None
+        if fault == "status":
             return _error(500, "reference server: injected error (--error-rate)", "server_error")
+        if fault == "bad-unicode":  # json.dumps would escape it validly: written by hand
+            body = '{"error": {"message": "injected \\ud800 error", "type": "server_error", "code": 500}}'
+            return web.Response(status=500, text=body, content_type="application/json")
+        if fault == "huge-error-body":
+            return web.Response(status=500, body=b"x" * int(self.s.fault_size_mib * 2**20), content_type="text/plain")
+        if fault == "not-sse":
+            return web.Response(status=200, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+        if fault == "redirect":
+            redirect = self._redirect(request)
+            if redirect is not None:
+                return redirect
         n = self._length(body)
         due = self._schedule(arrival, n)
         if self._tokenizer is not None:  # a chat template takes milliseconds: off the event loop
@@ -326,7 +391,7 @@ class ReferenceServer:
         self.metrics.running += 1
         try:
             if body.get("stream"):
-                return await self._stream(request, body, chat, index, n, due, prompt_tokens, arrival, drop=fail)
+                return await self._stream(request, body, chat, index, n, due, prompt_tokens, arrival, fault)
             return await self._whole(body, chat, index, n, due, prompt_tokens, arrival)
         finally:
             self.metrics.running -= 1
@@ -368,7 +433,7 @@ class ReferenceServer:
     def _finish_reason(self, body: dict, n: int) -> str:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
-    async def _stream(self, request, body, chat, index, n, due, prompt_tokens, arrival, drop) -> web.StreamResponse:
+    async def _stream(self, request, body, chat, index, n, due, prompt_tokens, arrival, fault) -> web.StreamResponse:
         dialect = self.dialect
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -381,6 +446,13 @@ class ReferenceServer:
 
         def event(choices: list, **extra: Any) -> bytes:
             return b"data: " + json.dumps({**base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
+
+        async def write(data: bytes) -> None:
+            if fault == "byte-drip":
+                for i in range(len(data)):
+                    await response.write(data[i:i + 1])
+            else:
+                await response.write(data)
 
         def choice(text: Optional[str], reason: Optional[str], role: bool = False) -> dict:
             if not chat:
@@ -399,27 +471,32 @@ class ReferenceServer:
             return c
 
         if dialect.comment == "keepalive":
-            await response.write(f": keepalive 0/{len(body.get('messages') or [])}\n\n".encode())
+            await write(f": keepalive 0/{len(body.get('messages') or [])}\n\n".encode())
         elif dialect.comment == "ping":
-            await response.write(f": ping - {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n".encode())
+            await write(f": ping - {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n".encode())
         if chat and dialect.role_chunk == "empty":
-            await response.write(event([choice("", None, role=True)]))
+            await write(event([choice("", None, role=True)]))
         elif chat and dialect.role_chunk == "bare":
-            await response.write(event([choice(None, None, role=True)]))
+            await write(event([choice(None, None, role=True)]))
 
         k_per = self.s.chunk_tokens
         groups = [list(range(i, min(i + k_per, n))) for i in range(0, n, k_per)]
         prev_t: Optional[float] = None
+        injected = False
         for gi, group in enumerate(groups):
             last = group[-1]
-            if drop and last >= n // 2:
-                request.transport.abort()  # the connection drops mid-stream
-                return response
+            if fault in MID_STREAM_FAULTS and last >= n // 2 and not injected:
+                injected = True
+                await self.timer.sleep_until(due[last])
+                if await self._mid_stream(fault, request, response, event, choice):
+                    return response
             text = "".join(word(index, k) for k in group)
+            if fault == "surrogate-text" and gi == 0:
+                text += "\ud800"
             final = gi == len(groups) - 1 and dialect.finish_on_last_token
             payload = event([choice(text, finish if final else None)])  # ready before its due time
             await self.timer.sleep_until(due[last])
-            await response.write(payload)
+            await write(payload)
             t = time.perf_counter()
             self.metrics.lateness.observe(t - due[last])
             if prev_t is None:
@@ -429,16 +506,49 @@ class ReferenceServer:
             else:
                 self.metrics.itl.observe((t - prev_t) / len(group), len(group))
             prev_t = t
-        if not dialect.finish_on_last_token or not groups:
-            await response.write(event([choice(None if chat else "", finish)]))
+        if fault == "finish-reason-object":
+            finish = {"type": finish, "matched": None}
+        if not dialect.finish_on_last_token or not groups or fault == "finish-reason-object":
+            await write(event([choice(None if chat else "", finish)]))
         n_prompt = await prompt_tokens
-        usage = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
+        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
+        if fault == "negative-usage":
+            usage["completion_tokens"] = -n
+        elif fault == "absurd-usage":
+            usage["completion_tokens"] = 10**15
+        elif fault == "fractional-usage":
+            usage["prompt_tokens"] = 3.5
         if include_usage and dialect.usage:
-            await response.write(event([], usage=usage))
-        await response.write(b"data: [DONE]\n\n")
+            await write(event([], usage=usage))
+        if fault == "no-done":
+            await asyncio.sleep(FOREVER_S)
+        await write(b"data: [DONE]\n\n")
         await response.write_eof()
         self._served(arrival, prev_t, n_prompt, n)
         return response
+
+    async def _mid_stream(self, fault: str, request: web.Request, response: web.StreamResponse,
+                          event: Any, choice: Any) -> bool:
+        """One mid-stream fault; True when the stream ends with it."""
+        if fault == "drop":
+            request.transport.abort()  # the connection drops mid-stream
+            return True
+        if fault == "stall":
+            await asyncio.sleep(FOREVER_S)
+            return True
+        if fault == "huge-event":
+            await response.write(event([choice("x" * int(self.s.fault_size_mib * 2**20), None)]))
+            return False
+        if fault == "bad-json":
+            await response.write(b'data: {"choices": [{"delta": {"content": "a"\n\n')
+            return False
+        if fault == "wrong-types":
+            await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": 42}}]}\n\n')
+            return False
+        if fault == "error-event":
+            await response.write(b'data: {"error": {"message": "engine error: out of memory", "code": 500}}\n\n')
+            return True
+        return False
 
     async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival) -> web.Response:
         if due:
@@ -472,6 +582,9 @@ class ReferenceServer:
         return request.headers.get("Authorization", "") == f"Bearer {self._expected_key}"
 
 
+MID_STREAM_FAULTS = {"drop", "stall", "huge-event", "bad-json", "wrong-types", "error-event"}
+
+
 def _error(status: int, message: str, kind: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
@@ -488,8 +601,9 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[str, int, Settings]:
     p.add_argument("--tokens", type=int, default=64, help="natural reply length; max_tokens caps it")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="each due time moves by U(-j, +j)")
     p.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests that fail")
-    p.add_argument("--error-kind", choices=("status", "drop"), default="status",
-                   help="status: HTTP 500 at once; drop: the connection closes half-way through the stream")
+    p.add_argument("--error-kind", choices=FAULTS, default="status",
+                   help="how a failing request misbehaves: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
+    p.add_argument("--fault-size-mib", type=float, default=32.0, help="size of huge-event and huge-error-body")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dialect", choices=DIALECTS, default="openai")
     p.add_argument("--metrics", action="store_true", help="serve /metrics (Prometheus text)")
@@ -507,7 +621,7 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[str, int, Settings]:
         p.error("--error-rate must be in [0, 1]")
     settings = Settings(
         ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, tokens=a.tokens, jitter_ms=a.jitter_ms, error_rate=a.error_rate,
-        error_kind=a.error_kind, seed=a.seed, dialect=a.dialect, metrics=a.metrics, exit_after=a.exit_after,
+        error_kind=a.error_kind, fault_size_mib=a.fault_size_mib, seed=a.seed, dialect=a.dialect, metrics=a.metrics, exit_after=a.exit_after,
         chunk_tokens=a.chunk_tokens, model_name=a.model_name, api_key_env=a.api_key_env,
         startup_delay_s=a.startup_delay_s, tokenizer=a.tokenizer, timer=a.timer,
     )

@@ -119,7 +119,7 @@ def write_report(run_dir: Path) -> Path:
     html, _ = build_report(load_run(run_dir))
     path = run_dir / REPORT_NAME
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(html, encoding="utf-8")
+    tmp.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
     tmp.replace(path)
     return path
 

@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from core.text import valid_text
 from harness.metrics import RequestRecord
 
 SUMMARY = "summary.json"
@@ -48,11 +49,10 @@ TEXT_COLUMNS = ("finish_reason", "error", "output_text")
 
 
 def clean_text(value: Any) -> Optional[str]:
-    """None, or a string that encodes as UTF-8 (lone surrogates and other invalid code points replaced)."""
+    """None, or a string that encodes as UTF-8 (lone surrogates replaced by U+FFFD)."""
     if value is None:
         return None
-    text = value if isinstance(value, str) else str(value)
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return valid_text(value if isinstance(value, str) else str(value))
 
 
 # How a run ended. A saturated point was stopped early on purpose (its queue kept growing);
@@ -173,7 +173,7 @@ class RunWriter:
         write_json(self.run_dir / name, data)
 
     def write_text(self, name: str, text: str) -> None:
-        (self.run_dir / name).write_text(text)
+        (self.run_dir / name).write_text(text, encoding="utf-8", errors="replace")
 
     def write_summary(self, summary: RunSummary) -> None:
         self.write_json(SUMMARY, summary.to_dict())

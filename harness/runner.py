@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -66,9 +66,13 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
 def run_point(
     session: EngineSession, cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None,
     repeat: Optional[dict[str, int]] = None, prefix_cache_reset: Optional[bool] = None,
-    on_loaded: Optional[Callable[[], None]] = None,
+    on_loaded: Optional[Callable[[], None]] = None, overrides: Sequence[str] = (),
 ) -> RunOutcome:
-    """Run ``cfg``'s workload against ``session``'s engine (loading it first if needed)."""
+    """Run ``cfg``'s workload against ``session``'s engine (loading it first if needed).
+
+    ``overrides``: the command line's Hydra overrides, kept as overrides.yaml. (Hydra's own
+    ``.hydra/`` copy is off: it is written before the run claims its folder, so a second run
+    given the same folder would overwrite it.)"""
     cfg.validate()
     check_run_dir_free(run_dir)
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
@@ -97,6 +101,7 @@ def run_point(
     # The engine is up: from here on the run folder fills, and is finished even on error.
     writer = RunWriter(run_dir, save_output_text=cfg.save_output_text)
     writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    writer.write_text("overrides.yaml", OmegaConf.to_yaml(list(overrides)))
     workload_json = plan.to_json()
     writer.write_json("workload.json", workload_json)
     writer.write_json("env.json", capture_environment())

@@ -111,34 +111,6 @@ def test_multirun_sweeps_concurrency(tmp_path):
     assert sorted(json.loads(p.read_text())["workload"]["concurrency"] for p in summaries) == [1, 2]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_ctrl_c_sigterm_or_sighup_keeps_what_was_measured(tmp_path, sig):
-    args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
-            "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    jsonl = None
-    while time.time() < deadline:
-        found = list(tmp_path.glob("*/requests.jsonl"))
-        if found and found[0].read_text().count("\n") >= 3:
-            jsonl = found[0]
-            break
-        time.sleep(0.2)
-    assert jsonl is not None, "no request finished in time"
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    run_dir = jsonl.parent
-    df = pd.read_parquet(run_dir / "requests.parquet")
-    assert 3 <= len(df) < 400
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "interrupted"
-    assert summary["requests"]["completed"] == len(df[df.error.isna()])
-    assert "interrupted" in err
-    assert (run_dir / "report.html").exists()
-
-
 def test_import_without_any_engine():
     code = (
         "import sys\n"
@@ -172,13 +144,3 @@ def test_no_code_outside_the_registry_branches_on_a_backend_name():
     assert offenders == []
 
 
-def test_two_runs_started_together_do_not_share_a_folder(tmp_path):
-    args = [*FAST, "workload.num_requests=3", f"hydra.run.dir={tmp_path / 'same'}"]
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
-    codes = sorted(code for code, _ in results)
-    assert codes == [0, 2], results
-    refused = next(err for code, err in results if code == 2)
-    assert error_line(subprocess.CompletedProcess([], 2, "", refused)).endswith("give it another hydra.run.dir")
-    assert len(pd.read_parquet(tmp_path / "same" / "requests.parquet")) == 3  # one run's rows, not both

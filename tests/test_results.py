@@ -31,7 +31,7 @@ def test_what_a_server_sent_cannot_lose_the_tables(tmp_path):
     writer.write_tables([], 0.0)
     df = pd.read_parquet(tmp_path / "requests.parquet")
     assert list(df.columns) == list(REQUEST_COLUMNS)
-    assert df.finish_reason[0] == "{'weird': 1}" and df.error[1] == "bad ? body"
+    assert df.finish_reason[0] == "{'weird': 1}" and df.error[1] == "bad \ufffd body"
     assert clean_text(None) is None and clean_text(3) == "3"
 
 

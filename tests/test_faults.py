@@ -1,0 +1,221 @@
+"""The fault-injection suite: every ending and every misbehaving server keeps what was measured.
+
+- A server that misbehaves: the reference server's ``--error-kind`` modes
+  (``harness/reference_server.py: FAULTS``), each run end to end through ``backend=reference``.
+- Secrets: the API key against a server that redirects to another origin.
+- Signal drills: Ctrl-C, SIGTERM, SIGHUP (and SIGKILL in server mode) on a run in progress.
+- An engine that dies mid-run; two runs started together on one folder.
+"""
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from backends.openai import HTTPStatusError, OpenAIClient, check_server
+from conftest import make_config, run_harness_cli
+from core.errors import HarnessError
+from harness.reference_server import FAULTS
+from harness.results import load_requests, load_summary
+from harness.runner import run_benchmark
+from reference_fixtures import chat_request, collect, reference_server, run
+
+FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4", "progress=false"]
+REF = ["backend=reference", "backend.ttft_ms=2", "backend.itl_ms=1", "backend.count_prompt_tokens=false"]
+
+# fault → what a faulted request's row says: an error (a regex on it), or None (the request
+# counts) with a check of its row
+N_REQUESTS, OUTPUT_LEN = 8, 8
+ERRORS = {
+    "status": r"^HTTPStatusError: HTTP 500: reference server: injected error",
+    "drop": r"^(ClientPayloadError|ServerDisconnectedError|StreamError|TransferEncodingError)",
+    "stall": r"^TimeoutError: no byte for backend.idle_timeout_s=1 s",
+    "negative-usage": r"^the engine reported an invalid output tokens count: '-8'",
+    "absurd-usage": r"^StreamError: usage.completion_tokens is 1000000000000000 for max_tokens 8",
+    "fractional-usage": r"^the engine reported an invalid prompt tokens count: '3.5'",
+    "bad-unicode": r"^HTTPStatusError: HTTP 500: injected \ufffd error",
+    "huge-event": r"^SSETooLarge: a server-sent event over",
+    "huge-error-body": r"^HTTPStatusError: HTTP 500: x{300}$",
+    "bad-json": r"^StreamError: not JSON in the stream",
+    "wrong-types": r"^StreamError: the token text is not a string",
+    "error-event": r"^StreamError: the server reported an error mid-stream: engine error: out of memory",
+    "not-sse": r"^StreamError: the stream ended before \[DONE\] \(Content-Type text/html; charset=utf-8: not an event stream\)",
+    "redirect": r"^HTTPStatusError: HTTP 307",
+}
+COUNTED = {  # the request counts; its row shows what was odd
+    "no-done": lambda row: json.loads(row.engine_stats).get("no_done_marker") is True,
+    "finish-reason-object": lambda row: row.finish_reason == "{'type': 'length', 'matched': None}",
+    "surrogate-text": lambda row: "\ufffd" in row.output_text and json.loads(row.engine_stats).get("invalid_text"),
+    "byte-drip": lambda row: json.loads(row.engine_stats)["http_chunks"] == OUTPUT_LEN,
+}
+
+
+def test_every_fault_has_a_case():
+    assert set(ERRORS) | set(COUNTED) == set(FAULTS)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_misbehaving_server_never_loses_the_run(tmp_path, fault):
+    cfg = make_config(*REF, *FAST, f"backend.error_kind={fault}", "backend.error_rate=0.5", "backend.seed=4",
+                      "backend.idle_timeout_s=1", "backend.request_timeout_s=60", "backend.max_event_mib=1",
+                      "backend.fault_size_mib=4", f"workload.num_requests={N_REQUESTS}", "workload.concurrency=4",
+                      f"workload.output_len={OUTPUT_LEN}", "workload.warmup_requests=0", "report=true")
+    outcome = run_benchmark(cfg, tmp_path)
+    for name in ("summary.json", "requests.parquet", "report.html", "config.yaml"):
+        assert (tmp_path / name).is_file(), name
+    df = load_requests(tmp_path)
+    summary = load_summary(tmp_path)
+    assert len(df) == N_REQUESTS and summary["status"] == "complete"
+    assert summary["requests"]["failed"] == df.error.notna().sum() == outcome.summary.requests["failed"]
+    ok = df[df.error.isna()]
+    assert (ok.output_tokens >= 0).all() and (ok.prompt_tokens >= 0).all()
+    for key, value in summary["throughput"].items():
+        assert value is None or (math.isfinite(value) and value >= 0), key
+    if fault in ERRORS:
+        failed = df[df.error.notna()]
+        assert 0 < len(failed) < N_REQUESTS, df.error.tolist()
+        assert failed.error.str.contains(ERRORS[fault], regex=True).all(), failed.error.tolist()
+        assert (ok.output_tokens == OUTPUT_LEN).all()
+    else:
+        assert df.error.isna().all(), df.error.tolist()
+        assert (df.output_tokens == OUTPUT_LEN).all()
+        assert sum(COUNTED[fault](row) for row in df.itertuples()) > 0
+
+
+def _received(srv):
+    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with no_proxy.open(srv.url_root + "/reference/requests", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_the_api_key_never_follows_a_redirect_to_another_origin(tmp_path, tiny_model, monkeypatch):
+    """/v1/models and the completions answer 307 to the same server as localhost: another origin."""
+    from transformers import AutoTokenizer
+
+    env = {"REF_FAULT_KEY": "sk-fault-secret"}
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # loopback must not go through it
+    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-kind", "redirect", "--error-rate", "1",
+                          "--api-key-env", "REF_FAULT_KEY", env=env) as srv:
+        base = srv.url_root + "/v1"
+        with pytest.raises(HarnessError, match="refused the API key"):  # the redirected GET came without it
+            check_server(base, "sk-fault-secret", "REF_FAULT_KEY")
+        client = OpenAIClient(base, model_name="m", api_key="sk-fault-secret",
+                              tokenizer=AutoTokenizer.from_pretrained(tiny_model.hf_dir))
+        with pytest.raises(HTTPStatusError, match="HTTP 307"):  # a streaming POST follows no redirect
+            run(collect(client.stream(chat_request(0, 4))))
+        seen = _received(srv)
+    assert [(r["method"], r["host"].split(":")[0], r["authorization"]) for r in seen] == [
+        ("GET", "127.0.0.1", True), ("GET", "localhost", False), ("POST", "127.0.0.1", True)]
+    assert "sk-fault-secret" not in srv.log_path.read_text()
+
+
+# --- signals ------------------------------------------------------------------------------
+
+
+def _start_and_wait_for_rows(tmp_path, args, rows):
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = list(tmp_path.glob("*/requests.jsonl"))
+        if found and found[0].read_text().count("\n") >= rows:
+            return proc, found[0].parent
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("no request finished in time")
+
+
+def _gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_in_process_run_keeps_what_was_measured(tmp_path, sig):
+    args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
+            "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    df = pd.read_parquet(run_dir / "requests.parquet")
+    assert 3 <= len(df) < 400
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert summary["requests"]["completed"] == len(df[df.error.isna()])
+    assert "interrupted" in err
+    assert (run_dir / "report.html").exists()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, 130), (signal.SIGKILL, -9)])
+def test_server_run_stops_its_server(tmp_path, sig, code):
+    """SIGKILL runs no clean-up in the harness: the server's watchdog stops it."""
+    args = [*REF, "backend.itl_ms=20", *FAST, "workload.output_len=50", "workload.num_requests=200",
+            f"output_root={tmp_path}"]
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 2)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the server should be a child of the harness"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    if sig == signal.SIGKILL:
+        deadline = time.time() + 20  # the watchdog notices within 0.25 s; SIGTERM, then SIGKILL after the grace
+        while time.time() < deadline and not all(_gone(c.pid) for c in children):
+            time.sleep(0.1)
+        assert [c.pid for c in children if not _gone(c.pid)] == [], "outlived the harness"
+        assert load_requests(run_dir).shape[0] >= 2  # requests.jsonl, written row by row, survives
+        return
+    summary = load_summary(run_dir)
+    assert summary["status"] == "interrupted"
+    assert 2 <= summary["requests"]["sent"] < 200
+    for child in children:
+        assert _gone(child.pid)
+    assert "stopped (exit code" in (run_dir / "server.log").read_text()
+
+
+# --- an engine that dies, runs that collide ----------------------------------------------
+
+
+def test_a_server_that_dies_mid_run(tmp_path):
+    proc = run_harness_cli(*REF, *FAST, "backend.exit_after=3", "workload.warmup_requests=0", "workload.num_requests=8",
+                           "workload.concurrency=1", f"output_root={tmp_path}", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1
+    assert "the reference server exited with code 3" in lines[0] and "during the run; 5 of 8 requests failed" in lines[0]
+    run_dir = next(tmp_path.iterdir())
+    assert str(run_dir) in lines[0]
+    df = load_requests(run_dir)
+    assert len(df) == 8 and df.error.isna().sum() == 3
+    assert df[df.error.notna()].error.str.startswith("ServerExited: the reference server exited with code 3").all()
+    summary = load_summary(run_dir)
+    assert summary["status"] == "failed" and summary["requests"] == {"sent": 8, "completed": 3, "failed": 5}
+    assert "exited with code 3" in summary["error"]
+
+
+def test_two_runs_started_together_do_not_share_a_folder(tmp_path):
+    import yaml
+
+    same = tmp_path / "same"
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", *FAST, "workload.num_requests=3", f"seed={seed}",
+                               f"hydra.run.dir={same}"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in (1, 2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    refused = next(err for code, err in results if code == 2).strip().splitlines()
+    assert len(refused) == 1 and refused[0].endswith("give it another hydra.run.dir"), refused
+    assert len(pd.read_parquet(same / "requests.parquet")) == 3  # one run's rows, not both
+    # the folder's config and command line are those of the run that measured, written after its claim
+    seed = yaml.safe_load((same / "config.yaml").read_text())["seed"]
+    assert f"seed={seed}" in yaml.safe_load((same / "overrides.yaml").read_text())
+    assert not (same / ".hydra").exists()
