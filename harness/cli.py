@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from core.errors import HarnessError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("backend", "model", "workload")
+GROUPS = ("backend", "model", "workload", "preset")
 EXIT_POINT_FAILED = 1
 _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
 

@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh all
 # the report tests open report.html in a real headless Chromium (Debian's package)
-if ! command -v chromium >/dev/null 2>&1; then
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+    && ! command -v google-chrome >/dev/null 2>&1; then
   echo "installing chromium for the report tests (apt-get)…" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "warning: could not install chromium: browser tests skip (and fail when CI=true)" >&2

@@ -36,9 +36,13 @@ class WorkloadConfig:
     top_p: float = 1.0
     top_k: int = 0
     warmup_requests: int = 1
+    # Closed loop: at least this many sessions per unit of concurrency (a sweep over
+    # concurrency then runs each point for as many rounds); null: the count as configured.
+    min_rounds: Optional[int] = None
 
     def validate(self) -> None:
         _positive(f"workload.concurrency", self.concurrency, allow_none=True)
+        _positive("workload.min_rounds", self.min_rounds, allow_none=True)
         if self.rate is not None and self.rate <= 0:
             raise ConfigError(f"workload.rate must be > 0 requests/s, or null for a closed loop (got {self.rate})")
         from workloads.arrivals import arrival_registry
@@ -52,6 +56,13 @@ class WorkloadConfig:
             raise ConfigError("workload sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0")
         if self.warmup_requests < 0:
             raise ConfigError(f"workload.warmup_requests must be >= 0 (got {self.warmup_requests})")
+
+
+def session_count(cfg: WorkloadConfig, configured: int) -> int:
+    """``configured``, raised to ``min_rounds`` × concurrency for a closed loop that asks for it."""
+    if cfg.min_rounds is None or cfg.rate is not None:
+        return configured
+    return max(configured, cfg.min_rounds * (cfg.concurrency or 1))
 
 
 def _positive(key: str, value: Optional[float], allow_none: bool = False) -> None:

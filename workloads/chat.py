@@ -18,6 +18,7 @@ from workloads.base import (
     Workload,
     WorkloadConfig,
     WorkloadPlan,
+    session_count,
     _check_distribution,
     _positive,
     make_plan,
@@ -92,6 +93,6 @@ class ChatWorkload(Workload):
                 made.append(SessionSpec(first_id + s, turns, system=system))
             return made
 
-        measured = sessions(text_rng, cfg.sessions, cfg.turns, 0)
+        measured = sessions(text_rng, session_count(cfg, cfg.sessions), cfg.turns, 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)

@@ -14,6 +14,7 @@ from workloads.base import (
     Workload,
     WorkloadConfig,
     WorkloadPlan,
+    session_count,
     _check_distribution,
     _positive,
     make_plan,
@@ -66,6 +67,6 @@ class SyntheticWorkload(Workload):
                 made.append(SessionSpec(first_id + i, [TurnSpec(text, n_out, prompt_token_ids=ids)]))
             return made
 
-        measured = sessions(text_rng, cfg.num_requests, 0)
+        measured = sessions(text_rng, session_count(cfg, cfg.num_requests), 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)

@@ -1,0 +1,153 @@
+"""The CI: workflows checked by actionlint, and the benchmark job's scripts (scripts/ci/) run end
+to end here, with the reference server as the engine: sweep, baseline absent and found, the
+gate passing and failing, the job summary, the teardown."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO
+
+CI = REPO / "scripts" / "ci"
+BIN = Path(sys.executable).parent
+# the reference server as the engine: a known TTFT, so a slower "engine" is a sure regression
+SWEEP = ["model=tiny-random", "backend.count_prompt_tokens=false", "backend.itl_ms=2", "workload.num_requests=4"]
+
+
+def env_with(**extra):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HARNESS_PYTHON": sys.executable}
+    env.pop("GITHUB_OUTPUT", None)
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    return {**env, **extra}
+
+
+def script(*args, env=None, cwd=REPO, timeout=600):
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=env or env_with(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_workflows_pass_actionlint():
+    actionlint = shutil.which("actionlint", path=str(BIN))
+    assert actionlint, "actionlint is in the test extra (pip install -e '.[test]')"
+    proc = subprocess.run([actionlint, "-no-color"], cwd=REPO, env=env_with(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert shutil.which("shellcheck", path=str(BIN)), "shellcheck checks the workflows' scripts"
+    assert sorted(p.name for p in (REPO / ".github" / "workflows").glob("*.yml")) == ["ci.yml", "gpu-benchmark.yml"]
+
+
+def test_shell_scripts_pass_shellcheck():
+    proc = subprocess.run([shutil.which("shellcheck", path=str(BIN)), *sorted(CI.glob("*.sh")),
+                           REPO / "scripts" / "setup.sh", REPO / "scripts" / "test.sh"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_engine_availability(tmp_path):
+    out = tmp_path / "github_output"
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    no_docker = {"PATH": f"{fakebin}:/usr/bin:/bin", "GITHUB_OUTPUT": str(out), "HARNESS_CONTAINER_IMAGE": ""}
+    proc = script(CI / "engine-available.sh", "tgi", env=env_with(**no_docker))
+    assert proc.returncode == 0 and "not on this runner" in proc.stdout
+    (fakebin / "text-generation-launcher").write_text("#!/bin/sh\n")
+    (fakebin / "text-generation-launcher").chmod(0o755)
+    proc = script(CI / "engine-available.sh", "tgi", env=env_with(**no_docker))
+    assert proc.returncode == 0 and "tgi: available" in proc.stdout
+    assert out.read_text().splitlines() == ["available=false", "available=true"]
+
+
+def fake_gh(tmp_path, baseline_dir=None):
+    """A `gh` on PATH: `run list` finds one run when there is a baseline, `run download` copies it."""
+    fakebin = tmp_path / "fakebin"
+    fakebin.mkdir(exist_ok=True)
+    run_id = "4242" if baseline_dir else ""
+    (fakebin / "gh").write_text(f"""#!/usr/bin/env bash
+echo "$@" >> {tmp_path}/gh_calls
+case "$1 $2" in
+  "run list") echo "{run_id}" ;;
+  "run download")
+    dir=""; while [ $# -gt 0 ]; do [ "$1" = --dir ] && dir=$2; shift; done
+    cp -r "{baseline_dir}/." "$dir/" ;;
+esac
+""")
+    (fakebin / "gh").chmod(0o755)
+    return env_with(PATH=f"{fakebin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}", BRANCH="main")
+
+
+def sweep(out, ttft_ms):
+    proc = script(CI / "run-sweep.sh", "reference", "ci-smoke", out, *SWEEP, f"backend.ttft_ms={ttft_ms}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert [p["status"] for p in points] == ["complete", "complete"]
+    assert [p["overrides"][0] for p in points] == ["workload.concurrency=1", "workload.concurrency=4"]
+    return out
+
+
+def gate(tmp_path, current, baseline, name):
+    summary = tmp_path / f"summary-{name}.md"
+    proc = script(sys.executable, CI / "gate.py", "--current", current, "--baseline", baseline,
+                  "--out", tmp_path / f"compare-{name}", "--fail-on-regression", "25", "--summary", summary)
+    return proc, summary.read_text() if summary.exists() else ""
+
+
+def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(tmp_path):
+    base = sweep(tmp_path / "base", ttft_ms=60)
+
+    # the first run: no baseline, no gate, and the summary says so
+    proc = script(CI / "fetch-baseline.sh", "results-reference-ci-smoke", tmp_path / "baseline", env=fake_gh(tmp_path))
+    assert proc.returncode == 0 and "no baseline" in proc.stdout and not (tmp_path / "baseline").exists()
+    proc, summary = gate(tmp_path, base, tmp_path / "baseline", "first")
+    assert proc.returncode == 0, proc.stderr
+    assert "**No baseline**" in summary and "no gate this time" in summary
+
+    # the next run finds the baseline: the latest successful run on the default branch
+    env = fake_gh(tmp_path, baseline_dir=base)
+    proc = script(CI / "fetch-baseline.sh", "results-reference-ci-smoke", tmp_path / "baseline", env=env)
+    assert proc.returncode == 0 and "baseline: results-reference-ci-smoke of run 4242" in proc.stdout
+    assert (tmp_path / "baseline" / "sweep.json").is_file()
+    calls = (tmp_path / "gh_calls").read_text()
+    assert "--branch main --status success" in calls and "run download 4242" in calls
+
+    same = sweep(tmp_path / "same", ttft_ms=60)
+    proc, summary = gate(tmp_path, same, tmp_path / "baseline", "same")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [l for l in summary.splitlines() if l.startswith("| workload.concurrency=")]
+    assert len(rows) == 2 and all(r.endswith("| pass |") for r in rows), summary
+    assert "No regression." in summary
+
+    slower = sweep(tmp_path / "slower", ttft_ms=240)
+    proc, summary = gate(tmp_path, slower, tmp_path / "baseline", "slower")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = [l for l in summary.splitlines() if l.startswith("| workload.concurrency=")]
+    assert len(rows) == 2 and all(r.endswith("| **REGRESSION** |") for r in rows), summary
+    assert "2 point(s) regressed" in summary
+    assert (tmp_path / "compare-slower").is_dir() and list((tmp_path / "compare-slower").glob("*/compare.html"))
+
+
+def test_gate_without_a_sweep_is_one_line(tmp_path):
+    proc = script(sys.executable, CI / "gate.py", "--current", tmp_path, "--out", tmp_path / "c")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"error: no sweep.json under {tmp_path}: did the sweep run?"]
+
+
+def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path):
+    marker = f"teardown-{uuid.uuid4().hex[:8]}"
+    proc = script(sys.executable, CI / "teardown.py", "--only", marker)
+    assert proc.returncode == 0 and "clean" in proc.stdout
+    stray = subprocess.Popen([sys.executable, "-m", "harness.reference_server", "--port", "0", "--model-name", marker],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(1)
+        proc = script(sys.executable, CI / "teardown.py", "--only", marker)
+        assert proc.returncode == 1
+        assert f"engine process left running: pid {stray.pid}" in proc.stderr and "FAILED" in proc.stderr
+        stray.wait(timeout=30)  # stopped by the teardown
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+    assert not psutil.pid_exists(stray.pid) or psutil.Process(stray.pid).status() == psutil.STATUS_ZOMBIE
