@@ -3,7 +3,7 @@
 Writes into ``--out`` (default ``results/compare-<date>-<time>``):
 
 - ``compare.csv`` — one row per run: what ran, key percentiles (ms) and throughputs; the
-  same table is printed;
+  console prints a selection within 120 columns;
 - ``differences.csv`` — each run against the baseline (``--baseline``, default the first run):
   for TTFT, TPOT, E2E and per-request output tokens/s, the change of a statistic (median by
   default) with a bootstrap 95 % confidence interval and a verdict: faster, slower or no
@@ -17,7 +17,11 @@ prompts; a different arrival schedule alone is only noted) on the same hardware 
 and GPUs). Otherwise the comparison warns loudly (WARNING lines and a banner), or with
 ``--strict`` refuses (exit 2). Backend and engine differences are listed: they are usually
 the point. ``--fail-on-regression PCT`` exits 1 when ``--metric`` got worse than the baseline
-by more than PCT % and the CI excludes no change.
+by more than PCT % and the CI excludes no change. ``--markdown FILE`` appends the comparison
+as GitHub markdown to FILE (``-``: stdout), for a job summary or a pull-request comment.
+
+Runs are labelled short (``2 vllm c=8``: index, backend, the settings that differ; see
+:func:`assign_labels`); every output also lists what each label stands for in full.
 """
 from __future__ import annotations
 
@@ -25,11 +29,13 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, TextIO
+from urllib.parse import urlsplit
 
 import pandas as pd
 
@@ -37,6 +43,7 @@ from harness import metric_registry as registry
 from harness import plots, stats
 from harness.plots import esc, fmt
 from harness.report import REPORT_NAME, backend_text, engine_text, hardware_text, load_text, model_text, run_date
+from harness.tables import header_lines, md_table, md_text, text_table, wrap
 from harness.results import WORKLOAD, RunResult, RunSummary, read_json, is_run_dir, load_run
 
 # request metrics compared with bootstrap CIs; the gate may use any request metric not pooled
@@ -140,7 +147,7 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
 
 
 def describe(run: Run) -> dict[str, str]:
-    """The settings a run can differ in, as short text (used for labels and the table)."""
+    """The settings a run can differ in, as text (the notes of what differs between runs)."""
     s = run.summary
     b = s.backend
     wl = s.workload
@@ -160,21 +167,109 @@ def describe(run: Run) -> dict[str, str]:
     return out
 
 
+LABEL_MAX = 28  # characters of a run's label: the console table's first column, plot legends and axes
+PART_MAX = 12  # characters of one setting in a label
+RUN_KEYS = ("model", "workload", "concurrency", "rate", "repeat")  # settings of the run, not of its backend
+SHORT_KEYS = {"concurrency": "c", "rate": "r", "max_batch_size": "bs", "tensor_parallel_size": "tp",
+              "threads": "thr", "n_threads": "thr", "quantize_bits": "q", "enforce_eager": "eager"}
+
+
+def short_key(key: str) -> str:
+    """A setting's name in a label: a known abbreviation; a long compound name's initials
+    (``gpu_memory_utilization`` → ``gmu``); a long word's first letters; else the name."""
+    if key in SHORT_KEYS:
+        return SHORT_KEYS[key]
+    if len(key) <= 8:
+        return key
+    words = [w for w in re.split(r"[_\-\s]+", key) if w]
+    return "".join(w[0] for w in words) if len(words) > 1 else key[:4]
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters at a separator (space - _ /, not the dot of a number), with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    cut = max(head.rfind(ch) for ch in " -_/")
+    return (head[:cut] if cut > 0 else head).rstrip() + "…"
+
+
+def short_setting(key: str, value: Any) -> str:
+    """A backend setting in a label: a word value alone (``static``), else ``key=value`` (``bs=8``, ``eager=on``)."""
+    text = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    if "://" in text:  # a URL: its host and port
+        text = urlsplit(text).netloc or text
+    elif "/" in text.rstrip("/"):  # a path: its last part
+        text = text.rstrip("/").rsplit("/", 1)[-1]
+    if not isinstance(value, bool) and re.fullmatch(r"[A-Za-z][\w.+-]*", text):
+        return clip(text, PART_MAX)
+    return f"{short_key(key)}={clip(text, PART_MAX)}"
+
+
+def short_settings(run: Run) -> dict[str, str]:
+    """The settings a run can differ in, each as the few characters a label shows of it; in the
+    order labels show them, which is also the order kept when a label is too long."""
+    s = run.summary
+    b = s.backend
+    wl = s.workload
+    info = b.get("info") or {}
+    out = {"rate": f"r={wl.get('rate')}/s"} if wl.get("open_loop") else {}  # open loop: the concurrency only bounds it
+    out.update({
+        "concurrency": f"c={wl.get('concurrency')}",
+        "model": clip(str(s.model.get("name")), PART_MAX),
+        "workload": clip(str(wl.get("name")), PART_MAX),
+        "mode": str(b.get("mode")),
+        "engine": f"v{b['engine_version']}" if b.get("engine_version") else str(b.get("engine")),
+        **{k: short_setting(k, v) for k, v in info.items() if not isinstance(v, (dict, list)) and v is not None},
+    })
+    if s.repeat:  # last: the index tells repeats apart anyway
+        out["repeat"] = f"#{s.repeat.get('index')}"
+    return out
+
+
+def label_keys(backends: Sequence[str], settings: Sequence[dict[str, str]], i: int) -> list[str]:
+    """The settings worth a place in run ``i``'s label: a run setting that differs between the
+    runs, a backend setting that differs between the runs of its backend (between backends, the
+    backend's name says it)."""
+    same_backend = [j for j, b in enumerate(backends) if b == backends[i]]
+
+    def differs(key: str) -> bool:
+        group = range(len(settings)) if key in RUN_KEYS else same_backend
+        return len({settings[j].get(key, "") for j in group}) > 1
+
+    return [k for k in settings[i] if differs(k)]
+
+
+def fit_label(parts: Sequence[str], limit: int = LABEL_MAX) -> str:
+    """Parts joined by spaces; the parts that do not fit in ``limit`` characters become an ellipsis."""
+    label = parts[0]
+    for i, part in enumerate(parts[1:], start=1):
+        more = i + 1 < len(parts)
+        if len(label) + 1 + len(part) + (2 if more else 0) > limit:
+            return label + " …"
+        label += " " + part
+    return label
+
+
+def label_parts(runs: Sequence[Run], leave_out: Sequence[str] = ()) -> list[list[str]]:
+    """Per run: its backend and the settings of :func:`label_keys` (less ``leave_out``); runs
+    those do not tell apart get their folder name too."""
+    backends = [str(r.summary.backend.get("name")) for r in runs]
+    settings = [{k: v for k, v in short_settings(r).items() if k not in leave_out} for r in runs]
+    parts = [[clip(b, PART_MAX), *(s[k] for k in label_keys(backends, settings, i))]
+             for i, (b, s) in enumerate(zip(backends, settings))]
+    texts = [" ".join(p) for p in parts]
+    for run, part, text in zip(runs, parts, texts):
+        if texts.count(text) > 1:
+            part.append(clip(run.path.name, PART_MAX))
+    return parts
+
+
 def assign_labels(runs: list[Run]) -> None:
-    """Each run's label: the settings that differ between the runs, else its folder name."""
-    described = [describe(r) for r in runs]
-    keys: list[str] = []
-    for d in described:
-        keys.extend(k for k in d if k not in keys)
-    differing = [k for k in keys if len({d.get(k, "") for d in described}) > 1]
-    for run, d in zip(runs, described):
-        run.label = " · ".join(d[k] for k in differing if d.get(k)) or run.path.name
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[run.label] = counts.get(run.label, 0) + 1
-    for i, run in enumerate(runs):
-        if counts[run.label] > 1 or len(run.label) > 80:
-            run.label = f"{run.label[:60]} [{i + 1}: {run.path.name}]" if run.label != run.path.name else f"{i + 1}: {run.path.name}"
+    """Short labels: the run's index (from 1), its backend and the settings that differ
+    (``2 vllm c=8``), at most LABEL_MAX characters. The runs table has the full description."""
+    for i, (run, parts) in enumerate(zip(runs, label_parts(runs)), start=1):
+        run.label = fit_label([str(i), *parts])
 
 
 # --- comparability ------------------------------------------------------------------------
@@ -267,8 +362,20 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-PRINT_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("tpot_s", "p50"), ("itl_s", "p50"), ("e2e_s", "p50"),
-                 ("e2e_s", "p90"), ("output_tokens_per_s", None), ("requests_per_s", None))
+CONSOLE_STATS = ("p50", "p90")  # of each console request metric in the printed and markdown tables
+
+
+def console_figures() -> list[list[tuple[str, Optional[str]]]]:
+    """The printed (and markdown) figures in two tables: each console request metric's
+    CONSOLE_STATS, then every console run metric."""
+    latency = [(k, st) for k, m in registry.REQUEST_METRICS.items() if m.in_console for st in CONSOLE_STATS]
+    whole_run = [(k, None) for k, m in registry.RUN_METRICS.items() if m.in_console]
+    return [latency, whole_run]
+
+
+def present_figures(table: pd.DataFrame) -> list[list[tuple[str, Optional[str]]]]:
+    """:func:`console_figures` less those no run has (queue wait where no engine reports it)."""
+    return [[f for f in group if table[column(*f)].notna().any()] for group in console_figures()]
 
 
 def _figure_label(metric: str, stat: Optional[str]) -> str:
@@ -276,11 +383,46 @@ def _figure_label(metric: str, stat: Optional[str]) -> str:
     return f"{m.label} {stat}" if stat else m.label
 
 
+def figure_text(row: dict[str, Any], metric: str, stat: Optional[str]) -> str:
+    return fmt(row[column(metric, stat)], registry.get(metric).digits)
+
+
+def count_text(value: Any) -> str:
+    return str(int(value)) if plots.is_num(value) else "–"
+
+
+def figure_rows(table: pd.DataFrame, figures: Sequence[tuple[str, Optional[str]]], counts: bool) -> list[list[str]]:
+    """One row of cells per run: its label, ok and failed requests when ``counts``, then the figures."""
+    return [[row["run"], *([count_text(row["ok"]), count_text(row["failed"])] if counts else []),
+             *(figure_text(row, m, st) for m, st in figures)] for row in table.to_dict("records")]
+
+
 def format_runs_table(table: pd.DataFrame) -> str:
-    columns = {"ok": "ok", "failed": "failed", **{column(m, s): _figure_label(m, s) for m, s in PRINT_FIGURES}}
-    view = table.set_index("run")[list(columns)].rename(columns=columns)
-    view.index.name = "run (latencies in ms)"
-    return view.to_string(float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}", na_rep="-")
+    """The figures of each run: latencies, then requests and throughputs (fits 120 columns)."""
+    latency, whole_run = present_figures(table)
+    heads = [header_lines(_figure_label(m, st), registry.get(m).unit) for m, st in latency]
+    lines = text_table([["run"], *heads], figure_rows(table, latency, counts=False))
+    heads = [["ok"], ["failed"], *(header_lines(_figure_label(m, st), registry.get(m).unit) for m, st in whole_run)]
+    lines += [""] + text_table([["run"], *heads], figure_rows(table, whole_run, counts=True))
+    return "\n".join(lines)
+
+
+def run_description(run: Run) -> dict[str, str]:
+    """What a run was, in full: the label's long form."""
+    s = run.summary
+    return {"backend": backend_text(s), "engine": engine_text(s), "model": model_text(s),
+            "workload": str(s.workload.get("name")), "load": load_text(s), "status": str(s.status),
+            "folder": str(run.path)}
+
+
+def format_runs_list(runs: Sequence[Run]) -> str:
+    """Each label and what its run was, wrapped to 120 columns; the first run is the baseline."""
+    width = max(len(r.label) for r in runs)
+    lines = ["runs (the first is the baseline):"]
+    for run in runs:
+        first = f"  {run.label.ljust(width)}  "
+        lines += wrap(" · ".join(run_description(run).values()), " " * len(first), first=first)
+    return "\n".join(lines)
 
 
 def differences(runs: Sequence[Run], baseline: Run, metrics: Sequence[str], stat: str,
@@ -320,35 +462,50 @@ def differences_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def format_differences(rows: Sequence[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    lines = []
+    """Per metric: the baseline's value, then each run's value, change, 95% CI and verdict."""
+    lines: list[str] = []
+    for group in by_metric(rows):
+        first = group[0]
+        lines.append(f"{first['label']} {first['stat']} ({first['unit']}): baseline {fmt(first['baseline_value'], 2)}")
+        cells = [[r["run"], fmt(r["value"], 2), _pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in group]
+        lines += text_table([["run"], ["this run"], ["change"], ["95% CI"], ["verdict"]], cells, align="lrrrl", indent="  ")
+    return "\n".join(lines)
+
+
+def by_metric(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The difference rows grouped by metric, in the order the metrics first appear."""
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        lines.append({
-            "run": r["run"], "metric": f"{r['label']} {r['stat']} ({r['unit']})",
-            "baseline": fmt(r["baseline_value"], 2), "this run": fmt(r["value"], 2),
-            "change": _pct_text(r["change_pct"]),
-            "95% CI": f"[{_pct_text(r['ci_low_pct'])}, {_pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "-",
-            "verdict": r["verdict"],
-        })
-    return pd.DataFrame(lines).set_index("run").to_string()
+        groups.setdefault(r["metric"], []).append(r)
+    return list(groups.values())
 
 
 def _pct_text(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
+def ci_text(r: dict[str, Any]) -> str:
+    return f"[{_pct_text(r['ci_low_pct'])}, {_pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "-"
+
+
+def gate_results(rows: Sequence[dict[str, Any]], metric: str, pct: float) -> list[tuple[dict[str, Any], bool]]:
+    """Each run's difference in the gate's ``metric`` and whether it fails the gate: worse than
+    the baseline by more than ``pct`` % beyond noise."""
+    return [(r, stats.is_regression(r["_difference"], pct, r["lower_is_better"])) for r in rows if r["metric"] == metric]
+
+
 def regressions(rows: Sequence[dict[str, Any]], metric: str, pct: float) -> list[str]:
     """Lines for the runs whose ``metric`` is worse than the baseline by > pct % beyond noise."""
-    out = []
-    for r in rows:
-        if r["metric"] == metric and stats.is_regression(r["_difference"], pct, r["lower_is_better"]):
-            out.append(
-                f"REGRESSION: {r['run']}: {r['label']} {r['stat']} {fmt(r['value'], 2)} {r['unit']} vs "
-                f"{fmt(r['baseline_value'], 2)} (baseline {r['baseline']}): {_pct_text(r['change_pct'])}, "
-                f"95% CI [{_pct_text(r['ci_low_pct'])}, {_pct_text(r['ci_high_pct'])}], worse than the {pct:g}% allowed"
-            )
-    return out
+    return [
+        f"REGRESSION: {r['run']}: {r['label']} {r['stat']} {fmt(r['value'], 2)} {r['unit']} vs "
+        f"{fmt(r['baseline_value'], 2)} (baseline {r['baseline']}): {_pct_text(r['change_pct'])}, "
+        f"95% CI {ci_text(r)}, worse than the {pct:g}% allowed"
+        for r, failed in gate_results(rows, metric, pct) if failed
+    ]
+
+
+def gate_passed_text(metric: str, stat: str, pct: float) -> str:
+    return f"no run is worse than the baseline by more than {pct:g}% in {registry.get(metric).label} {stat} beyond noise"
 
 
 # --- the page -----------------------------------------------------------------------------
@@ -372,8 +529,8 @@ def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, 
         if lines:
             parts.append(plots.banner(lines, f"Regression beyond {pct:g}% in {registry.get(metric).label} {stat}", "error"))
         else:
-            parts.append(plots.banner([f"No run is worse than the baseline by more than {pct:g}% in {registry.get(metric).label} {stat} beyond noise."],
-                                      "Regression gate passed", "ok"))
+            passed = gate_passed_text(metric, stat, pct)
+            parts.append(plots.banner([passed[0].upper() + passed[1:] + "."], "Regression gate passed", "ok"))
     parts.append(plots.banner(comp.notes, "What differs between the runs", "info"))
     parts.append(plots.section("Runs", _runs_html(runs, table, out_dir), "Latencies in ms (from each run's summary.json)."))
     if diffs:
@@ -509,12 +666,8 @@ def _latency_vs_throughput(runs: Sequence[Run]):
 
 
 def setup_names(firsts: Sequence[Run]) -> list[str]:
-    """Each setup named by the settings that differ between setups (load keys left out)."""
-    described = [{k: v for k, v in describe(r).items() if k not in LOAD_KEYS} for r in firsts]
-    keys = list(dict.fromkeys(k for d in described for k in d))
-    differing = [k for k in keys if len({d.get(k, "") for d in described}) > 1]
-    return [" · ".join(d[k] for k in differing if d.get(k)) or f"{d['backend']} · {d['model']} · {d['workload']}"
-            for d in described]
+    """Each setup named like a run's label less its index and load: the backend and the settings that differ."""
+    return [fit_label(parts) for parts in label_parts(firsts, leave_out=LOAD_KEYS)]
 
 
 def _throughput_bars(runs: Sequence[Run]):
@@ -602,6 +755,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
     parser.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    parser.add_argument("--markdown", default=None, metavar="FILE",
+                        help="also write the comparison as markdown, appended to FILE (e.g. $GITHUB_STEP_SUMMARY); "
+                             "'-': to stdout, the console output then goes to stderr")
     return parser.parse_args(argv)
 
 
@@ -624,6 +780,9 @@ class Comparison:
     diffs: list[dict[str, Any]]
     regression_lines: list[str]
     out_dir: Path
+    metric: str = "ttft_s"  # of the regression gate
+    stat: str = "median"  # of per-request values, in the differences
+    fail_pct: Optional[float] = None  # the gate's threshold; None: no gate
 
     @property
     def baseline(self) -> Run:
@@ -652,13 +811,14 @@ def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s"
     tmp = out_dir / "compare.html.tmp"
     tmp.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
     tmp.replace(out_dir / "compare.html")
-    return Comparison(runs, comp, table, diffs, regression_lines, out_dir)
+    return Comparison(runs, comp, table, diffs, regression_lines, out_dir, metric, stat, fail_pct)
 
 
 def write_comparison(paths: Sequence[Path], out_dir: Path, quiet: bool = True) -> Path:
     """compare.html (and the CSVs) of a sweep's points, baseline the first; for sweep.json's folder."""
     result = compare_runs(paths, out_dir, resamples=500)
     if not quiet:
+        print(format_runs_list(result.runs))
         print(format_runs_table(result.table))
     return out_dir / "compare.html"
 
@@ -670,6 +830,10 @@ def run_compare(args: argparse.Namespace) -> int:
         raise CompareError(str(exc)) from None
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise CompareError("--fail-on-regression must be >= 0")
+    if args.markdown == "":
+        raise CompareError("--markdown got an empty file name (is $GITHUB_STEP_SUMMARY set?)")
+    if args.markdown not in (None, "-") and Path(args.markdown).is_dir():
+        raise CompareError(f"--markdown must be a file, not a folder: {args.markdown}")
     paths = expand_runs(args.runs)
     if args.baseline:
         base_path = expand_runs([args.baseline])
@@ -681,21 +845,112 @@ def run_compare(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
                           seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict)
+    console = sys.stderr if args.markdown == "-" else sys.stdout
+    print_comparison(result, console)
+    if args.markdown:
+        write_markdown(comparison_markdown(result), args.markdown)
+    print(f"compare: {out_dir / 'compare.html'}", file=console, flush=True)
+    return EXIT_REGRESSION if result.regression_lines else 0
+
+
+def print_comparison(result: Comparison, console: TextIO) -> None:
+    """Warnings (stderr), notes, the runs, their figures, the differences and the gate's result;
+    every line within 120 columns but for a path longer than that."""
     comp = result.comparability
     for problem in comp.problems:
-        print(f"WARNING: runs are not comparable: {problem}", file=sys.stderr)
-    for note in comp.notes:
-        print(f"note: {note}")
-    print(format_runs_table(result.table))
-    print(f"\nagainst the baseline ({result.baseline.label}), {args.stat} of per-request values, bootstrap 95% CI:")
-    print(format_differences(result.diffs))
-    for line in result.regression_lines:
-        print(line)
-    if args.fail_on_regression is not None and not result.regression_lines:
-        print(f"no regression: no run is worse than the baseline by more than {args.fail_on_regression:g}% in "
-              f"{registry.get(args.metric).label} {args.stat} beyond noise")
-    print(f"compare: {out_dir / 'compare.html'}", flush=True)
-    return EXIT_REGRESSION if result.regression_lines else 0
+        print("\n".join(wrap(f"WARNING: runs are not comparable: {problem}")), file=sys.stderr)
+    lines = [line for note in comp.notes for line in wrap(f"note: {note}")]
+    lines += [format_runs_list(result.runs), "", format_runs_table(result.table), "",
+              f"against the baseline ({result.baseline.label}): {result.stat} of per-request values, bootstrap 95% CI",
+              format_differences(result.diffs)]
+    lines += [line for r in result.regression_lines for line in wrap(r)]
+    if result.fail_pct is not None and not result.regression_lines:
+        lines += wrap("no regression: " + gate_passed_text(result.metric, result.stat, result.fail_pct))
+    print("\n".join(lines), file=console)
+
+
+# --- markdown -----------------------------------------------------------------------------
+
+
+def comparison_markdown(result: Comparison) -> str:
+    """The comparison for a GitHub job summary or pull-request comment: no HTML, cells escaped."""
+    sections = [_md_head(result), _md_problems(result.comparability), _md_gate(result), _md_runs(result.runs),
+                _md_figures(result.table), _md_differences(result), _md_notes(result.comparability)]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _md_head(result: Comparison) -> str:
+    return (f"## Comparison of {len(result.runs)} runs\n\n"
+            f"Baseline: **{md_text(result.baseline.label)}**. Changes of the {md_text(result.stat)} of per-request "
+            "values against it, with bootstrap 95% confidence intervals.")
+
+
+def _md_problems(comp: Comparability) -> str:
+    if not comp.problems:
+        return ""
+    items = "\n".join(f"> - {md_text(p)}" for p in comp.problems)
+    return f"> [!WARNING]\n> **These runs are not comparable**: the differences may not be the engine's.\n{items}"
+
+
+def _md_gate(result: Comparison) -> str:
+    if result.fail_pct is None:
+        return ""
+    pct, m = result.fail_pct, registry.get(result.metric)
+    rows = gate_results(result.diffs, result.metric, pct)
+    verdict = "FAILED" if any(failed for _, failed in rows) else "passed"
+    what = f"{m.label} {result.stat}"
+    cells = [[r["run"], fmt(r["value"], 2), _pct_text(r["change_pct"]), ci_text(r), "FAIL" if failed else "pass"]
+             for r, failed in rows]
+    return (f"### Regression gate: {verdict}\n\n"
+            f"A run fails when its {md_text(what)} is worse than the baseline's by more than {pct:g}% and the 95% CI "
+            "excludes no change.\n\n"
+            + md_table(["run", f"{what} ({m.unit})", "change", "95% CI", "result"], cells, align="lrrrl"))
+
+
+def _md_runs(runs: Sequence[Run]) -> str:
+    rows = [[run.label, *run_description(run).values()] for run in runs]
+    return "### Runs\n\n" + md_table(["run", *run_description(runs[0])], rows, align="l" * len(rows[0]))
+
+
+def _md_figures(table: pd.DataFrame) -> str:
+    latency, whole_run = present_figures(table)
+    heads = [f"{_figure_label(m, st)} ({registry.get(m).unit})" for m, st in latency]
+    parts = ["### Figures", md_table(["run", *heads], figure_rows(table, latency, counts=False))]
+    heads = ["ok", "failed", *(f"{_figure_label(m, st)} ({registry.get(m).unit})" for m, st in whole_run)]
+    parts.append(md_table(["run", *heads], figure_rows(table, whole_run, counts=True)))
+    return "\n\n".join(parts)
+
+
+def _md_differences(result: Comparison) -> str:
+    if not result.diffs:
+        return ""
+    cells = [[r["run"], f"{r['label']} {r['stat']} ({r['unit']})", fmt(r["baseline_value"], 2), fmt(r["value"], 2),
+              _pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in result.diffs]
+    return ("### Against the baseline\n\n"
+            + md_table(["run", "metric", "baseline", "this run", "change", "95% CI", "verdict"], cells, align="llrrrrl"))
+
+
+def _md_notes(comp: Comparability) -> str:
+    if not comp.notes:
+        return ""
+    return "### What differs\n\n" + "\n".join(f"- {md_text(n)}" for n in comp.notes)
+
+
+def write_markdown(text: str, dest: str) -> None:
+    """Append ``text`` to the file ``dest`` (a job summary collects several), after a blank line
+    when it has content; ``-``: to stdout."""
+    if dest == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(dest)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        gap = "\n" if path.exists() and path.stat().st_size else ""
+        with path.open("a", encoding="utf-8", errors="replace") as f:
+            f.write(gap + text)
+    except OSError as exc:
+        raise CompareError(f"cannot write --markdown {dest}: {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":
