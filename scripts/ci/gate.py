@@ -40,30 +40,25 @@ def find_sweep(folder: Path) -> Optional[Path]:
     return found[0] if found else None
 
 
-def point_key(overrides: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(o for o in overrides if not o.startswith(IGNORED_OVERRIDES)))
-
-
 def finished_points(sweep_json: Path) -> dict[tuple[str, ...], Path]:
-    """Each point with a finished run, by its overrides → its run folder (artifact-relative paths
-    are re-rooted at the sweep's folder: the run folders moved with the artifact)."""
+    """Each point with a finished run, keyed by where it sits on the sweep's axes (the
+    overrides that vary between its points: the same engine setting changed by a commit is
+    the same point) → its run folder. Run folders are found under the sweep's folder: they
+    moved with the artifact."""
     data = json.loads(sweep_json.read_text())
-    points: dict[tuple[str, ...], Path] = {}
-    for p in data.get("points", []):
+    points = data.get("points", [])
+    axes = varying_overrides([[o for o in p.get("overrides") or [] if not o.startswith(IGNORED_OVERRIDES)]
+                              for p in points])
+    found: dict[tuple[str, ...], Path] = {}
+    for p, key in zip(points, axes):
         run_dirs = p.get("run_dirs") or []
         if p.get("status") not in ("complete", "saturated") or not run_dirs:
             continue
         first, point_dir = Path(run_dirs[0]), Path(p["run_dir"])
         run_dir = sweep_json.parent / first.relative_to(point_dir.parent) if first.is_relative_to(point_dir.parent) else first
         if (run_dir / "summary.json").is_file():
-            points[point_key(p.get("overrides") or [])] = run_dir
-    return points
-
-
-def point_labels(keys: Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
-    """Each point by what varies between the points (the rest is the same for all)."""
-    varying = varying_overrides([list(k) for k in keys])
-    return {k: " ".join(v) or "(no overrides)" for k, v in zip(keys, varying)}
+            found[tuple(sorted(key))] = run_dir
+    return found
 
 
 def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, metric: str,
@@ -83,9 +78,8 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
              f"with the 95% CI excluding zero.\n",
              "| point | baseline | this run | change | 95% CI | gate |", "|---|---|---|---|---|---|"]
     details, regressed = [], 0
-    labels = point_labels([*now, *(before.keys() - now.keys())])
     for key, run_dir in now.items():
-        label = labels[key]
+        label = " ".join(key) or "(the one point)"
         if key not in before:
             lines.append(f"| {label} | - | - | - | - | new point: no baseline |")
             continue
@@ -99,7 +93,7 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
                      f"| {ci} | {verdict} |")
         details.append(f"<details><summary>{label}</summary>\n\n{comparison_markdown(result)}\n</details>\n")
     for key in before.keys() - now.keys():
-        lines.append(f"| {labels[key]} | ran | missing | - | - | point not run or failed |")
+        lines.append(f"| {' '.join(key) or '(the one point)'} | ran | missing | - | - | point not run or failed |")
     verdict_line = (f"\n**{regressed} point(s) regressed.**\n" if regressed else "\nNo regression.\n")
     return (EXIT_REGRESSION if regressed else 0), title + "\n".join(lines) + "\n" + verdict_line + "\n" + "\n".join(details)
 
