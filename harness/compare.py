@@ -264,7 +264,15 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
             row[column(metric, stat)] = shown(s, metric, stat)
         row["folder"] = str(run.path)
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # a figure with a source (GPU) that no run has is left out, not shown as empty
+    absent = [column(k, None) for k, m in registry.RUN_METRICS.items() if m.source and table[column(k, None)].isna().all()]
+    return table.drop(columns=absent)
+
+
+def sourced_figures(table: pd.DataFrame) -> list[tuple[str, Optional[str]]]:
+    """The run metrics with a source (GPU) that some run of the table has."""
+    return [(k, None) for k, m in registry.RUN_METRICS.items() if m.source and column(k, None) in table.columns]
 
 
 PRINT_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("tpot_s", "p50"), ("itl_s", "p50"), ("e2e_s", "p50"),
@@ -273,11 +281,14 @@ PRINT_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("tpot_s", "p50"), ("itl_
 
 def _figure_label(metric: str, stat: Optional[str]) -> str:
     m = registry.get(metric)
-    return f"{m.label} {stat}" if stat else m.label
+    if stat:
+        return f"{m.label} {stat}"
+    return f"{m.label} ({m.unit})" if getattr(m, "source", None) else m.label
 
 
 def format_runs_table(table: pd.DataFrame) -> str:
-    columns = {"ok": "ok", "failed": "failed", **{column(m, s): _figure_label(m, s) for m, s in PRINT_FIGURES}}
+    figures = [*PRINT_FIGURES, *sourced_figures(table)]
+    columns = {"ok": "ok", "failed": "failed", **{column(m, s): _figure_label(m, s) for m, s in figures}}
     view = table.set_index("run")[list(columns)].rename(columns=columns)
     view.index.name = "run (latencies in ms)"
     return view.to_string(float_format=lambda v: f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}", na_rep="-")
@@ -397,6 +408,7 @@ HTML_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("ttft_s", "p99"), ("tpot_
 def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
     """Two tables: the figures of each run, then what each run was (setup, hardware, date)."""
     figures, setups = [], []
+    shown_figures = [*HTML_FIGURES, *sourced_figures(table)]
     for run, row in zip(runs, table.to_dict("records")):
         report = run.path / REPORT_NAME
         href = ""
@@ -405,7 +417,7 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
             href = (rel if rel.startswith((".", "/")) else "./" + rel, "report")
         figures.append({
             "run": row["run"], "status": row["status"], "ok": row["ok"], "failed": row["failed"],
-            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in HTML_FIGURES},
+            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in shown_figures},
             "report": href,
         })
         setups.append({
