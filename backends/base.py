@@ -178,6 +178,12 @@ class Backend(ABC):
         """What the engine was set up with, for the run's summary (device, dtype, batching…)."""
         return {}
 
+    def engine_process(self) -> Optional[int]:
+        """The PID the engine's processes descend from, for per-process GPU memory
+        (harness/processes.py): this process for an in-process engine (its child processes
+        count too); None when the engine is no local process (a remote server)."""
+        return os.getpid()
+
     def scrape_metrics(self) -> Optional[str]:
         """The engine's own Prometheus metrics as text, or None where it exposes none.
 

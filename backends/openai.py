@@ -527,6 +527,9 @@ class HTTPBackend(Backend):
         async for event in self.client.stream(request, self.extra_body(request)):
             yield event
 
+    def engine_process(self) -> Optional[int]:
+        return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched
+
     def scrape_metrics(self) -> Optional[str]:
         if not self.metrics_url:
             return None

@@ -546,6 +546,10 @@ class ServerBackend(HTTPBackend):
     def memory(self) -> dict[str, Any]:
         return {}
 
+    def engine_process(self) -> Optional[int]:
+        """The server's PID, which is also its process group's id (it leads a session of its own)."""
+        return self.server.pid if self.server is not None else None
+
     def close(self) -> None:
         if self.server is not None:
             log.info("stopping the %s server", self.engine_name)

@@ -359,7 +359,15 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
             row[column(metric, stat)] = shown(s, metric, stat)
         row["folder"] = str(run.path)
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # a figure with a source (GPU) that no run has is left out, not shown as empty
+    absent = [column(k, None) for k, m in registry.RUN_METRICS.items() if m.source and table[column(k, None)].isna().all()]
+    return table.drop(columns=absent)
+
+
+def sourced_figures(table: pd.DataFrame) -> list[tuple[str, Optional[str]]]:
+    """The run metrics with a source (GPU) that some run of the table has."""
+    return [(k, None) for k, m in registry.RUN_METRICS.items() if m.source and column(k, None) in table.columns]
 
 
 CONSOLE_STATS = ("p50", "p90")  # of each console request metric in the printed and markdown tables
@@ -375,12 +383,15 @@ def console_figures() -> list[list[tuple[str, Optional[str]]]]:
 
 def present_figures(table: pd.DataFrame) -> list[list[tuple[str, Optional[str]]]]:
     """:func:`console_figures` less those no run has (queue wait where no engine reports it)."""
-    return [[f for f in group if table[column(*f)].notna().any()] for group in console_figures()]
+    return [[f for f in group if column(*f) in table.columns and table[column(*f)].notna().any()]
+            for group in console_figures()]
 
 
 def _figure_label(metric: str, stat: Optional[str]) -> str:
     m = registry.get(metric)
-    return f"{m.label} {stat}" if stat else m.label
+    if stat:
+        return f"{m.label} {stat}"
+    return f"{m.label} ({m.unit})" if getattr(m, "source", None) else m.label
 
 
 def figure_text(row: dict[str, Any], metric: str, stat: Optional[str]) -> str:
@@ -554,6 +565,7 @@ HTML_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("ttft_s", "p99"), ("tpot_
 def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
     """Two tables: the figures of each run, then what each run was (setup, hardware, date)."""
     figures, setups = [], []
+    shown_figures = [*HTML_FIGURES, *sourced_figures(table)]
     for run, row in zip(runs, table.to_dict("records")):
         report = run.path / REPORT_NAME
         href = ""
@@ -562,7 +574,7 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
             href = (rel if rel.startswith((".", "/")) else "./" + rel, "report")
         figures.append({
             "run": row["run"], "status": row["status"], "ok": row["ok"], "failed": row["failed"],
-            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in HTML_FIGURES},
+            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in shown_figures},
             "report": href,
         })
         setups.append({

@@ -40,13 +40,17 @@ def cpu_model() -> str:
 
 
 def gpus() -> list[dict[str, Any]]:
+    """The GPUs the engine sees: from torch when this process uses CUDA, else from NVML (an
+    engine in a server process of its own), else none."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         return [
             {"name": torch.cuda.get_device_name(i), "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
             for i in range(torch.cuda.device_count())
         ]
-    return []
+    from harness.gpu import describe_visible
+
+    return describe_visible()
 
 
 def library_versions() -> dict[str, str]:

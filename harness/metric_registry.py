@@ -6,7 +6,9 @@ Two kinds:
   the run reports its distribution (``summary.json`` → ``latency.<key>``: count, mean, std,
   min, max, p50, p90, p95, p99), and compare bootstraps its per-request values;
 - a **run metric** is one number for the whole measured phase (``summary.json`` →
-  ``throughput.<key>``).
+  ``throughput.<key>``). A run metric with a ``source`` (``"gpu"``: NVML's samples, see
+  harness/gpu_phase.py) is None on runs without that source — a CPU run has no J/token — and
+  the console, report, compare and sweep tables leave it out there rather than show a zero.
 
 The summary, the console table, the report, compare (its table, CSV and gate) and the sweep
 table iterate over :data:`REQUEST_METRICS` and :data:`RUN_METRICS`. Adding a metric is one
@@ -22,6 +24,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from harness import metrics
+from harness.gpu_phase import GpuPhase
 from harness.metrics import RequestRecord
 
 STATS = ("mean", "p50", "p90", "p95", "p99")  # what tables show of a distribution
@@ -87,17 +90,20 @@ class RequestMetric(Metric):
 
 @dataclass
 class RunTotals:
-    """What run metrics are computed from: the completed requests, those meeting the SLO, T."""
+    """What run metrics are computed from: the completed requests, those meeting the SLO, T,
+    and the measured phase's GPU figures (None without NVML)."""
 
     ok: Sequence[RequestRecord]
     meeting_slo: int
     duration_s: float
+    gpu: Optional[GpuPhase] = None
 
 
 class RunMetric(Metric):
     """One figure for the whole measured phase."""
 
     in_console: ClassVar[bool] = True
+    source: ClassVar[Optional[str]] = None  # what it needs beyond the requests ("gpu"); absent without it
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
@@ -261,6 +267,57 @@ class MeanConcurrency(RunMetric):
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
         return metrics.mean_concurrency([r.e2e_s for r in totals.ok], totals.duration_s)
+
+
+# --- per run, from the GPUs (NVML; absent on runs without it) ----------------------------
+
+
+@register
+class EnergyPerToken(RunMetric):
+    """Energy per output token (J/token) = E / Σ n_out over completed requests, E = the GPUs'
+    energy over the measured phase, Σ over the visible GPUs: NVML's energy counter at the end
+    minus at the start, else ∫ sampled power dt. Whole devices: other work on them counts too."""
+
+    key, label, unit, digits = "energy_per_token_j", "energy per output token", "J/token", 4
+    source = "gpu"
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        tokens = sum(r.output_tokens for r in totals.ok)
+        energy = totals.gpu.energy_j if totals.gpu else None
+        return energy / tokens if energy is not None and tokens > 0 else None
+
+
+@register
+class GpuPower(RunMetric):
+    """Mean GPU power (W) = E / T, E the GPUs' energy over the measured phase (Σ over the visible GPUs)."""
+
+    key, label, unit = "gpu_power_w", "mean GPU power", "W"
+    source = "gpu"  # lower is better at equal throughput; J/token is the figure that weighs both
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        energy = totals.gpu.energy_j if totals.gpu else None
+        return energy / totals.duration_s if energy is not None and totals.duration_s > 0 else None
+
+
+@register
+class GpuUtilisation(RunMetric):
+    """Mean GPU utilisation (fraction) = (1/T) ∫ u dt over the measured phase, u = NVML's
+    utilization.gpu (share of its sample period in which a kernel ran), mean over the visible GPUs."""
+
+    key, label, unit, scale = "gpu_util", "mean GPU utilisation", "%", 100.0
+    lower_is_better = False  # not a goal in itself; higher means the engine kept the GPUs busier
+    source = "gpu"
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return totals.gpu.util if totals.gpu else None
+
+
+def shown_run_metrics(throughput: dict[str, Optional[float]]) -> list[str]:
+    """The run metrics a table shows for a run: all, less those with a source and no value."""
+    return [k for k, m in RUN_METRICS.items() if m.source is None or throughput.get(k) is not None]
 
 
 def distributions(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Optional[float]]]:

@@ -1,8 +1,8 @@
 """report.html: one self-contained, offline HTML page per run folder.
 
 ``write_report(run_dir)`` reads what the run left (summary.json, requests.parquet or the
-.jsonl of a run that died, config.yaml, env.json, workload.json, memory.parquet — any of the
-last four may be missing) and writes ``report.html`` next to them:
+.jsonl of a run that died, config.yaml, env.json, workload.json, memory.parquet, gpu.parquet —
+any of the last five may be missing) and writes ``report.html`` next to them:
 
 - a header (backend and mode, engine version, model, workload, hardware, date) and the
   run's warnings at the top (failed requests, lengths that differ from the requested ones,
@@ -10,7 +10,8 @@ last four may be missing) and writes ``report.html`` next to them:
 - the summary table and key throughputs;
 - TTFT, TPOT and E2E CDFs; inter-token latency; a per-request timeline (queue wait,
   prefill until the first token, decode until the last); output tokens/s and requests in
-  flight over time; memory over time; for chat runs, TTFT against turn and context length;
+  flight over time; memory over time; GPU utilisation and power over time (where NVML
+  sampled them); for chat runs, TTFT against turn and context length;
 - the failed and the slowest requests with excerpts of their prompts and outputs, and the
   run's config and environment. Every piece of text from the run is HTML-escaped.
 
@@ -128,7 +129,8 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     """The report's HTML and the ids of the plots in it."""
     summary = run.summary
     figures: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
-    for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _memory_over_time, _chat_figures):
+    for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _memory_over_time, _gpu_over_time,
+                 _chat_figures):
         made = make(run)
         if made is not None:
             figures.append(made)
@@ -193,9 +195,10 @@ def _summary_html(summary: RunSummary) -> str:
         ("failed", str(req.get("failed", 0))),
         ("duration", fmt(summary.duration_s, 2, unit=" s")),
     ]
-    for key, metric in registry.RUN_METRICS.items():
-        items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale,
-                                        " %" if metric.unit == "%" else "")))
+    for key in registry.shown_run_metrics(summary.throughput):
+        metric = registry.RUN_METRICS[key]
+        unit = " %" if metric.unit == "%" else (f" {metric.unit}" if metric.source else "")
+        items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale, unit)))
     for key, metric in registry.REQUEST_METRICS.items():
         if not metric.in_console:  # per-request rates: their mean as a card
             items.append((f"{metric.label} (mean)", fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale)))
@@ -204,7 +207,8 @@ def _summary_html(summary: RunSummary) -> str:
         items.append(("prompt tokens from prefix cache", fmt(cache.get("cached_share"), 1, 100, " %")))
     mem = summary.memory
     for key, label in (("rss_peak_bytes", "peak RSS"), ("gpu_peak_allocated_bytes", "GPU peak allocated"),
-                       ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"), ("weights_bytes", "weights")):
+                       ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"),
+                       ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"), ("weights_bytes", "weights")):
         if mem.get(key):
             items.append((label, plots.fmt_bytes(mem[key])))
     html = plots.cards(items) + table
@@ -391,12 +395,61 @@ def _memory_over_time(run: RunResult):
     fig.add_trace(go.Scatter(x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
                              name="RSS (MiB)", line=dict(color=plots.color(0))))
     gpu = pd.to_numeric(mem.get("gpu_used_bytes"), errors="coerce") if "gpu_used_bytes" in mem else None
-    if gpu is not None and gpu.notna().any():
+    if gpu is not None and gpu.notna().any():  # runs from before gpu.parquet
         fig.add_trace(go.Scatter(x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=plots.color(2))))
+    for i, (name, gt, values) in enumerate(gpu_memory_series(run.gpu)):
+        fig.add_trace(go.Scatter(x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=plots.color(2 + i))))
     fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), annotation_text="measured phase", annotation_position="top right")
     fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up")
     fig.update_yaxes(title_text="MiB", rangemode="tozero")
-    return ("memory", "Memory over time", fig, "Resident memory of the harness process and its children (and GPU memory where sampled).")
+    return ("memory", "Memory over time", fig,
+            "Resident memory of the harness process and its children; where NVML sampled the GPUs, their memory used "
+            "(Σ over the visible GPUs) and the part held by the engine's processes.")
+
+
+def gpu_memory_series(gpu: Optional[pd.DataFrame]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(name, t, bytes) of GPU memory over time, Σ over devices: all used, and the engine's processes'."""
+    if gpu is None or gpu.empty:
+        return []
+    out = []
+    for key, name in (("used_bytes", "GPU used"), ("process_used_bytes", "GPU used by the engine")):
+        rows = gpu[["t_s", key]].dropna()
+        if not rows.empty:
+            total = rows.groupby("t_s")[key].sum()
+            out.append((name, total.index.to_numpy(float), total.to_numpy(float)))
+    return out
+
+
+def _gpu_over_time(run: RunResult):
+    """Utilisation and power of each visible GPU over the run."""
+    gpu = run.gpu
+    if gpu is None or gpu.empty or not gpu[["util_pct", "power_w"]].notna().any().any():
+        return None
+    import plotly.graph_objects as go
+
+    fig = plots.figure(2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12)
+    names = {d.get("index"): d.get("name") for d in (run.summary.gpu or {}).get("devices") or []}
+    for i, (device, rows) in enumerate(gpu.sort_values("t_s").groupby("device")):
+        label = esc(f"GPU {int(device)}" + (f" ({names[device]})" if names.get(device) else ""))
+        drawn = False
+        for row, key, unit in ((1, "util_pct", "%"), (2, "power_w", "W")):
+            values = pd.to_numeric(rows[key], errors="coerce")
+            if values.notna().any():
+                fig.add_trace(go.Scatter(x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
+                                         showlegend=not drawn, line=dict(color=plots.color(i)),
+                                         hovertemplate=f"{label}: %{{y:.1f}} {unit} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+                drawn = True
+    for row in (1, 2):
+        fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), row=row, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up", row=2, col=1)
+    section = run.summary.gpu or {}
+    source = {"nvml_energy_counter": "from NVML's energy counter", "sampled_power": "from the sampled power",
+              "mixed": "from NVML's energy counter where a GPU has one, else from its sampled power"}.get(
+        section.get("energy_source") or "", "")
+    note = (f"NVML's samples of each visible GPU, every {fmt(section.get('sample_interval_s'), 2)} s. Energy over the "
+            f"measured phase: {fmt(section.get('energy_j'), 1, unit=' J')} {source}. " + " ".join(section.get("notes") or []))
+    return ("gpu", "GPU utilisation and power", fig, note)
 
 
 def _chat_figures(run: RunResult):
@@ -485,6 +538,8 @@ def _details_html(run: RunResult) -> str:
     memory = run.summary.memory
     if memory:
         parts.append(f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>")
+    if run.summary.gpu:
+        parts.append(f"<details><summary>GPUs (summary.json)</summary><pre>{esc(json.dumps(run.summary.gpu, indent=2))}</pre></details>")
     return plots.section("Run details", "".join(parts)) if parts else ""
 
 

@@ -7,7 +7,8 @@ This module alone knows the files of a run folder:
 - ``summary.json`` — the run's figures (:class:`RunSummary`); ``status`` says how it ended
 - ``config.yaml`` — the resolved config; ``env.json`` — harness, libraries, hardware
 - ``workload.json`` — the generated workload (text, token ids) and its sha256
-- ``memory.parquet`` — the RSS (and GPU) samples over time
+- ``memory.parquet`` — the RSS samples over time
+- ``gpu.parquet`` — NVML's samples of each visible GPU over time (only where NVML runs)
 - ``report.html`` — written by harness/report.py from the loaded :class:`RunResult`
 
 :func:`load_run` returns a :class:`RunResult`; report and compare render it and never
@@ -21,7 +22,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,8 @@ CONFIG = "config.yaml"
 ENV = "env.json"
 WORKLOAD = "workload.json"
 MEMORY = "memory.parquet"
+GPU = "gpu.parquet"
+GPU_TABLE_COLUMNS = ("t_s", "device", "used_bytes", "process_used_bytes", "util_pct", "power_w", "energy_j")
 REPORT = "report.html"
 
 REQUEST_COLUMNS = (
@@ -93,11 +96,14 @@ class RunSummary:
     repeat: Optional[dict[str, int]] = None  # {"index": i, "of": n} when the point is repeated
     saturated: Optional[str] = None  # why an open-loop point was stopped as over-saturated
     server_metrics: Optional[dict[str, Any]] = None
+    # the GPUs through NVML (harness/gpu_phase.py): devices, energy, scope, notes; absent without NVML
+    gpu: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        if out["server_metrics"] is None:
-            del out["server_metrics"]
+        for key in ("server_metrics", "gpu"):
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod
@@ -130,6 +136,7 @@ class RunResult:
     config_text: Optional[str]
     workload: Optional[dict[str, Any]]
     memory: Optional[pd.DataFrame]
+    gpu: Optional[pd.DataFrame] = None  # gpu.parquet: one row per device per sample
 
     @property
     def name(self) -> str:
@@ -195,7 +202,9 @@ class RunWriter:
         row["engine_stats"] = json.dumps(_jsonable(row["engine_stats"]), sort_keys=True)
         return row
 
-    def write_tables(self, memory_samples: list[tuple[float, int, Optional[int]]], t0: float) -> None:
+    def write_tables(self, memory_samples: Sequence[tuple[float, int]], t0: float,
+                     gpu_samples: Sequence[tuple] = ()) -> None:
+        """requests.parquet, memory.parquet and (with NVML samples) gpu.parquet; times from ``t0``."""
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -203,9 +212,17 @@ class RunWriter:
         frame = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS))
         frame.to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
         if memory_samples:
-            mem = pd.DataFrame(memory_samples, columns=["t", "rss_bytes", "gpu_used_bytes"])
+            mem = pd.DataFrame(list(memory_samples), columns=["t", "rss_bytes"])
             mem["t_s"] = mem.pop("t") - t0
-            mem[["t_s", "rss_bytes", "gpu_used_bytes"]].to_parquet(self.run_dir / MEMORY, index=False)
+            mem[["t_s", "rss_bytes"]].to_parquet(self.run_dir / MEMORY, index=False)
+        if gpu_samples:
+            from harness.gpu_phase import frame
+
+            gpu = frame(gpu_samples).sort_values(["t", "device"], kind="stable")
+            gpu["t_s"] = gpu.pop("t") - t0
+            # floats throughout (NaN: not read): bytes stay exact below 2**53
+            gpu = gpu.astype({c: float for c in GPU_TABLE_COLUMNS[2:]})
+            gpu[list(GPU_TABLE_COLUMNS)].to_parquet(self.run_dir / GPU, index=False)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -317,10 +334,11 @@ def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
             requests[column] = pd.Series([None] * len(requests), dtype=object)
     config = run_dir / CONFIG
     memory = pd.read_parquet(run_dir / MEMORY) if (run_dir / MEMORY).exists() else None
+    gpu = pd.read_parquet(run_dir / GPU) if (run_dir / GPU).exists() else None
     return RunResult(
         run_dir, summary, requests, read_json(run_dir / ENV) or {},
         config.read_text() if config.exists() else None,
-        read_json(run_dir / WORKLOAD) if with_workload else None, memory,
+        read_json(run_dir / WORKLOAD) if with_workload else None, memory, gpu,
     )
 
 

@@ -27,6 +27,7 @@ from harness import prometheus
 from harness.config import RunConfig, config_sha256
 from harness.driver import Driver
 from harness.environment import capture_environment
+from harness.gpu_phase import GpuRun, run_figures
 from harness.metrics import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.results import COMPLETE, FAILED, INTERRUPTED, SATURATED, RunSummary, RunWriter, check_run_dir_free
 from harness.saturation import SaturationDetector
@@ -81,7 +82,8 @@ def run_point(
     plan = workload.build(session.renderer, session.corpus, cfg.seed)
     session.backend.check_workload(plan)
 
-    sampler = mem.MemorySampler(cfg.memory.sample_interval_s).start()
+    backend = session.backend
+    sampler = mem.MemorySampler(cfg.memory.sample_interval_s, engine_process=backend.engine_process).start()
     reused = session.loaded
     try:
         load_s = session.ensure_loaded()
@@ -153,7 +155,8 @@ def run_point(
                 summary = RunSummary(status=status, error=error, started_at=started_at, load_s=load_s, engine=engine,
                                      requests={"sent": len(writer.records), "completed": sum(r.ok for r in writer.records),
                                                "failed": sum(not r.ok for r in writer.records)})
-            _guarded("requests.parquet and memory.parquet", lambda: writer.write_tables(sampler.samples, t0), run_dir)
+            _guarded("requests.parquet and memory.parquet",
+                     lambda: writer.write_tables(sampler.samples, t0, sampler.gpu_samples), run_dir)
             _guarded("summary.json", lambda: writer.write_summary(summary), run_dir)
             if cfg.report:
                 _write_report(run_dir)
@@ -165,20 +168,20 @@ def _final_summary(session: EngineSession, cfg: RunConfig, plan: WorkloadPlan, w
                    status: str, error: Optional[str], started_at: str, duration_s: float, t_measured: Optional[float],
                    load_s: float, engine: dict[str, Any], repeat: Optional[dict[str, int]]) -> RunSummary:
     """The run's summary, after the last sample and the second scrape."""
-    sampler.sample()
-    sampler.stop()
+    sampler.stop()  # its last sample comes after the measured phase
     if scrapes["before"] is not None:
         scrapes["after"] = session.scrape_metrics()
     if status not in (COMPLETE, SATURATED) and writer.records:
         duration_s = max(r.end_s for r in writer.records)
+    gpu = _gpu_figures(sampler, t_measured, duration_s)
     summary = RunSummary(
         status=status, error=error, started_at=started_at, backend=session.describe(),
         model=session.model.describe() if session.model else {},
         workload=_workload_summary(cfg, plan, workload_json),
-        seed=cfg.seed, **summarize(writer.records, duration_s, cfg.slo),
-        memory=_memory_summary(session, sampler, t_measured, cfg), load_s=load_s, engine=engine,
+        seed=cfg.seed, **summarize(writer.records, duration_s, cfg.slo, gpu.phase if gpu else None),
+        memory=_memory_summary(session, sampler, t_measured, cfg, gpu), load_s=load_s, engine=engine,
         config_sha256=config_sha256(cfg), repeat=repeat, saturated=driver.saturated,
-        server_metrics=_server_metrics(scrapes, writer),
+        server_metrics=_server_metrics(scrapes, writer), gpu=gpu.section if gpu else None,
     )
     summary.warnings = run_warnings(summary) + summary.warnings
     return summary
@@ -263,12 +266,24 @@ def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Opt
         return None
 
 
-def _memory_summary(session: EngineSession, sampler: mem.MemorySampler, t_measured, cfg: RunConfig) -> dict[str, Any]:
+def _gpu_figures(sampler: mem.MemorySampler, t_measured: Optional[float], duration_s: float) -> Optional[GpuRun]:
+    """The GPUs' figures from NVML's samples; None without NVML (a CPU machine)."""
+    if sampler.gpu is None or not sampler.gpu_samples:
+        return None
+    t1 = t_measured + duration_s if t_measured is not None else None
+    return run_figures([d.describe() for d in sampler.gpu.devices], sampler.gpu.notes, sampler.gpu_samples,
+                       sampler.engine_local, t_measured, t1, max(sampler.interval_s, sampler.GPU_MIN_INTERVAL_S))
+
+
+def _memory_summary(session: EngineSession, sampler: mem.MemorySampler, t_measured, cfg: RunConfig,
+                    gpu: Optional[GpuRun]) -> dict[str, Any]:
     engine = session.engine_memory()
     out: dict[str, Any] = {
         "rss_peak_bytes": sampler.peak_rss(),
         "rss_peak_measured_bytes": sampler.peak_rss(t_measured) if t_measured else None,
-        "gpu_nvml_peak_used_bytes": sampler.peak_gpu_used(),
+        "gpu_nvml_peak_used_bytes": None,
+        "gpu_nvml_peak_process_used_bytes": None,
+        **(gpu.memory if gpu else {}),
         **mem.torch_gpu_peaks(),
         **engine,
     }

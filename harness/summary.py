@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 
 from harness import metric_registry as registry
 from harness import metrics
+from harness.gpu_phase import GpuPhase
 from harness.metrics import RequestRecord
 from harness.results import COMPLETE, INTERRUPTED, SATURATED, RunSummary
 
@@ -20,8 +21,10 @@ OVERHEAD_WARN_S = 0.05
 OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 
 
-def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any) -> dict[str, Any]:
-    """Per-run figures. Failed requests are counted apart and never enter a distribution."""
+def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+              gpu: Optional[GpuPhase] = None) -> dict[str, Any]:
+    """Per-run figures. Failed requests are counted apart and never enter a distribution.
+    ``gpu``: the measured phase's GPU figures, for the run metrics that need them."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     meeting = sum(1 for r in ok if metrics.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
@@ -29,7 +32,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any) -> 
         "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
         "duration_s": duration_s,
         "latency": registry.distributions(ok),
-        "throughput": registry.run_figures(registry.RunTotals(ok, meeting, duration_s)),
+        "throughput": registry.run_figures(registry.RunTotals(ok, meeting, duration_s, gpu)),
         "prefix_cache": {
             "cached_share": metrics.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
             "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
@@ -172,12 +175,14 @@ def format_summary(summary: RunSummary) -> str:
             rows[f"{metric.label} ({metric.unit})"] = {c: _shown(metric, d.get(c)) for c in registry.STATS}
     if rows:
         lines.append(pd.DataFrame(rows).T.to_string(float_format=lambda v: f"{v:.1f}"))
-    figures = []
+    by_source: dict[Optional[str], list[str]] = defaultdict(list)
     for key, metric in registry.RUN_METRICS.items():
         value = summary.throughput.get(key)
         if metric.in_console and value is not None:
-            figures.append(f"{metric.label} {metric.show(value):.{metric.digits}f} {metric.unit}")
-    lines.append("throughput: " + " · ".join(figures))
+            by_source[metric.source].append(f"{metric.label} {metric.show(value):.{metric.digits}f} {metric.unit}")
+    lines.append("throughput: " + " · ".join(by_source.pop(None, [])))
+    for source, figures in by_source.items():
+        lines.append(f"{source.upper()} (measured phase): " + " · ".join(figures))
     dec, out_tps = summary.latency.get("decode_tps") or {}, summary.latency.get("output_tps") or {}
     if dec.get("count"):
         lines.append(f"per request: decode {dec['mean']:.1f} tok/s (mean), output {out_tps.get('mean') or 0:.1f} tok/s (mean)")
@@ -233,6 +238,8 @@ def _memory_line(mem: dict[str, Any]) -> str:
         parts.append(f"GPU peak allocated {_gib(mem['gpu_peak_allocated_bytes'])}")
     if mem.get("gpu_nvml_peak_used_bytes"):
         parts.append(f"GPU used (NVML) {_gib(mem['gpu_nvml_peak_used_bytes'])}")
+    if mem.get("gpu_nvml_peak_process_used_bytes"):
+        parts.append(f"GPU used by the engine (NVML) {_gib(mem['gpu_nvml_peak_process_used_bytes'])}")
     if mem.get("weights_bytes"):
         parts.append(f"weights {_gib(mem['weights_bytes'])}")
     if mem.get("kv_bytes_per_token"):

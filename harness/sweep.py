@@ -61,7 +61,12 @@ def figure_name(metric: str, stat: Optional[str]) -> str:
 
 
 def key_figures(summary: RunSummary) -> dict[str, Optional[float]]:
-    return {figure_name(m, s): summary.stat(m, s or "") for m, s in KEY_FIGURES}
+    """KEY_FIGURES, and the run metrics with a source (GPU) where the run has them."""
+    figures = {figure_name(m, s): summary.stat(m, s or "") for m, s in KEY_FIGURES}
+    for key, metric in registry.RUN_METRICS.items():
+        if metric.source and summary.stat(key) is not None:
+            figures[key] = summary.stat(key)
+    return figures
 
 
 # --- statistics across repeats -------------------------------------------------------------
@@ -92,7 +97,8 @@ def combine_repeats(summaries: Sequence[RunSummary]) -> dict[str, Any]:
     per_run = [key_figures(s) for s in summaries]
     if len(per_run) == 1:
         return per_run[0]
-    return {name: mean_ci95([f[name] for f in per_run]) for name in per_run[0]}
+    names = list(dict.fromkeys(name for f in per_run for name in f))
+    return {name: mean_ci95([f.get(name) for f in per_run]) for name in names}
 
 
 # --- sweep.json ---------------------------------------------------------------------------
@@ -278,12 +284,15 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     import pandas as pd
 
     rows = []
-    varying = varying_overrides([p.get("overrides") or [] for p in sweep.get("points", [])])
-    for p, changed in zip(sweep.get("points", []), varying):
+    points = sweep.get("points", [])
+    varying = varying_overrides([p.get("overrides") or [] for p in points])
+    sourced = [(k, None) for k, m in registry.RUN_METRICS.items()
+               if m.source and any(k in (p.get("figures") or {}) for p in points)]
+    for p, changed in zip(points, varying):
         row: dict[str, Any] = {"point": p.get("index"), "overrides": " ".join(changed) or "-",
                                "status": p.get("status"), "load s": f"{p.get('load_s') or 0:.1f}",
                                "reused": "yes" if p.get("engine_reused") else "no"}
-        for metric, stat in TABLE_FIGURES:
+        for metric, stat in (*TABLE_FIGURES, *sourced):
             m = registry.get(metric)
             label = f"{m.label} {stat}" if stat else m.label
             row[f"{label} ({m.unit})"] = _figure_text(m, (p.get("figures") or {}).get(figure_name(metric, stat)))

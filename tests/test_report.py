@@ -18,10 +18,17 @@ PAYLOAD = ('<script>window.__pwned = 1; document.title = "pwned"; alert("pwned")
            '</script><img src=x onerror="window.__pwned = 2">')
 PWNED_JS = "typeof window.__pwned === 'undefined' && !document.title.includes('pwned')"
 SINGLE_RUN_PLOTS = ["latency-cdf", "itl", "timeline", "throughput-time", "memory"]
+PLOT_ORDER = ["latency-cdf", "itl", "timeline", "throughput-time", "memory", "gpu", "ttft-turn"]
 
 
 def plot_ids(html: str) -> list[str]:
     return re.findall(r'<div class="figure" data-plot="([^"]+)"', html)
+
+
+def with_gpu(run_dir: Path, plots: list[str]) -> list[str]:
+    """The plots expected of a run: on a machine where NVML samples a GPU, the GPU plot too."""
+    gpu = (run_dir / "gpu.parquet").exists()
+    return [p for p in PLOT_ORDER if p in plots or (p == "gpu" and gpu)]
 
 
 def assert_renders(chromium, path: Path, shot: Path, expected_plots: list[str], evaluate=None):
@@ -61,10 +68,10 @@ def test_every_run_writes_a_self_contained_report(cli_run):
     proc, run_dir = cli_run
     assert proc.stdout.strip().splitlines()[-1] == f"results: {run_dir}"  # still the last line
     html = (run_dir / "report.html").read_text()
-    assert html.count("Plotly.newPlot(") == len(SINGLE_RUN_PLOTS)
+    assert html.count("Plotly.newPlot(") == len(with_gpu(run_dir, SINGLE_RUN_PLOTS))
     assert html.count("* plotly.js v") == 1  # the library, embedded once
     assert not re.search(r"<script[^>]+src=", html) and "<link" not in html  # nothing to fetch
-    assert plot_ids(html) == SINGLE_RUN_PLOTS
+    assert plot_ids(html) == with_gpu(run_dir, SINGLE_RUN_PLOTS)
     summary = json.loads((run_dir / "summary.json").read_text())
     for text in ("transformers 5.", "tiny-random", summary["workload"]["sha256"][:12], "logical cores", "Summary"):
         assert text in html, text
@@ -72,7 +79,8 @@ def test_every_run_writes_a_self_contained_report(cli_run):
 
 def test_report_renders_in_chromium(cli_run, chromium, tmp_path):
     _, run_dir = cli_run
-    page = assert_renders(chromium, run_dir / "report.html", screenshot_dir(tmp_path) / "report-synthetic.png", SINGLE_RUN_PLOTS)
+    page = assert_renders(chromium, run_dir / "report.html", screenshot_dir(tmp_path) / "report-synthetic.png",
+                          with_gpu(run_dir, SINGLE_RUN_PLOTS))
     assert page.title == f"Report · {run_dir.name}"
 
 
@@ -88,10 +96,10 @@ def test_chat_report_has_turn_plots_and_escapes_run_text(chat_run, chromium, tmp
     html = (report.write_report(chat_run)).read_text()
     assert "<script>window.__pwned" not in html and "<img src=x" not in html
     assert "&lt;script&gt;window.__pwned" in html  # shown, as text
-    assert plot_ids(html) == SINGLE_RUN_PLOTS + ["ttft-turn"]
+    assert plot_ids(html) == with_gpu(chat_run, SINGLE_RUN_PLOTS + ["ttft-turn"])
 
     page = assert_renders(chromium, chat_run / "report.html", screenshot_dir(tmp_path) / "report-chat.png",
-                          SINGLE_RUN_PLOTS + ["ttft-turn"])
+                          with_gpu(chat_run, SINGLE_RUN_PLOTS + ["ttft-turn"]))
     assert "pwned" not in page.title
     text = page.values["text"]
     assert '<script>window.__pwned = 1; document.title = "pwned"' in text  # the prompt, the output, the error
@@ -115,7 +123,7 @@ def test_runs_with_failed_requests(monkeypatch, tmp_path, chromium):
     html = (tmp_path / "report.html").read_text()
     assert "2 of 6 requests failed" in html and "Failed requests (2" in html
     assert "<script>window.__pwned" not in html
-    page = assert_renders(chromium, tmp_path / "report.html", tmp_path / "failed.png", SINGLE_RUN_PLOTS)
+    page = assert_renders(chromium, tmp_path / "report.html", tmp_path / "failed.png", with_gpu(tmp_path, SINGLE_RUN_PLOTS))
     assert "engine refused <script>window.__pwned" in page.values["text"]
 
 
@@ -130,8 +138,8 @@ def test_run_where_every_request_failed(monkeypatch, tmp_path, chromium):
     run_benchmark(make_config(*FAST, "workload.num_requests=3", "workload.warmup_requests=0"), tmp_path)
     html = (tmp_path / "report.html").read_text()
     assert "No request completed" in html and "3 of 3 requests failed (RuntimeError: out of memory)" in html
-    assert plot_ids(html) == ["timeline", "memory"]  # the failures on the timeline; memory
-    assert_renders(chromium, tmp_path / "report.html", tmp_path / "all-failed.png", ["timeline", "memory"])
+    assert plot_ids(html) == with_gpu(tmp_path, ["timeline", "memory"])  # the failures on the timeline; memory
+    assert_renders(chromium, tmp_path / "report.html", tmp_path / "all-failed.png", with_gpu(tmp_path, ["timeline", "memory"]))
 
 
 def test_interrupted_run_still_gets_its_report(monkeypatch, tmp_path):
@@ -163,8 +171,8 @@ def test_report_from_what_a_dead_run_leaves(cli_run, tmp_path, chromium):
     _, source = cli_run
     run_dir = tmp_path / "dead-run"
     shutil.copytree(source, run_dir)
-    for name in ("requests.parquet", "memory.parquet", "env.json", "workload.json", "report.html"):
-        (run_dir / name).unlink()
+    for name in ("requests.parquet", "memory.parquet", "gpu.parquet", "env.json", "workload.json", "report.html"):
+        (run_dir / name).unlink(missing_ok=True)
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["status"] = "failed"
     summary["error"] = f"RuntimeError: {PAYLOAD}"

@@ -86,7 +86,7 @@ def test_real_model_synthetic_exact_lengths(tmp_path):
 def test_a_failing_table_write_keeps_the_summary_and_the_report(tmp_path, monkeypatch, caplog):
     from harness.results import RunWriter
 
-    def broken(self, samples, t0):
+    def broken(self, *tables):
         raise OSError("disk full")
 
     monkeypatch.setattr(RunWriter, "write_tables", broken)

@@ -16,6 +16,6 @@ case "$engine" in
 esac
 HARNESS_VENV="$venv" scripts/setup.sh "$extras"
 if command -v nvidia-smi >/dev/null 2>&1; then
-  "$venv/bin/python" -m pip install --quiet -e ".[gpu-telemetry]"  # NVML: GPU memory, power, energy
+  "$venv/bin/python" -m pip install --quiet -e ".[gpu]"  # NVML: GPU memory, power, energy
 fi
 scripts/ci/engine-available.sh "$engine" "$venv"
