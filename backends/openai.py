@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import orjson
+
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
 from backends.sse import DEFAULT_MAX_EVENT_CHARS, SSEEvent, SSEParser
@@ -217,14 +219,14 @@ class OpenAIClient:
                         if not data:
                             break
                         for sse in parser.feed(data):
-                            chunk = state.handle(sse, chat, self)
+                            chunk = state.handle(sse, chat)
                             if chunk is not None:
                                 yield chunk
                         if state.done:
                             break
                     if not state.done:
                         for sse in parser.close():
-                            chunk = state.handle(sse, chat, self)
+                            chunk = state.handle(sse, chat)
                             if chunk is not None:
                                 yield chunk
         except asyncio.TimeoutError:
@@ -244,86 +246,119 @@ class OpenAIClient:
 
 
 class _StreamState:
-    """What one stream has said so far."""
+    """What one stream has said so far.
 
-    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "chunks", "streamed",
-                 "not_sse_hint", "invalid_text")
+    Nothing is tokenized while the stream runs (a tokenizer call per chunk delays every
+    stream's stamps): each text chunk counts as one token on arrival, and the counts are
+    settled once the stream has ended (:meth:`chunk_token_counts`).
+    """
+
+    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
-        self.produced: list[str] = []  # content and reasoning: every generated token's text
+        self.produced: list[str] = []  # one per text chunk: its content and reasoning
         self.usage: Optional[dict[str, Any]] = None
         self.finish_reason: Optional[str] = None
         self.done = False
         self.no_done_marker = False  # the server ended its reply but never sent [DONE]
-        self.chunks = 0
-        self.streamed = 0
         self.not_sse_hint = ""
-        self.invalid_text = False  # the server sent text that is not valid Unicode
 
-    def handle(self, sse: SSEEvent, chat: bool, client: OpenAIClient) -> Optional[TokenChunk]:
+    def handle(self, sse: SSEEvent, chat: bool) -> Optional[TokenChunk]:
         if self.done:
             return None
-        if sse.data == "[DONE]":
+        data = sse.data
+        if data == "[DONE]":
             self.done = True
             return None
         try:
-            obj = json.loads(sse.data)
-        except ValueError:
-            raise StreamError(f"not JSON in the stream: {sse.data[:120]!r}") from None
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            obj = _lenient_json(data)  # e.g. a lone surrogate, which orjson refuses and JSON allows
         t = time.perf_counter()  # the chunk's stamp: just parsed
-        if not isinstance(obj, dict):
-            raise StreamError(f"unexpected event in the stream: {sse.data[:120]!r}")
-        if obj.get("error") and not obj.get("choices"):
-            raise StreamError(f"the server reported an error mid-stream: {_error_detail(json.dumps(obj))}")
+        if type(obj) is not dict:
+            raise StreamError(f"unexpected event in the stream: {data[:120]!r}")
+        choices = obj.get("choices")
+        if not choices:
+            return self._without_choices(obj, data)
         usage = obj.get("usage")
         if usage:
-            if not isinstance(usage, dict):
-                raise StreamError(f"usage is not an object: {sse.data[:120]!r}")
-            self.usage = usage
-        choices = obj.get("choices") or []
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-            raise StreamError(f"choices is not a list of objects: {sse.data[:120]!r}")
+            self._take_usage(usage, data)
+        if type(choices) is not list:
+            raise StreamError(f"choices is not a list of objects: {data[:120]!r}")
         texts: list[str] = []
         for choice in choices:
+            if type(choice) is not dict:
+                raise StreamError(f"choices is not a list of objects: {data[:120]!r}")
             if chat:
                 delta = choice.get("delta") or {}
-                if not isinstance(delta, dict):
-                    raise StreamError(f"delta is not an object: {sse.data[:120]!r}")
+                if type(delta) is not dict:
+                    raise StreamError(f"delta is not an object: {data[:120]!r}")
                 content = delta.get("content") or ""
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
             else:
                 content, reasoning = choice.get("text") or "", ""
-            if not isinstance(content, str) or not isinstance(reasoning, str):
-                raise StreamError(f"the token text is not a string: {sse.data[:120]!r}")
+            if type(content) is not str or type(reasoning) is not str:
+                raise StreamError(f"the token text is not a string: {data[:120]!r}")
             if reasoning:
                 texts.append(reasoning)
             if content:
                 texts.append(content)
                 self.reply.append(content)
-            if choice.get("finish_reason"):
-                reason = choice["finish_reason"]
-                self.finish_reason = reason if isinstance(reason, str) else str(reason)[:100]
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = reason if type(reason) is str else str(reason)[:100]
         if not texts:
-            return None  # role-only, final, usage-only or empty chunks carry no token
-        text = "".join(texts)
-        try:
-            ids = client.encode(text)
-        except TypeError:  # a lone surrogate (JSON lets a server send "\ud800"): U+FFFD in its place
-            text = valid_text(text)
-            self.reply[-1:] = [valid_text(self.reply[-1])] if self.reply else []
-            self.invalid_text = True
-            ids = client.encode(text)
-        self.produced.append(text)
-        self.chunks += 1
-        self.streamed += len(ids)
-        return TokenChunk(ids, t)
+            return None  # role-only, final or empty chunks carry no token
+        self.produced.append(texts[0] if len(texts) == 1 else "".join(texts))
+        return TokenChunk([], t, n_tokens=1)
+
+    def _without_choices(self, obj: dict[str, Any], data: str) -> None:
+        """A usage-only chunk, an error event, or an empty one."""
+        if obj.get("error"):
+            raise StreamError(f"the server reported an error mid-stream: {_error_detail(json.dumps(obj))}")
+        usage = obj.get("usage")
+        if usage:
+            self._take_usage(usage, data)
+        return None
+
+    def _take_usage(self, usage: Any, data: str) -> None:
+        if type(usage) is not dict:
+            raise StreamError(f"usage is not an object: {data[:120]!r}")
+        self.usage = usage
+
+    def chunk_token_counts(self, client: OpenAIClient, usage_tokens: Optional[int]) -> tuple[list[int], str]:
+        """Each text chunk's tokens, and how they were counted.
+
+        - ``usage``: the server's completion tokens equal the chunks: one token each (the
+          common case: vLLM, SGLang, TGI stream one token per chunk);
+        - ``retokenized``: each chunk's text tokenized (no usage, or several tokens a chunk);
+        - ``reconciled``: those counts scaled (largest remainder, at least 1 each) to sum to
+          usage, since text split into chunks can tokenize into more tokens than the server
+          produced (" t12" is 3 SmolLM2 tokens where the server counted 1).
+        """
+        n = len(self.produced)
+        if usage_tokens == n:
+            return [1] * n, "usage"
+        counts = [len(client.encode(text)) for text in self.produced]
+        total = sum(counts)
+        if usage_tokens is None or total == usage_tokens or usage_tokens < n or total == 0:
+            return counts, "retokenized"
+        return _scale_counts(counts, usage_tokens), "reconciled"
 
     def request_done(self, client: OpenAIClient, max_tokens: int) -> RequestDone:
-        stats: dict[str, Any] = {"http_chunks": self.chunks, "streamed_tokens": self.streamed}
+        invalid_text = False
+        try:
+            token_ids = client.encode("".join(self.produced)) if self.produced else []
+        except TypeError:  # a lone surrogate (JSON lets a server send "\ud800"): U+FFFD in its place
+            self.produced = [valid_text(text) for text in self.produced]
+            self.reply = [valid_text(text) for text in self.reply]
+            invalid_text = True
+            token_ids = client.encode("".join(self.produced))
+        stats: dict[str, Any] = {"http_chunks": len(self.produced)}
         if self.no_done_marker:
             stats["no_done_marker"] = True
-        if self.invalid_text:
+        if invalid_text:
             stats["invalid_text"] = True
         usage = self.usage or {}
         # counts as sent: a count that is not a whole number >= 0 fails its request (harness/metrics.py)
@@ -333,15 +368,43 @@ class _StreamState:
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
             stats["cached_tokens"] = cached
-        if usage.get("completion_tokens") is not None:
-            stats["output_tokens"] = usage["completion_tokens"]
-            if isinstance(stats["output_tokens"], (int, float)) and stats["output_tokens"] > max_tokens:
-                raise StreamError(f"usage.completion_tokens is {stats['output_tokens']} for max_tokens {max_tokens}")
+        completion = usage.get("completion_tokens")
+        if completion is not None:
+            stats["output_tokens"] = completion
+            if isinstance(completion, (int, float)) and completion > max_tokens:
+                raise StreamError(f"usage.completion_tokens is {completion} for max_tokens {max_tokens}")
             stats["output_tokens_source"] = "usage"
         else:
-            stats["output_tokens"] = len(client.encode("".join(self.produced))) if self.produced else 0
+            stats["output_tokens"] = len(token_ids)
             stats["output_tokens_source"] = "retokenized"
-        return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply))
+        usage_tokens = completion if type(completion) is int and completion >= 0 else None
+        counts, how = self.chunk_token_counts(client, usage_tokens)
+        stats["streamed_tokens"] = sum(counts)
+        stats["chunk_tokens_source"] = how
+        return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply),
+                           chunk_tokens=counts, token_ids=token_ids)
+
+
+def _scale_counts(counts: list[int], total: int) -> list[int]:
+    """``counts`` scaled to sum to ``total`` (>= len(counts)), each at least 1, by largest remainder."""
+    spare = total - len(counts)  # what is shared out beyond the 1 each chunk keeps
+    weights = [c - 1 if c > 1 else 0 for c in counts]
+    weight_sum = sum(weights)
+    if weight_sum == 0:
+        weights, weight_sum = [1] * len(counts), len(counts)
+    shares = [spare * w / weight_sum for w in weights]
+    scaled = [1 + int(share) for share in shares]
+    left = total - sum(scaled)
+    for i in sorted(range(len(counts)), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:left]:
+        scaled[i] += 1
+    return scaled
+
+
+def _lenient_json(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise StreamError(f"not JSON in the stream: {data[:120]!r}") from None
 
 
 async def _close_when_loop_ends(session: Any) -> None:

@@ -38,6 +38,9 @@ class TokenChunk:
     token_ids: list[int]
     t: float
     handed_t: Optional[float] = None  # when an engine thread handed it to the event loop
+    # Tokens in the chunk when ``token_ids`` is not known on arrival (an HTTP stream: counted
+    # provisionally, then reconciled in RequestDone.chunk_tokens); None: len(token_ids)
+    n_tokens: Optional[int] = None
 
 
 @dataclass
@@ -53,6 +56,11 @@ class RequestDone:
     # The reply as the engine returned it (HTTP servers); when set, the runner uses it as the
     # request's output text and chat history instead of decoding the streamed token ids.
     text: Optional[str] = None
+    # Set after an HTTP stream, where counting on arrival would slow every stream's stamps:
+    # each chunk's token count (replacing the provisional ones, reconciled with usage) and the
+    # reply's token ids (its text re-tokenized once).
+    chunk_tokens: Optional[list[int]] = None
+    token_ids: Optional[list[int]] = None
 
 
 StreamEvent = Union[TokenChunk, RequestDone]

@@ -65,10 +65,14 @@ async def execute(
                 lag = time.perf_counter() - (event.handed_t or event.t)
                 if lag > lag_max:
                     lag_max = lag
-                chunks.append((event.t, len(event.token_ids)))
+                chunks.append((event.t, len(event.token_ids) if event.n_tokens is None else event.n_tokens))
                 output_ids.extend(event.token_ids)
             else:
                 done = event
+                if done.chunk_tokens is not None and len(done.chunk_tokens) == len(chunks):
+                    chunks = [(t, n) for (t, _), n in zip(chunks, done.chunk_tokens)]
+                if done.token_ids is not None:
+                    output_ids = list(done.token_ids)
     except asyncio.CancelledError:
         if on_cancel is not None:
             error = "cancelled: the run was interrupted"

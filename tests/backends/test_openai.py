@@ -47,7 +47,8 @@ def test_timing_matches_the_schedule_at_concurrency_1(tmp_path, tokenizer):
     assert np.percentile(np.abs(gap_err), 99) < 0.025
     assert abs(np.median(gap_err)) < 0.002
     for _, chunks, done in results:
-        assert [len(c.token_ids) for c in chunks] == [1] * 24
+        assert [c.n_tokens for c in chunks] == [1] * 24 and all(c.token_ids == [] for c in chunks)  # none tokenized
+        assert done.chunk_tokens == [1] * 24 and done.engine_stats["chunk_tokens_source"] == "usage"
         assert done.engine_stats["output_tokens"] == 24 and done.engine_stats["output_tokens_source"] == "usage"
         assert done.finish_reason == "length"
 
@@ -57,7 +58,7 @@ def test_reply_text_and_token_ids_are_the_servers(tmp_path, tokenizer):
         chunks, done = run(collect(client_for(srv, tokenizer).stream(chat_request(0, 6), {"ignore_eos": True})))
     expected = "".join(word(1, k) for k in range(6))  # the server's first request
     assert done.text == expected
-    assert tokenizer.decode([t for c in chunks for t in c.token_ids]) == expected
+    assert tokenizer.decode(done.token_ids) == expected
 
 
 def test_no_usage_counts_by_re_tokenizing(tmp_path, tokenizer):
@@ -73,8 +74,19 @@ def test_no_usage_counts_by_re_tokenizing(tmp_path, tokenizer):
 def test_multi_token_chunks_count_every_token(tmp_path, tokenizer):
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--chunk-tokens", "4", "--dialect", "sglang") as srv:
         chunks, done = run(collect(client_for(srv, tokenizer).stream(chat_request(0, 10), {"ignore_eos": True})))
-    assert [len(c.token_ids) for c in chunks] == [4, 4, 2]
+    assert done.chunk_tokens == [4, 4, 2] and done.engine_stats["chunk_tokens_source"] == "retokenized"
     assert done.engine_stats["output_tokens"] == 10 and done.engine_stats["streamed_tokens"] == 10
+
+
+def test_chunk_counts_are_reconciled_with_usage():
+    """Text that re-tokenizes into more tokens than the server produced: the counts are scaled
+    to the server's usage, each chunk keeping at least one token."""
+    from backends.openai import _scale_counts
+
+    assert _scale_counts([3, 1, 1, 1], 4) == [1, 1, 1, 1]
+    assert _scale_counts([3, 1, 2, 2], 6) == [2, 1, 2, 1]
+    scaled = _scale_counts([5, 1, 3, 1, 1], 8)
+    assert sum(scaled) == 8 and min(scaled) >= 1 and scaled[0] >= scaled[2] >= scaled[1]
 
 
 def test_mlx_keepalive_comments_are_skipped(tmp_path, tokenizer):

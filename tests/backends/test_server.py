@@ -180,7 +180,7 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
     finally:
         backend.close()
     for i, (chunks, done) in enumerate(results):
-        assert sum(len(c.token_ids) for c in chunks) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
+        assert sum(done.chunk_tokens) == len(done.token_ids) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
         assert done.finish_reason == "length"
         assert done.engine_stats["output_tokens_source"] == ("retokenized" if dialect == "llamacpp" else "usage")
     assert gone(backend.server.pid)

