@@ -18,7 +18,7 @@ from backends.engine_server import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 
 BACKENDS = ("pytorch", "tensorrt", "_autodeploy")
-LOG_LEVELS = ("internal_error", "error", "warning", "info", "verbose", "debug", "trace")
+LOG_LEVELS = ("internal_error", "error", "warning", "info", "verbose")  # tensorrt_llm/logger.py severity_map
 
 
 @dataclass
