@@ -21,12 +21,14 @@ backend_registry: Registry[Backend] = Registry("backend", package="backends", co
 def check_backend_available(config: BackendConfig) -> None:
     """Before any model loads: in-process, the engine is installed (BackendUnavailable names
     the pip extra); in server mode the engine may live in another interpreter, so only that
-    interpreter (and a custom command's program) must exist."""
+    interpreter (and a custom command's program, or the engine's own) must exist."""
     entry = backend_registry.get(config.name)
     if config.mode == "server":
         from backends.server import check_server_config
 
         check_server_config(config)
+        if not config.server_command:
+            entry.cls.check_server(config)
     else:
         entry.cls.check_available()
 

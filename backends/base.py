@@ -124,6 +124,11 @@ class Backend(ABC):
                 f"pip install -e '.[{cls.extra or cls.registry_name}]'{cls.install_hint}"
             )
 
+    @classmethod
+    def check_server(cls, config: BackendConfig) -> None:
+        """Server mode, before any model loads: raise ConfigError if what launches the server
+        is missing (engines whose server is a program of its own, or runs in a container)."""
+
     def check_workload(self, plan: Any) -> None:
         """Raise ConfigError if the workload cannot run on this engine (checked before loading)."""
 

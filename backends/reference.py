@@ -33,7 +33,7 @@ class ReferenceConfig(BackendConfig):
     error_kind: str = "status"  # how a failing request misbehaves: one of harness.reference_server.FAULTS
     fault_size_mib: float = 32.0  # the size of a huge-event or huge-error-body fault
     chunk_tokens: int = 1  # tokens per streamed chunk
-    dialect: str = "openai"  # openai (vLLM-like) | sglang | mlx | llamacpp
+    dialect: str = "openai"  # openai (vLLM-like) | sglang | mlx | llamacpp | tgi | tensorrt_llm | deepspeed_mii | ollama
     metrics: bool = True  # serve /metrics, scraped around the measured phase
     exit_after: Optional[int] = None  # the server exits when request exit_after + 1 arrives
     count_prompt_tokens: bool = True  # load the model's tokenizer to report exact usage.prompt_tokens
@@ -81,11 +81,11 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
 
     return ServerPreset(
         command=command,
-        health_path="/v1/models" if c.dialect == "llamacpp" else "/health",
+        health_path=DIALECTS[c.dialect].health or "/v1/models",
         metrics_path="/metrics" if c.metrics else None,
         served_model_name=None,  # exercises GET /v1/models
         extra_body=extra_body,
-        prompt_token_ids=False if c.dialect in ("llamacpp", "mlx") else None,
+        prompt_token_ids=None if DIALECTS[c.dialect].token_id_prompts else False,
         engine="reference",
         version_packages=("llm-harness",),
         stop_grace_s=5.0,

@@ -7,7 +7,9 @@ a child process, benchmark it over HTTP, stop it.
 - :class:`ManagedServer` — the child process: its own process group (session), bound to
   127.0.0.1 on a free port, stdout and stderr in ``<run folder>/server.log``, a health
   check with a time-out, and a stop that signals the whole group (SIGTERM, then SIGKILL
-  after a grace period) — also on error, Ctrl-C, SIGTERM or interpreter exit.
+  after a grace period) — also on error, Ctrl-C, SIGTERM or interpreter exit — and then runs
+  the preset's clean-up commands (``docker rm -f`` of a container), as its watchdog does
+  when the harness itself is killed.
 - :class:`ServerBackend` — a :class:`backends.base.Backend` that owns a ManagedServer and
   streams from it with :class:`backends.openai.OpenAIClient`.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 import logging
 import os
 import shlex
@@ -32,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
 from backends.openai import HTTPBackend, OpenAIClient, check_server, client_limits, http_get
@@ -42,7 +45,9 @@ from core.model import ModelFiles
 log = logging.getLogger("harness")
 
 HOST = "127.0.0.1"
-PLACEHOLDERS = ("model", "gguf", "port", "host", "python")
+PLACEHOLDERS = ("model", "gguf", "port", "host", "python", "files", "aux_port")
+FILES_DIR = "server-files"  # <run folder>/server-files: the preset's files, {files}
+CLASH_MESSAGES = ("address already in use", "errno 98", "port is already allocated")  # the last: docker -p
 
 
 @dataclass
@@ -51,8 +56,10 @@ class ServerPreset:
 
     ``command`` is the argv after the Python interpreter (``["-m", "vllm.entrypoints…"]``),
     or the full argv when ``uses_python`` is False. Its items may hold the placeholders
-    ``{model}`` (the HF folder), ``{gguf}`` (the GGUF file), ``{port}``, ``{host}`` and
-    ``{python}``, filled in at launch. ``backend.server_args`` are appended to it.
+    ``{model}`` (the HF folder), ``{gguf}`` (the GGUF file), ``{port}``, ``{host}``,
+    ``{python}``, ``{files}`` (the folder the preset's ``files`` are written to) and
+    ``{aux_port}`` (a second free port), filled in at launch, as in ``env`` values and the
+    setup and clean-up commands. ``backend.server_args`` are appended to the command.
     """
 
     command: list[str]
@@ -68,6 +75,10 @@ class ServerPreset:
     version_packages: tuple[str, ...] = ()  # distributions whose version, in the server's interpreter, is reported
     api_root: str = "/v1"
     stop_grace_s: float = 15.0  # SIGTERM, then SIGKILL after this long
+    files: dict[str, str] = field(default_factory=dict)  # name -> text, written to <run folder>/server-files/ first
+    setup_commands: list[list[str]] = field(default_factory=list)  # run in order once healthy (e.g. a model import)
+    cleanup_commands: list[list[str]] = field(default_factory=list)  # run once the server is stopped, by the watchdog too
+    version_path: Optional[str] = None  # GET answers {"version": …}, asked once healthy (preferred to version_packages)
 
 
 class ServerStartError(HarnessError):
@@ -127,22 +138,44 @@ def fill_placeholders(args: list[str], values: dict[str, Callable[[], str]]) -> 
     return out
 
 
-def server_argv(config: BackendConfig, preset: ServerPreset, model: ModelFiles, port: int, host: str = HOST) -> list[str]:
+def placeholder_values(config: BackendConfig, model: ModelFiles, port: int, host: str = HOST,
+                       files_dir: Optional[Path] = None) -> dict[str, Callable[[], str]]:
+    """The values of PLACEHOLDERS for one launch (``{aux_port}`` is picked once, when first used)."""
     python = resolve_python(config.python)
-    if config.server_command:
-        argv = list(config.server_command)
-    elif preset.uses_python:
-        argv = [python, *preset.command]
-    else:
-        argv = list(preset.command)
-    argv += list(config.server_args)
-    return fill_placeholders(argv, {
+    aux: list[str] = []
+
+    def aux_port() -> str:
+        if not aux:
+            aux.append(str(free_port(host)))
+        return aux[0]
+
+    def files() -> str:
+        if files_dir is None:
+            raise ConfigError("{files} is used, but the preset writes no files")
+        return str(files_dir)
+
+    return {
         "model": lambda: str(model.require_hf_dir()),
         "gguf": lambda: str(model.require_gguf()),
         "port": lambda: str(port),
         "host": lambda: host,
         "python": lambda: python,
-    })
+        "files": files,
+        "aux_port": aux_port,
+    }
+
+
+def server_argv(config: BackendConfig, preset: ServerPreset, model: ModelFiles, port: int, host: str = HOST,
+                files_dir: Optional[Path] = None, values: Optional[dict[str, Callable[[], str]]] = None) -> list[str]:
+    values = values or placeholder_values(config, model, port, host, files_dir)
+    if config.server_command:
+        argv = list(config.server_command)
+    elif preset.uses_python:
+        argv = [values["python"](), *preset.command]
+    else:
+        argv = list(preset.command)
+    argv += list(config.server_args)
+    return fill_placeholders(argv, values)
 
 
 def port_free(port: int, host: str = HOST) -> bool:
@@ -188,6 +221,7 @@ class ManagedServer:
         health_path: str = "/health",
         name: str = "server",
         stop_grace_s: float = 15.0,
+        cleanup_commands: Sequence[Sequence[str]] = (),
     ):
         self.argv = argv
         self.port = port
@@ -197,6 +231,7 @@ class ManagedServer:
         self.health_path = health_path
         self.name = name
         self.stop_grace_s = stop_grace_s
+        self.cleanup_commands = [list(c) for c in cleanup_commands]
         self.proc: Optional[subprocess.Popen] = None
         self._log: Any = None
         self._stopped = False
@@ -228,7 +263,7 @@ class ManagedServer:
             raise ServerStartError(f"could not start the {self.name} server ({self.argv[0]}): {exc.strerror or exc}") from None
         atexit.register(self.stop)
         self._trap_sigterm()
-        self._watchdog = _start_watchdog(self.proc.pid, self.stop_grace_s)
+        self._watchdog = _start_watchdog(self.proc.pid, self.stop_grace_s, self.cleanup_commands)
 
     def poll(self) -> Optional[int]:
         """The exit code, or None while it runs."""
@@ -244,7 +279,7 @@ class ManagedServer:
             rc = self.poll()
             if rc is not None:
                 tail = self.log_tail()
-                clash = any("address already in use" in line.lower() or "errno 98" in line.lower() for line in tail)
+                clash = any(m in line.lower() for line in tail for m in CLASH_MESSAGES)
                 raise ServerStartError(
                     f"the {self.name} server exited with code {rc} before it became healthy; "
                     f"last lines of {self.log_path}:\n{_indent(tail)}", port_clash=clash)
@@ -262,6 +297,24 @@ class ManagedServer:
                 pass
             time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 1.5, 0.5)
+
+    def run_step(self, argv: list[str], timeout_s: float) -> None:
+        """A command that prepares the running server (an engine's model import), its output
+        in the server's log; ServerStartError (with the log's tail) when it fails."""
+        assert self._log is not None, "start() first"
+        self._log.write(f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: running {shlex.join(argv)}\n".encode())
+        what = f"{shlex.join(argv)} (setting up the {self.name} server)"
+        try:
+            rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **self.env}, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            raise ServerStartError(f"{what} did not finish within {timeout_s:g} s; last lines of "
+                                   f"{self.log_path}:\n{_indent(self.log_tail())}") from None
+        except OSError as exc:
+            raise ServerStartError(f"could not run {argv[0]} for the {self.name} server: {exc.strerror or exc}") from None
+        if rc != 0:
+            raise ServerStartError(f"{what} failed with exit code {rc}; last lines of {self.log_path}:\n"
+                                   f"{_indent(self.log_tail())}")
 
     def log_tail(self, lines: int = 20) -> list[str]:
         try:
@@ -304,6 +357,7 @@ class ManagedServer:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        self._run_cleanup()
         if self._log is not None:
             try:
                 self._log.write(f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: stopped (exit code {proc.poll()})\n".encode())
@@ -316,6 +370,18 @@ class ManagedServer:
             self._watchdog.wait(timeout=5)
         if interrupted:
             raise KeyboardInterrupt
+
+    def _run_cleanup(self) -> None:
+        """The preset's clean-up commands (a container outlives a killed ``docker run``);
+        a failure is written to the log, and the stop goes on."""
+        out = self._log if self._log is not None and not self._log.closed else subprocess.DEVNULL
+        for argv in self.cleanup_commands:
+            if out is not subprocess.DEVNULL:
+                out.write(f"# harness: clean-up: {shlex.join(argv)}\n".encode())
+            try:
+                subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=120)
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.warning("clean-up of the %s server failed: %s: %s", self.name, shlex.join(argv), exc)
 
     def _trap_sigterm(self) -> None:
         """A SIGTERM to the harness becomes KeyboardInterrupt, so the clean-up runs."""
@@ -340,20 +406,22 @@ class ManagedServer:
 # A tiny process of its own (its own session: a Ctrl-C to the terminal does not reach it) that
 # outlives the harness only to stop the server's process group when the harness is gone, even
 # after a SIGKILL, which runs no clean-up: the harness is its parent, so being re-parented means
-# the harness died. argv: server pgid, grace seconds.
+# the harness died. Then it runs the clean-up commands (so it waits for the harness as long as
+# there are some, even after the group is gone; a clean stop kills it). argv: server pgid, grace
+# seconds, the clean-up commands as JSON, the harness's pid (given, not read at start: the
+# harness may already be gone by the time this interpreter has started).
 _WATCHDOG = """
-import os, signal, sys, time
-pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+import json, os, signal, subprocess, sys, time
+pgid, grace, cleanup, parent = int(sys.argv[1]), float(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
 for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
     signal.signal(s, signal.SIG_IGN)
-parent = os.getppid()
 def alive():
     try:
         os.killpg(pgid, 0)
         return True
     except OSError:
         return False
-while os.getppid() == parent and alive():
+while os.getppid() == parent and (alive() or cleanup):
     time.sleep(0.25)
 if alive():
     os.killpg(pgid, signal.SIGTERM)
@@ -362,12 +430,19 @@ if alive():
         time.sleep(0.1)
     if alive():
         os.killpg(pgid, signal.SIGKILL)
+if os.getppid() != parent:
+    for argv in cleanup:
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        except Exception:
+            pass
 """
 
 
-def _start_watchdog(pgid: int, grace_s: float) -> Optional[subprocess.Popen]:
+def _start_watchdog(pgid: int, grace_s: float, cleanup: Sequence[Sequence[str]] = ()) -> Optional[subprocess.Popen]:
     try:
-        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(pgid), str(grace_s)],
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(pgid), str(grace_s),
+                                 json.dumps([list(c) for c in cleanup]), str(os.getpid())],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True)
     except OSError as exc:  # the run goes on; only a SIGKILL of the harness could then leave the server behind
@@ -439,15 +514,19 @@ class ServerBackend(HTTPBackend):
         cfg, preset = self.config, self.preset
         run_dir = Path(self.run_dir) if self.run_dir else Path(tempfile.mkdtemp(prefix="harness-server-"))
         log_path = run_dir / "server.log"
+        files_dir = self._write_files(run_dir / FILES_DIR) if preset.files else None
         self._version = self._probe_version()
         for attempt in range(3):
             port, note = choose_port(cfg.port if attempt == 0 else 0)
             if note:
                 log.warning("%s", note)
-            argv = server_argv(cfg, preset, self.model, port)
+            values = placeholder_values(cfg, self.model, port, files_dir=files_dir)
+            argv = server_argv(cfg, preset, self.model, port, values=values)
+            env = {key: fill_placeholders([value], values)[0] for key, value in preset.env.items()}
             self.server = ManagedServer(
-                argv, port=port, log_path=log_path, env=dict(preset.env), health_path=preset.health_path,
+                argv, port=port, log_path=log_path, env=env, health_path=preset.health_path,
                 name=self.engine_name, stop_grace_s=preset.stop_grace_s,
+                cleanup_commands=[fill_placeholders(c, values) for c in preset.cleanup_commands],
             )
             log.info("starting the %s server on %s (log: %s)", self.engine_name, self.server.url_root, log_path)
             self.server.start(notes=(note,) if note else ())
@@ -459,6 +538,14 @@ class ServerBackend(HTTPBackend):
                 if not (exc.port_clash and attempt < 2):
                     raise
                 log.warning("port %d was taken before the server bound it; trying another", port)
+        try:
+            for step in preset.setup_commands:
+                self.server.run_step(fill_placeholders(step, values), cfg.startup_timeout_s)
+        except BaseException:
+            self.server.stop()
+            raise
+        if preset.version_path:
+            self._version = self._server_version(self.server.url_root + preset.version_path) or self._version
         base = self.server.url_root + preset.api_root
         key = self.api_key()
         model_name = preset.served_model_name
@@ -471,6 +558,21 @@ class ServerBackend(HTTPBackend):
             **client_limits(cfg),
         )
         self.metrics_url = self.server.url_root + preset.metrics_path if preset.metrics_path else None
+
+    def _write_files(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in self.preset.files.items():
+            (folder / name).write_text(text)
+        return folder
+
+    @staticmethod
+    def _server_version(url: str) -> Optional[str]:
+        try:
+            status, body, _ = http_get(url, timeout_s=10.0)
+            version = json.loads(body).get("version") if status == 200 else None
+        except (OSError, ValueError, AttributeError):
+            return None
+        return str(version) if version else None
 
     def _probe_version(self) -> str:
         if not self.preset.version_packages:

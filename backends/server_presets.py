@@ -11,24 +11,36 @@ config translates to (``extra_args`` for the command line, ``env`` for the envir
 | llama.cpp | ``-m llama_cpp.server --model GGUF --interrupt_requests False`` | /v1/models | — | ``logit_bias`` −1e9 on end-of-generation ids |
 | MLX | ``-m mlx_lm.server --model DIR`` (the ``mlx_lm.server`` script) | /health | — | ``logit_bias`` −1e9 on end-of-generation ids |
 | transformers | ``-m transformers.cli.transformers serve DIR`` (``transformers serve``) | /health | — | ``logit_bias`` −1e9 on end-of-generation ids |
+| TGI | ``text-generation-launcher --model-id DIR`` | /health | /metrics (``tgi_*``) | — (none in its OpenAI layer) |
+| TensorRT-LLM | ``trtllm-serve DIR`` | /health | — (its /metrics is JSON) | ``ignore_eos``, ``min_tokens`` |
+| DeepSpeed-MII | ``-m mii.entrypoints.openai_api_server --model DIR`` | /health | — | ``min_tokens`` ≥ prompt + output (MII counts the prompt) |
+| Ollama | ``ollama serve``, then ``ollama create`` from a Modelfile | /api/version | — | — (none in its OpenAI layer) |
 
-Every server binds ``127.0.0.1`` on the port the harness picked (``{port}``).
+Every server binds ``127.0.0.1`` on the port the harness picked (``{port}``). The last four
+run only as servers, as their program on this machine or in their container
+(``backend.container.image``, ``backends/container.py``), published on 127.0.0.1 only.
 Known quirks handled by the client: llama_cpp.server sends no usage (tokens are counted by
 re-tokenizing) and, without ``--interrupt_requests False``, cuts concurrent streams short;
 mlx_lm.server starts streams with ``: keepalive`` comments and its ``/v1/models`` fails
 when the Hugging Face cache folder does not exist (so the model name is fixed here);
-SGLang adds ``matched_stop`` and ``reasoning_content`` fields.
+SGLang adds ``matched_stop`` and ``reasoning_content`` fields. The streams of the last four
+are described in ``harness/reference_server.py`` (DIALECTS), which speaks each of them.
 """
 from __future__ import annotations
 
 import json
+import re
 import subprocess
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from backends.base import BackendConfig, GenerationRequest
+from backends.container import FILES_MOUNT, MODEL_MOUNT, container_run, mount_source
 from backends.server import HOST, ServerPreset, resolve_python
 from core.errors import ConfigError
 from core.model import ModelFiles
+
+if TYPE_CHECKING:
+    from backends.engine_server import EngineServerConfig
 
 # Tokens that end generation in common chat vocabularies (llama.cpp treats these as
 # end-of-generation too); suppressing one that a model never emits does no harm.
@@ -240,4 +252,183 @@ def transformers_preset(
         prompt_token_ids=False,
         engine="transformers",
         version_packages=("transformers",),
+    )
+
+
+# --- engines that run only as a server: their program on this machine, or their image -----------
+
+CONTAINER_PORT = 8000  # where TGI, trtllm-serve and MII listen inside their container
+OLLAMA_PORT = 11434  # Ollama's own port, inside its container
+OLLAMA_KEY = re.compile(r"[^a-z0-9._-]+")
+
+
+def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Sequence[str] = (),
+               env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+    """TGI's ``text-generation-launcher`` (its own Prometheus listener on a second free port),
+    or its image. Its OpenAI layer has no ignore_eos and ignores logit_bias: exact output
+    lengths cannot be forced (the summary counts replies that end early). The model sent is
+    "tgi" (any other name is taken as a LoRA adapter's)."""
+    hf = model.require_hf_dir()
+    env = dict(env or {})
+    cleanup: list[list[str]] = []
+    if config.container.image:
+        run = container_run(config.container, port=CONTAINER_PORT, mounts={mount_source(hf): MODEL_MOUNT}, env=env,
+                            args=["--model-id", MODEL_MOUNT, "--hostname", "0.0.0.0", "--port", str(CONTAINER_PORT),
+                                  *extra_args])
+        command, env, cleanup = run.argv, {}, run.cleanup
+    else:
+        command = ["text-generation-launcher", "--model-id", str(hf), "--hostname", HOST, "--port", "{port}",
+                   "--prometheus-port", "{aux_port}", *extra_args]
+    return ServerPreset(
+        command=command,
+        uses_python=False,
+        health_path="/health",
+        metrics_path="/metrics",  # tgi_* names
+        env=env,
+        served_model_name="tgi",
+        prompt_token_ids=False,  # its /v1/completions takes text (a string or a list of strings)
+        engine="tgi",
+        version_path="/info",
+        cleanup_commands=cleanup,
+    )
+
+
+TRTLLM_OPTIONS = "extra-llm-api-options.yaml"
+
+
+def tensorrt_llm_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Sequence[str] = (),
+                        llm_api_options: Optional[Mapping[str, Any]] = None, program: str = "trtllm-serve",
+                        env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+    """``trtllm-serve`` on the HF folder, or the TensorRT-LLM release image. ``llm_api_options``
+    (LLM API arguments it has no flag for) go to ``--extra_llm_api_options``, a YAML file
+    (written as JSON, which YAML reads). Its /metrics is JSON iteration statistics, not
+    Prometheus: nothing is scraped."""
+    hf = model.require_hf_dir()
+    files = {TRTLLM_OPTIONS: json.dumps(dict(llm_api_options), indent=2) + "\n"} if llm_api_options else {}
+    env = dict(env or {})
+    cleanup: list[list[str]] = []
+    if config.container.image:
+        options = ["--extra_llm_api_options", f"{FILES_MOUNT}/{TRTLLM_OPTIONS}"] if files else []
+        mounts = {mount_source(hf): MODEL_MOUNT, **({"{files}": FILES_MOUNT} if files else {})}
+        run = container_run(config.container, port=CONTAINER_PORT, mounts=mounts, env=env,
+                            args=["trtllm-serve", MODEL_MOUNT, "--host", "0.0.0.0", "--port", str(CONTAINER_PORT),
+                                  *extra_args, *options])
+        command, env, cleanup = run.argv, {}, run.cleanup
+    else:
+        options = ["--extra_llm_api_options", f"{{files}}/{TRTLLM_OPTIONS}"] if files else []
+        command = [program, str(hf), "--host", HOST, "--port", "{port}", *extra_args, *options]
+    return ServerPreset(
+        command=command,
+        uses_python=False,
+        health_path="/health",
+        metrics_path=None,
+        env=env,
+        served_model_name=None,  # its /v1/models lists the folder's name; any name is accepted
+        extra_body=ignore_eos_body,
+        prompt_token_ids=True,
+        engine="tensorrt-llm",
+        version_packages=("tensorrt_llm", "tensorrt-llm"),
+        version_path="/version",
+        files=files,
+        cleanup_commands=cleanup,
+    )
+
+
+# MII compares min_new_tokens with the whole sequence, prompt included (is_done in
+# mii/batching/data_classes.py), so exact lengths ask for prompt + output + this much; more
+# is harmless: max_tokens still ends the reply.
+MII_MIN_TOKENS_MARGIN = 64
+
+
+def mii_body(request: GenerationRequest) -> dict[str, Any]:
+    """What MII's OpenAI server needs in a request: exact lengths through min_tokens (it hard-codes
+    ignore_eos off), and greedy decoding as top_k 1 (it always samples and refuses temperature 0)."""
+    body: dict[str, Any] = {}
+    if request.exact_output_len:
+        body["min_tokens"] = len(request.prompt_token_ids) + request.max_new_tokens + MII_MIN_TOKENS_MARGIN
+    if request.sampling.greedy:
+        body.update(temperature=1.0, top_k=1)
+    return body
+
+
+def deepspeed_mii_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Sequence[str] = (),
+                         env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+    """DeepSpeed-MII's OpenAI server (``python -m mii.entrypoints.openai_api_server``, which starts
+    MII's own gRPC deployment first), or an image of your own that has it: MII ships none. It
+    sends no usage (tokens are counted by re-tokenizing) and answers only to the model name it
+    was started with (asked from /v1/models)."""
+    hf = model.require_hf_dir()
+    env = dict(env or {})
+    cleanup: list[list[str]] = []
+    server = ["-m", "mii.entrypoints.openai_api_server"]
+    if config.container.image:
+        run = container_run(config.container, port=CONTAINER_PORT, mounts={mount_source(hf): MODEL_MOUNT}, env=env,
+                            args=["python", *server, "--model", MODEL_MOUNT, "--host", "0.0.0.0",
+                                  "--port", str(CONTAINER_PORT), *extra_args])
+        command, env, cleanup, uses_python = run.argv, {}, run.cleanup, False
+    else:
+        command, uses_python = [*server, "--model", str(hf), "--host", HOST, "--port", "{port}", *extra_args], True
+    return ServerPreset(
+        command=command,
+        uses_python=uses_python,
+        health_path="/health",
+        metrics_path=None,
+        env=env,
+        served_model_name=None,  # it refuses any name but its --model
+        extra_body=mii_body,
+        prompt_token_ids=False,  # its /v1/completions takes text
+        engine="deepspeed-mii",
+        version_packages=("deepspeed-mii",),
+        cleanup_commands=cleanup,
+    )
+
+
+def ollama_model_name(model: ModelFiles) -> str:
+    """The name the run's GGUF is imported under (lower case, Ollama's characters)."""
+    return "harness-" + (OLLAMA_KEY.sub("-", model.name.lower()).strip("-.") or "model")
+
+
+def ollama_modelfile(gguf: str, parameters: Mapping[str, Any]) -> str:
+    """A Modelfile importing one GGUF (its chat template comes from the GGUF's metadata)."""
+    lines = [f"FROM {gguf}"] + [f"PARAMETER {key} {value}" for key, value in parameters.items()]
+    return "\n".join(lines) + "\n"
+
+
+def ollama_preset(config: EngineServerConfig, model: ModelFiles, *, model_name: Optional[str] = None,
+                  parameters: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+    """``ollama serve``, or the ollama/ollama image. Once it answers, the run's GGUF is imported
+    (``ollama create <name> -f Modelfile``) and loaded (``ollama run <name> ""``, so the first
+    request does not pay for the load); requests then name it. Its OpenAI layer has no
+    ignore_eos and ignores logit_bias: exact output lengths cannot be forced."""
+    gguf = model.require_gguf().resolve()
+    name = model_name or ollama_model_name(model)
+    parameters = dict(parameters or {})
+    env = dict(env or {})
+    cleanup: list[list[str]] = []
+    if config.container.image:
+        inside = f"{MODEL_MOUNT}/{gguf.name}"
+        run = container_run(config.container, port=OLLAMA_PORT,
+                            mounts={str(gguf): inside, "{files}": FILES_MOUNT},
+                            env={"OLLAMA_HOST": f"0.0.0.0:{OLLAMA_PORT}", **env}, args=["serve"])
+        command, env, cleanup = run.argv, {}, run.cleanup
+        modelfile = ollama_modelfile(inside, parameters)
+        setup = [run.exec("ollama", "create", name, "-f", f"{FILES_MOUNT}/Modelfile"), run.exec("ollama", "run", name, "")]
+    else:
+        command = ["ollama", "serve"]
+        env = {"OLLAMA_HOST": f"{HOST}:{{port}}", **env}  # the server binds it; `ollama create` talks to it
+        modelfile = ollama_modelfile(str(gguf), parameters)
+        setup = [["ollama", "create", name, "-f", "{files}/Modelfile"], ["ollama", "run", name, ""]]
+    return ServerPreset(
+        command=command,
+        uses_python=False,
+        health_path="/api/version",
+        metrics_path=None,
+        env=env,
+        served_model_name=name,
+        prompt_token_ids=False,
+        engine="ollama",
+        version_path="/api/version",
+        files={"Modelfile": modelfile},
+        setup_commands=setup,
+        cleanup_commands=cleanup,
     )

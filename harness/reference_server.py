@@ -2,7 +2,8 @@
 
 It checks the harness itself: the client's timing against a schedule known in advance,
 the harness's own overhead, and the HTTP path of every server preset (``--dialect``
-imitates the stream of vLLM/OpenAI, SGLang, mlx_lm.server and llama_cpp.server).
+imitates the stream of vLLM/OpenAI, SGLang, mlx_lm.server, llama_cpp.server, TGI,
+trtllm-serve, DeepSpeed-MII and Ollama: see :data:`DIALECTS`).
 
     python -m harness.reference_server --port 8000 --ttft-ms 50 --itl-ms 10 --tokens 64
 
@@ -48,7 +49,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from aiohttp import web
@@ -59,24 +60,54 @@ from aiohttp import web
 class Dialect:
     """How one server family streams (what a client has to cope with)."""
 
-    role_chunk: Optional[str]  # chat: "empty" (role + "" content first) | "bare" (role only) | None
-    usage: bool  # a usage chunk with choices [] when stream_options.include_usage
+    # chat: "empty" (a first chunk of role + "" content) | "bare" (a first chunk of role only) |
+    # "every" (role in every delta) | "first" (role in the first token's delta) | None
+    role_chunk: Optional[str]
+    # "chunk": a chunk with choices [] when stream_options.include_usage | "final": on the
+    # finish chunk, always | "zeroed": zeros on every chunk, then the "chunk" one | None: never
+    usage: Optional[str]
     finish_on_last_token: bool  # finish_reason rides on the last token's chunk (else an empty final chunk)
-    comment: Optional[str]  # "keepalive" (": keepalive 0/N" first) | "ping" (": ping - <time>") | None
-    health: bool  # serves /health (else clients poll /v1/models)
-    extras: bool  # matched_stop and reasoning_content fields
+    comment: Optional[str]  # "keepalive" (": keepalive 0/N" first) | "ping" (": ping - <time>") | "empty" (":") | None
+    health: Optional[str]  # the health path (None: clients poll /v1/models)
+    # more fields: "matched_stop" (SGLang: matched_stop, reasoning_content null) | "stop_reason"
+    # (trtllm-serve: stop_reason and more, null fields dropped in chat, reasoning_content "", cached_tokens)
+    extras: Optional[str]
     metrics_prefix: str
     token_id_prompts: bool  # /v1/completions takes a list of token ids (else HTTP 422)
+    stop_finish: str = "stop"  # finish_reason of a reply that ended by itself
+    open_finish: Optional[str] = None  # finish_reason of the chunks before the last
+    errors: str = "openai"  # {"error": {message, type, code}} | "flat": {"error": message, "error_type"} |
+    #                         "object": {"object": "error", message, type, code} (FastChat, old vLLM)
+    completions: tuple[tuple[str, Any], ...] = ()  # fields that differ on /v1/completions
+
+    def on(self, chat: bool) -> "Dialect":
+        """The dialect of one endpoint."""
+        return self if chat or not self.completions else replace(self, **dict(self.completions))
 
 
 DIALECTS: dict[str, Dialect] = {
     # vLLM and OpenAI
-    "openai": Dialect("empty", True, True, None, True, False, "vllm", True),
-    "sglang": Dialect("empty", True, False, None, True, True, "sglang", True),
+    "openai": Dialect("empty", "chunk", True, None, "/health", None, "vllm", True),
+    "sglang": Dialect("empty", "chunk", False, None, "/health", "matched_stop", "sglang", True),
     # mlx_lm.server: keep-alive comments while the prompt is processed
-    "mlx": Dialect(None, True, False, "keepalive", True, False, "vllm", False),
+    "mlx": Dialect(None, "chunk", False, "keepalive", "/health", None, "vllm", False),
     # llama_cpp.server: no usage, no /health, text prompts only
-    "llamacpp": Dialect("bare", False, False, "ping", False, False, "vllm", False),
+    "llamacpp": Dialect("bare", None, False, "ping", None, None, "vllm", False),
+    # TGI's router (router/src/chat.rs, server.rs): role in every delta, axum's ":" keep-alives,
+    # errors {"error": "…", "error_type": "…"}; /v1/completions: finish_reason "" until the last
+    # chunk, which carries "eos_token" (or "length") and the usage, asked for or not
+    "tgi": Dialect("every", "chunk", True, "empty", "/health", None, "vllm", False, errors="flat",
+                   completions=(("usage", "final"), ("stop_finish", "eos_token"), ("open_finish", ""))),
+    # trtllm-serve (tensorrt_llm/serve/postprocess_handlers.py): a role-only first chunk, chat
+    # choices without null fields, reasoning_content "" in each delta, stop_reason, cached_tokens
+    "tensorrt_llm": Dialect("bare", "chunk", True, None, "/health", "stop_reason", "vllm", True, errors="object"),
+    # DeepSpeed-MII's openai_api_server (FastChat's): a role-only first chunk, never any usage
+    "deepspeed_mii": Dialect("bare", None, True, None, "/health", None, "vllm", False, errors="object"),
+    # Ollama's OpenAI layer (openai/openai.go, middleware/openai.go): role in the first token's
+    # delta, finish_reason in a chunk of its own with delta {}; /v1/completions: finish_reason on
+    # the last token, and a zeroed usage on every chunk before the real one
+    "ollama": Dialect("first", "chunk", False, None, "/api/version", None, "vllm", False,
+                      completions=(("finish_on_last_token", True), ("usage", "zeroed"))),
 }
 
 # Each is one token, with its leading space, for SmolLM2's tokenizer (tests check this).
@@ -286,7 +317,7 @@ class ReferenceServer:
     def app(self) -> web.Application:
         app = web.Application()
         if self.dialect.health:
-            app.router.add_get("/health", self.health)
+            app.router.add_get(self.dialect.health, self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/reference/requests", self.requests_received)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -310,13 +341,13 @@ class ReferenceServer:
     async def models(self, request: web.Request) -> web.Response:
         self._log(request)
         if time.perf_counter() - self.started < self.s.startup_delay_s:
-            return _error(503, "starting", "server_error")
+            return self._error(503, "starting", "server_error")
         if self.s.error_kind == "redirect" and self.s.error_rate > 0:
             redirect = self._redirect(request)
             if redirect is not None:
                 return redirect
         if not self._authorized(request):
-            return _error(401, "invalid API key", "authentication_error")
+            return self._error(401, "invalid API key", "authentication_error")
         return web.json_response(
             {"object": "list", "data": [{"id": self.s.model_name, "object": "model", "owned_by": "reference"}]}
         )
@@ -356,20 +387,20 @@ class ReferenceServer:
             print(f"reference server: exiting at request {index} (--exit-after {self.s.exit_after})", flush=True)
             os._exit(3)
         if not self._authorized(request):
-            return _error(401, "invalid API key", "authentication_error")
+            return self._error(401, "invalid API key", "authentication_error")
         try:
             body = await request.json()
         except ValueError:
-            return _error(400, "the body is not JSON", "invalid_request_error")
+            return self._error(400, "the body is not JSON", "invalid_request_error")
         if chat and not isinstance(body.get("messages"), list):
-            return _error(400, "messages is required", "invalid_request_error")
+            return self._error(400, "messages is required", "invalid_request_error")
         if not chat and "prompt" not in body:
-            return _error(400, "prompt is required", "invalid_request_error")
+            return self._error(400, "prompt is required", "invalid_request_error")
         if not chat and not self.dialect.token_id_prompts and not isinstance(body["prompt"], str):
-            return _error(422, "prompt must be a string", "invalid_request_error")
+            return self._error(422, "prompt must be a string", "invalid_request_error")
         fault = self.s.error_kind if self.s.error_rate > 0 and self.rng.random() < self.s.error_rate else None
         if fault == "status":
-            return _error(500, "reference server: injected error (--error-rate)", "server_error")
+            return self._error(500, "reference server: injected error (--error-rate)", "server_error")
         if fault == "bad-unicode":  # json.dumps would escape it validly: written by hand
             body = '{"error": {"message": "injected \\ud800 error", "type": "server_error", "code": 500}}'
             return web.Response(status=500, text=body, content_type="application/json")
@@ -434,7 +465,7 @@ class ReferenceServer:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
     async def _stream(self, request, body, chat, index, n, due, prompt_tokens, arrival, fault) -> web.StreamResponse:
-        dialect = self.dialect
+        dialect = self.dialect.on(chat)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
@@ -442,7 +473,10 @@ class ReferenceServer:
         base = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": created, "model": body.get("model") or self.s.model_name}
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        finish = self._finish_reason(body, n)
+        finish: Any = self._finish_reason(body, n)
+        if finish == "stop":
+            finish = dialect.stop_finish
+        trtllm = dialect.extras == "stop_reason"
 
         def event(choices: list, **extra: Any) -> bytes:
             return b"data: " + json.dumps({**base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
@@ -457,23 +491,45 @@ class ReferenceServer:
         def choice(text: Optional[str], reason: Optional[str], role: bool = False) -> dict:
             if not chat:
                 c: dict[str, Any] = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
-            else:
-                delta: dict[str, Any] = {}
-                if role:
-                    delta["role"] = "assistant"
-                if text is not None:
-                    delta["content"] = text
-                if dialect.extras:
-                    delta["reasoning_content"] = None
-                c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-            if dialect.extras:
+                if trtllm:
+                    c.update(token_ids=None, stop_reason=None, avg_decoded_tokens_per_iter=None)
+                return c
+            delta: dict[str, Any] = {}
+            if role:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            if dialect.extras == "matched_stop":
+                delta["reasoning_content"] = None
+            elif trtllm and text is not None:
+                delta["reasoning_content"] = ""
+            c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+            if dialect.extras == "matched_stop":
                 c["matched_stop"] = (2 if reason == "stop" else None) if reason else None
+            if trtllm:  # its chat chunks are dumped with exclude_none
+                c = {k: v for k, v in c.items() if v is not None}
             return c
 
+        def usage_of(n_prompt: int) -> dict[str, Any]:
+            usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
+            if trtllm:
+                usage["prompt_tokens_details"] = {"cached_tokens": 0}
+            if fault == "negative-usage":
+                usage["completion_tokens"] = -n
+            elif fault == "absurd-usage":
+                usage["completion_tokens"] = 10**15
+            elif fault == "fractional-usage":
+                usage["prompt_tokens"] = 3.5
+            return usage
+
+        zeroed = {"usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}} \
+            if include_usage and dialect.usage == "zeroed" else {}
         if dialect.comment == "keepalive":
             await write(f": keepalive 0/{len(body.get('messages') or [])}\n\n".encode())
         elif dialect.comment == "ping":
             await write(f": ping - {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n".encode())
+        elif dialect.comment == "empty":
+            await write(b":\n\n")
         if chat and dialect.role_chunk == "empty":
             await write(event([choice("", None, role=True)]))
         elif chat and dialect.role_chunk == "bare":
@@ -483,6 +539,9 @@ class ReferenceServer:
         groups = [list(range(i, min(i + k_per, n))) for i in range(0, n, k_per)]
         prev_t: Optional[float] = None
         injected = False
+        if fault == "finish-reason-object":
+            finish = {"type": finish, "matched": None}
+        finish_apart = not dialect.finish_on_last_token or not groups or fault == "finish-reason-object"
         for gi, group in enumerate(groups):
             last = group[-1]
             if fault in MID_STREAM_FAULTS and last >= n // 2 and not injected:
@@ -493,8 +552,12 @@ class ReferenceServer:
             text = "".join(word(index, k) for k in group)
             if fault == "surrogate-text" and gi == 0:
                 text += "\ud800"
-            final = gi == len(groups) - 1 and dialect.finish_on_last_token
-            payload = event([choice(text, finish if final else None)])  # ready before its due time
+            final = gi == len(groups) - 1 and not finish_apart
+            role = chat and (dialect.role_chunk == "every" or (dialect.role_chunk == "first" and gi == 0))
+            extra = dict(zeroed)
+            if final and dialect.usage == "final":
+                extra["usage"] = usage_of(await prompt_tokens)
+            payload = event([choice(text, finish if final else dialect.open_finish, role=role)], **extra)  # ready before its due time
             await self.timer.sleep_until(due[last])
             await write(payload)
             t = time.perf_counter()
@@ -506,20 +569,13 @@ class ReferenceServer:
             else:
                 self.metrics.itl.observe((t - prev_t) / len(group), len(group))
             prev_t = t
-        if fault == "finish-reason-object":
-            finish = {"type": finish, "matched": None}
-        if not dialect.finish_on_last_token or not groups or fault == "finish-reason-object":
-            await write(event([choice(None if chat else "", finish)]))
         n_prompt = await prompt_tokens
-        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
-        if fault == "negative-usage":
-            usage["completion_tokens"] = -n
-        elif fault == "absurd-usage":
-            usage["completion_tokens"] = 10**15
-        elif fault == "fractional-usage":
-            usage["prompt_tokens"] = 3.5
-        if include_usage and dialect.usage:
-            await write(event([], usage=usage))
+        if finish_apart:
+            extra = {"usage": usage_of(n_prompt)} if dialect.usage == "final" else dict(zeroed)
+            role = chat and (dialect.role_chunk == "every" or (dialect.role_chunk == "first" and not groups))
+            await write(event([choice(None if chat else "", finish, role=role)], **extra))
+        if include_usage and dialect.usage in ("chunk", "zeroed"):
+            await write(event([], usage=usage_of(n_prompt)))
         if fault == "no-done":
             await asyncio.sleep(FOREVER_S)
         await write(b"data: [DONE]\n\n")
@@ -576,6 +632,16 @@ class ReferenceServer:
         self.metrics.generation_tokens += n
         self.metrics.requests_ok += 1
 
+    def _error(self, status: int, message: str, kind: str) -> web.Response:
+        """An error body in the dialect's form."""
+        if self.dialect.errors == "flat":
+            body: dict[str, Any] = {"error": message, "error_type": kind}
+        elif self.dialect.errors == "object":
+            body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+        else:
+            body = {"error": {"message": message, "type": kind, "code": status}}
+        return web.json_response(body, status=status)
+
     def _authorized(self, request: web.Request) -> bool:
         if self._expected_key is None:
             return True
@@ -583,10 +649,6 @@ class ReferenceServer:
 
 
 MID_STREAM_FAULTS = {"drop", "stall", "huge-event", "bad-json", "wrong-types", "error-event"}
-
-
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
 
 # --- command line -------------------------------------------------------------------------

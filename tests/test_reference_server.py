@@ -100,6 +100,54 @@ def test_dialects_stream_like_their_servers(tmp_path):
         assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 4
 
 
+def chunks(text):
+    return [json.loads(e) for e in data_events(text) if e != "[DONE]"]
+
+
+def test_the_server_only_engines_dialects(tmp_path, monkeypatch):
+    """TGI, trtllm-serve, DeepSpeed-MII and Ollama, as their sources stream (see DIALECTS)."""
+    monkeypatch.setenv("REF_KEY", "k")
+    fast, key = ("--ttft-ms", "1", "--itl-ms", "1", "--tokens", "3"), {"Authorization": "Bearer k"}
+    with reference_server(tmp_path, *fast, "--dialect", "tgi", "--api-key-env", "REF_KEY") as srv:
+        text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2}, key)[1]
+        assert text.startswith(":\n\n")  # axum's keep-alive comment
+        events = chunks(text)
+        assert all(e["choices"][0]["delta"]["role"] == "assistant" for e in events[:-1])  # role in every delta
+        assert events[-2]["choices"][0]["finish_reason"] == "length" and events[-2]["choices"][0]["delta"]["content"]
+        assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 2
+        text = post(srv.url_root + "/v1/completions", {"prompt": "a b", "max_tokens": 9, "stream": True}, key)[1]
+        events = chunks(text)
+        assert [e["choices"][0]["finish_reason"] for e in events] == ["", "", "eos_token"]  # ended by itself
+        assert events[-1]["usage"]["completion_tokens"] == 3  # on the last chunk, not asked for
+        status, body = post(srv.url_root + "/v1/chat/completions", CHAT)  # no key
+        assert status == 401 and json.loads(body) == {"error": "invalid API key", "error_type": "authentication_error"}
+    with reference_server(tmp_path, *fast, "--dialect", "tensorrt_llm") as srv:
+        events = chunks(post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2})[1])
+        assert events[0]["choices"] == [{"index": 0, "delta": {"role": "assistant"}}]
+        assert events[1]["choices"] == [{"index": 0, "delta": {"content": events[1]["choices"][0]["delta"]["content"],
+                                                               "reasoning_content": ""}}]  # no null fields
+        assert events[2]["choices"][0]["finish_reason"] == "length"
+        assert events[3]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        status, text = post(srv.url_root + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1, "stream": True})
+        assert status == 200 and chunks(text)[0]["choices"][0]["stop_reason"] is None
+        status, body = post(srv.url_root + "/v1/completions", {"max_tokens": 1})
+        assert status == 400 and json.loads(body)["object"] == "error"
+    with reference_server(tmp_path, *fast, "--dialect", "deepspeed_mii") as srv:
+        text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2})[1]
+        assert "usage" not in text  # even with include_usage
+        assert chunks(text)[0]["choices"][0]["delta"] == {"role": "assistant"}
+        assert post(srv.url_root + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1})[0] == 422
+    with reference_server(tmp_path, *fast, "--dialect", "ollama", health_path="/api/version") as srv:
+        assert get(srv.url_root + "/health")[0] == 404
+        events = chunks(post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2})[1])
+        assert events[0]["choices"][0]["delta"]["role"] == "assistant" and "role" not in events[1]["choices"][0]["delta"]
+        assert events[2]["choices"] == [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}]
+        assert events[3]["choices"] == [] and events[3]["usage"]["completion_tokens"] == 2
+        events = chunks(post(srv.url_root + "/v1/completions", {**CHAT, "prompt": "a", "max_tokens": 2})[1])
+        assert [e["usage"]["completion_tokens"] for e in events] == [0, 0, 2]  # zeroed, then the real one
+        assert events[1]["choices"][0]["finish_reason"] == "length"
+
+
 def test_schedule_is_kept_by_the_server(tmp_path):
     """The server's own lateness (write − due) stays small; loose for a busy CI machine."""
     with reference_server(tmp_path, "--ttft-ms", "20", "--itl-ms", "5", "--metrics") as srv:
