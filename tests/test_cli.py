@@ -33,7 +33,7 @@ def test_run_prints_summary_then_results_folder(tmp_path):
 
 
 @pytest.mark.parametrize("arg,choices", [
-    ("backend=nope", "unknown backend 'nope': choose one of llamacpp, mlx, openai, reference, sglang, transformers, vllm"),
+    ("backend=nope", "unknown backend 'nope': choose one of deepspeed_mii, llamacpp, mlx, ollama, openai, reference, sglang, tensorrt_llm, tgi, transformers, vllm"),
     ("workload=nope", "unknown workload 'nope': choose one of chat, synthetic"),
     ("model=nope", "unknown model 'nope': choose one of smollm2-135m, tiny-random"),
 ])

@@ -184,7 +184,7 @@ def test_a_run_through_a_container(tmp_path, monkeypatch, fake_docker, real_mode
         port = backend.server.port
     finally:
         backend.close()
-    assert sum(len(c.token_ids) for c in chunks) == 7 and done.engine_stats["output_tokens"] == 7
+    assert sum(done.chunk_tokens) == len(chunks) == 7 and done.engine_stats["output_tokens"] == 7
     calls = fake_docker()
     container = calls[0][calls[0].index("--name") + 1]
     assert calls[0][:3] == ["run", "--rm", "--name"] and f"127.0.0.1:{port}:{8000 if name == 'tgi' else 11434}" in calls[0]
