@@ -584,11 +584,11 @@ class HTTPBackend(Backend):
     def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
         return {}
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        """The client's own stream, handed on as it is (one async generator less per chunk)."""
         if self.client is None:
             raise RuntimeError("the backend is not loaded")
-        async for event in self.client.stream(request, self.extra_body(request)):
-            yield event
+        return self.client.stream(request, self.extra_body(request))
 
     def engine_process(self) -> Optional[int]:
         return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched

@@ -59,13 +59,21 @@ class SSEParser:
         held = ""
         if text.endswith("\r"):  # may be the first half of \r\n: decide on the next read
             text, held = text[:-1], "\r"
-        lines = _LINE_END.split(text)
+        lines = text.split("\n") if "\r" not in text else _LINE_END.split(text)
         self._hold(lines.pop() + held)
         events: list[SSEEvent] = []
+        data = self._data
         for line in lines:
+            if line.startswith("data: "):  # the common line, inline: one per streamed chunk
+                data.append(line[6:])
+                self._data_chars += len(line) - 5
+                if self._data_chars > self.max_event_chars:
+                    raise SSETooLarge(f"a server-sent event over {self.max_event_chars:,} characters")
+                continue
             event = self._line(line)
             if event is not None:
                 events.append(event)
+                data = self._data  # a new event's data list
         return events
 
     def _hold(self, text: str) -> None:
