@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from core.errors import ConfigError, EngineFailed
 from harness import memory as mem
 from harness import prometheus
+from harness.client_load import ClientLoad
 from harness.config import RunConfig, config_sha256
 from harness.driver import Driver
 from harness.environment import capture_environment
@@ -115,6 +116,7 @@ def run_point(
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
     driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector)
+    client_load = ClientLoad()
     try:
 
         warm_up = plan.warmup and (not reused or cfg.sweep.warmup_every_point)
@@ -127,7 +129,11 @@ def run_point(
                 _check_engine(session, writer, run_dir)
             scrapes["before"] = session.scrape_metrics()
             mem.reset_torch_gpu_peaks()
-            return await driver.run(plan.sessions, plan.open_loop)
+            client_load.start()
+            try:
+                return await driver.run(plan.sessions, plan.open_loop)
+            finally:
+                client_load.stop()
 
         try:
             duration_s = session.run(warm_up_then_measure())
@@ -149,7 +155,7 @@ def run_point(
             # others (requests.jsonl already holds every row).
             summary = _guarded("summary", lambda: _final_summary(
                 session, cfg, plan, workload_json, writer, sampler, scrapes, driver, status, error, started_at,
-                duration_s, t_measured, load_s, engine, repeat), run_dir)
+                duration_s, t_measured, load_s, engine, repeat, client_load), run_dir)
             sampler.stop()
             if summary is None:
                 summary = RunSummary(status=status, error=error, started_at=started_at, load_s=load_s, engine=engine,
@@ -166,7 +172,8 @@ def run_point(
 def _final_summary(session: EngineSession, cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any],
                    writer: RunWriter, sampler: mem.MemorySampler, scrapes: dict[str, Optional[str]], driver: Driver,
                    status: str, error: Optional[str], started_at: str, duration_s: float, t_measured: Optional[float],
-                   load_s: float, engine: dict[str, Any], repeat: Optional[dict[str, int]]) -> RunSummary:
+                   load_s: float, engine: dict[str, Any], repeat: Optional[dict[str, int]],
+                   client_load: ClientLoad) -> RunSummary:
     """The run's summary, after the last sample and the second scrape."""
     sampler.stop()  # its last sample comes after the measured phase
     if scrapes["before"] is not None:
@@ -183,6 +190,7 @@ def _final_summary(session: EngineSession, cfg: RunConfig, plan: WorkloadPlan, w
         config_sha256=config_sha256(cfg), repeat=repeat, saturated=driver.saturated,
         server_metrics=_server_metrics(scrapes, writer), gpu=gpu.section if gpu else None,
     )
+    summary.harness.update(client_load.figures())
     summary.warnings = run_warnings(summary) + summary.warnings
     return summary
 

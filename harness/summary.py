@@ -71,7 +71,26 @@ def run_warnings(summary: RunSummary) -> list[str]:
         out.append(f"The run {summary.status}: {summary.error or 'no error recorded'}")
     if req.get("completed", 0) == 0:
         out.append("No request completed: there are no latency figures.")
-    return out + overhead_warnings(summary.harness, summary.latency)
+    return out + overhead_warnings(summary.harness, summary.latency) + client_warnings(summary)
+
+
+# the client (one event loop) may be the bottleneck beyond these
+LOOP_LAG_WARN_S = 0.01  # event-loop lag p99
+CLIENT_CPU_WARN_CORES = 0.9  # of the one core an event loop can use
+
+
+def client_warnings(summary: RunSummary) -> list[str]:
+    """The client's own state (harness/client_load.py): an HTTP client near its limit delays
+    every stream's stamps."""
+    harness, out = summary.harness, []
+    lag = (harness.get("loop_lag_s") or {}).get("p99")
+    if _num(lag) and lag > LOOP_LAG_WARN_S:
+        out.append(f"The client may be the bottleneck: its event loop ran {lag * 1000:.0f} ms late (p99), "
+                   "and chunk stamps wait as long.")
+    cores = harness.get("cpu_cores")
+    if _num(cores) and cores > CLIENT_CPU_WARN_CORES and summary.backend.get("mode") != "inprocess":
+        out.append(f"The client may be the bottleneck: it used {cores:.0%} of a core (one event loop's limit).")
+    return out
 
 
 def overhead_warnings(harness: dict[str, Any], latency: dict[str, Any]) -> list[str]:
@@ -154,6 +173,14 @@ def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
 # --- the table printed at the end of a run ----------------------------------------------
 
 
+def _client_line(harness: dict[str, Any]) -> Optional[str]:
+    lag, cores = harness.get("loop_lag_s") or {}, harness.get("cpu_cores")
+    if not _num(lag.get("p99")) or not _num(cores):
+        return None
+    return (f"client: event-loop lag p50 {lag['p50'] * 1000:.1f}, p99 {lag['p99'] * 1000:.1f} ms · "
+            f"CPU {cores:.0%} of a core (this process)")
+
+
 def format_summary(summary: RunSummary) -> str:
     import pandas as pd
 
@@ -191,6 +218,9 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
                      f"({cache['cached_tokens_total']} tokens)")
     lines.append(_memory_line(summary.memory))
+    client_line = _client_line(summary.harness)
+    if client_line:
+        lines.append(client_line)
     server_line = _server_metrics_line(summary.server_metrics)
     if server_line:
         lines.append(server_line)

@@ -65,3 +65,23 @@ def test_interrupted_and_saturated_endings_are_warnings():
     saturated = run_warnings(RunSummary(status="saturated", saturated="backlog grew", **base))[0]
     assert "over-saturated (backlog grew)" in saturated and "3 of 10" in saturated
     assert run_warnings(RunSummary(status="complete", **base)) == []
+
+
+def test_the_client_checks_itself(tmp_path):
+    """Every run records the event loop's lag and the process's CPU over the measured phase; a
+    busy client is a warning (server and remote modes)."""
+    from harness.results import RunSummary
+    from harness.runner import run_benchmark
+    from harness.summary import client_warnings, format_summary
+    from conftest import make_config
+
+    outcome = run_benchmark(make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=6",
+                                        "workload.input_len=48", "workload.output_len=8", "progress=false",
+                                        "report=false"), tmp_path)
+    harness = outcome.summary.harness
+    assert harness["loop_lag_s"]["count"] >= 1 and harness["loop_lag_s"]["p99"] >= 0
+    assert harness["cpu_cores"] > 0
+    assert "client: event-loop lag p50" in format_summary(outcome.summary)
+    busy = RunSummary(backend={"mode": "server"}, harness={"loop_lag_s": {"p99": 0.03}, "cpu_cores": 0.97})
+    assert [w.split(":")[0] for w in client_warnings(busy)] == ["The client may be the bottleneck"] * 2
+    assert client_warnings(RunSummary(backend={"mode": "inprocess"}, harness={"cpu_cores": 1.7})) == []
