@@ -42,6 +42,7 @@ class DeepSpeedMIIConfig(EngineServerConfig):
 @backend_registry.register("deepspeed_mii", DeepSpeedMIIConfig)
 class DeepSpeedMIIBackend(EngineServerBackend):
     program = ""  # a module of backend.python
+    requires = ("mii",)  # in that interpreter
 
     @classmethod
     def server_preset(cls, config: Any, model: Any):

@@ -30,7 +30,9 @@ if [[ ",$extras," == *",llamacpp,"* ]]; then
   # CPU lacks (SIGILL at the first decode), so build for AVX2/FMA; override with CMAKE_ARGS
   # (e.g. "-DGGML_CUDA=on" on a GPU machine). The wheel is cached by version and flags.
   version=$(grep -o 'llama-cpp-python[^=]*==[0-9.]*' pyproject.toml | sed 's/.*==//')
-  cmake_args=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"}
+  default_args="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
+  command -v nvidia-smi >/dev/null 2>&1 && default_args="$default_args -DGGML_CUDA=on"
+  cmake_args=${CMAKE_ARGS:-$default_args}
   wheels=${HARNESS_WHEEL_CACHE:-$HOME/.cache/harness/wheels}/llama-cpp-python-$version-$(echo "$cmake_args" | sha256sum | cut -c1-12)
   if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $version with CMAKE_ARGS=\"$cmake_args\" (once; ~5-7 min on 2 cores)" >&2
