@@ -10,7 +10,9 @@ histograms are cumulative, so the phase's own figures are the difference after �
 - counter: Δvalue. Gauge: the value after the phase.
 
 ``KEY_METRICS`` picks the server's own TTFT, ITL, E2E, queue, prefill and decode times by
-metric-name suffix (vLLM ``vllm:…``, SGLang ``sglang:…``), to show next to the client's.
+metric-name suffix (vLLM ``vllm:…``, SGLang ``sglang:…``, TGI ``tgi_…``), to show next to the
+client's. TGI has no TTFT histogram; its ``tgi_request_mean_time_per_token_duration`` is each
+request's mean time per output token, so its quantiles are over requests, not over tokens.
 """
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ QUANTILES = (0.5, 0.9, 0.99)
 # summary key -> metric-name suffixes (first match wins), in seconds
 KEY_METRICS: dict[str, tuple[str, ...]] = {
     "ttft_s": ("time_to_first_token_seconds",),
-    "itl_s": ("inter_token_latency_seconds", "time_per_output_token_seconds"),
-    "e2e_s": ("e2e_request_latency_seconds",),
-    "queue_s": ("request_queue_time_seconds", "queue_time_seconds"),
+    "itl_s": ("inter_token_latency_seconds", "time_per_output_token_seconds",
+              "request_mean_time_per_token_duration"),
+    "e2e_s": ("e2e_request_latency_seconds", "tgi_request_duration"),
+    "queue_s": ("request_queue_time_seconds", "queue_time_seconds", "request_queue_duration"),
     "prefill_s": ("request_prefill_time_seconds",),
     "decode_s": ("request_decode_time_seconds",),
 }

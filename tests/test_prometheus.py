@@ -88,3 +88,22 @@ def test_summarize_is_the_difference_over_the_phase():
 
 def test_histograms_without_new_observations_are_left_out():
     assert prometheus.summarize(BEFORE, BEFORE)["histograms"] == {}
+
+
+def _tgi_histogram(name: str, count: int, total: float) -> str:
+    return (f"# TYPE {name} histogram\n"
+            f'{name}_bucket{{le="0.01"}} 0\n{name}_bucket{{le="0.1"}} {count}\n{name}_bucket{{le="+Inf"}} {count}\n'
+            f"{name}_sum {total}\n{name}_count {count}\n")
+
+
+def test_tgi_metric_names_map_to_the_key_figures():
+    names = ("tgi_request_duration", "tgi_request_queue_duration", "tgi_request_mean_time_per_token_duration",
+             "tgi_request_validation_duration", "tgi_request_inference_duration")
+    before = "".join(_tgi_histogram(n, 0, 0.0) for n in names)
+    after = "".join(_tgi_histogram(n, 4, 0.2) for n in names)
+    key = prometheus.summarize(before, after)["key"]
+    assert key["e2e_s"]["metric"] == "tgi_request_duration"
+    assert key["queue_s"]["metric"] == "tgi_request_queue_duration"
+    assert key["itl_s"]["metric"] == "tgi_request_mean_time_per_token_duration"
+    assert key["e2e_s"]["count"] == 4 and key["e2e_s"]["mean"] == pytest.approx(0.05)
+    assert "ttft_s" not in key  # TGI exports none
