@@ -145,6 +145,14 @@ class Backend(ABC):
                         f"{turn.output_len} output tokens; raise {key}"
                     )
 
+    def import_engine(self) -> None:
+        """Import the engine's libraries; timed as part of the engine's load.
+
+        It runs before the harness reads the tokenizer, so what the engine shares with the
+        harness (transformers, torch) is counted as the engine's load, as it would be in a
+        process of the engine's own. In-process engines override it; servers import nothing here.
+        """
+
     @abstractmethod
     def load(self) -> None:
         """Load the model into the engine (may take long; not timed as part of a request)."""

@@ -75,6 +75,9 @@ class LlamaCppBackend(ThreadedBackend):
     def check_workload(self, plan: Any) -> None:
         self.check_context_fits(plan, self.config.n_ctx, "backend.n_ctx")
 
+    def import_engine(self) -> None:
+        import llama_cpp  # noqa: F401
+
     def load(self) -> None:
         import llama_cpp
 

@@ -67,6 +67,9 @@ class MLXBackend(ThreadedBackend):
             raise ModelError("backend=mlx loads Hugging Face or MLX folders: pass model.path=<HF folder>")
         return mlx_preset(config, model)
 
+    def import_engine(self) -> None:
+        import mlx_lm  # noqa: F401
+
     def load(self) -> None:
         import mlx.core as mx
         import mlx_lm

@@ -161,6 +161,9 @@ class SGLangBackend(Backend):
     def server_args(self) -> Any:
         return build_server_args(self.config, str(self.model.require_hf_dir()))
 
+    def import_engine(self) -> None:
+        import sglang  # noqa: F401
+
     def load(self) -> None:
         import sglang
 

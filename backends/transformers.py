@@ -72,6 +72,9 @@ class TransformersBackend(ThreadedBackend):
             args += ["--attn-implementation", config.attn_implementation]
         return transformers_preset(config, model, extra_args=args)
 
+    def import_engine(self) -> None:
+        from transformers import AutoModelForCausalLM  # noqa: F401 - imports torch too
+
     def load(self) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -73,7 +73,8 @@ class SweepConfig:
     # consecutive points whose engine settings (backend, model) are the same share one loaded
     # engine (in-process, or one server); false: every point loads its own
     reuse_engine: bool = True
-    # between points on a reused engine, empty its prefix cache where the engine allows
+    # after the warm-up, and between points on a reused engine, empty its prefix cache where
+    # the engine allows
     reset_prefix_cache: bool = True
     # the workload's warm-up requests run on an engine's first point only: a reused engine is
     # warm already (true: warm up before every point)

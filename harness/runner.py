@@ -97,6 +97,7 @@ def run_point(
     engine = {
         "reused": reused,
         "session_load_s": session.load_s,
+        "import_s": session.import_s,
         "points_served": session.points_served,
         "prefix_cache_reset": prefix_cache_reset,
     }
@@ -127,6 +128,8 @@ def run_point(
                 log.info("warm-up: %d requests (not counted)", len(plan.warmup))
                 await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
                 _check_engine(session, writer, run_dir)
+                if cfg.sweep.reset_prefix_cache:  # the warm-up's prompts must not be cached for the measured ones
+                    engine["prefix_cache_reset"] = await session.reset_prefix_cache_async()
             scrapes["before"] = session.scrape_metrics()
             mem.reset_torch_gpu_peaks()
             client_load.start()

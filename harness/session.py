@@ -42,7 +42,8 @@ class EngineSession:
         self.backend: Optional[Backend] = None
         self.renderer: Optional[PromptRenderer] = None
         self.corpus: Optional[TokenizedCorpus] = None
-        self.load_s: Optional[float] = None  # None until loaded
+        self.load_s: Optional[float] = None  # None until loaded; the engine's import included
+        self.import_s = 0.0  # the engine's libraries, imported in open() before the tokenizer
         self.points_served = 0
         self._loop_runner: Optional[_LoopRunner] = None
 
@@ -58,6 +59,9 @@ class EngineSession:
         self.backend = _one_line(lambda: create_backend(self.cfg.backend, model),
                                  f"backend {self.cfg.backend.name} cannot use model {model.name} ({model.source})")
         self.backend.run_dir = self.workdir
+        t = time.perf_counter()
+        _one_line(self.backend.import_engine, f"backend {self.cfg.backend.name} could not import its engine")
+        self.import_s = time.perf_counter() - t
         tokenizer = _one_line(self.backend.get_tokenizer,
                               f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
                               "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
@@ -89,7 +93,7 @@ class EngineSession:
                     f"backend {self.cfg.backend.name} could not load {self.model.name}: {type(exc).__name__}: {detail}"
                 ) from exc
             raise
-        self.load_s = time.perf_counter() - t
+        self.load_s = self.import_s + time.perf_counter() - t
         self._loop_runner = _LoopRunner()
         return self.load_s
 
@@ -140,8 +144,14 @@ class EngineSession:
         """Empty the engine's prefix cache between points: True done, False not possible, None failed."""
         if self.backend is None or not self.loaded:
             return None
+        return self.run(self.reset_prefix_cache_async())
+
+    async def reset_prefix_cache_async(self) -> Optional[bool]:
+        """``reset_prefix_cache`` from inside the session's loop (e.g. right after the warm-up)."""
+        if self.backend is None or not self.loaded:
+            return None
         try:
-            return bool(self.run(self.backend.reset_prefix_cache()))
+            return bool(await self.backend.reset_prefix_cache())
         except Exception as exc:  # noqa: BLE001 - the point runs anyway; its summary says the cache was not reset
             log.warning("could not reset the %s prefix cache: %s", self.cfg.backend.name, exc)
             return None

@@ -261,8 +261,11 @@ def _run_once(cfg: RunConfig, run_dir: Path, workdir: Path, sweep_dir: Optional[
 
     if repeat_index == 1:
         entry["engine_reused"], entry["prefix_cache_reset"] = session.loaded, reset
-    return run_point(session, cfg, run_dir, repeat=repeat, prefix_cache_reset=reset, on_loaded=on_loaded,
-                     overrides=entry["overrides"])
+    outcome = run_point(session, cfg, run_dir, repeat=repeat, prefix_cache_reset=reset, on_loaded=on_loaded,
+                        overrides=entry["overrides"])
+    if repeat_index == 1:  # a fresh engine's cache is emptied after its warm-up instead
+        entry["prefix_cache_reset"] = (outcome.summary.engine or {}).get("prefix_cache_reset", reset)
+    return outcome
 
 
 def _entry_status(summaries: Sequence[RunSummary], skipped: bool) -> dict[str, Any]:

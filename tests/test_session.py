@@ -18,6 +18,8 @@ def test_one_session_serves_two_points(tmp_path):
     assert a.summary.engine["reused"] is False and a.summary.load_s > 0
     assert b.summary.engine["reused"] is True and b.summary.load_s == 0
     assert b.summary.engine["session_load_s"] == a.summary.engine["session_load_s"]
+    # the engine's import (transformers, torch) is part of its load, imported before the tokenizer
+    assert 0 <= a.summary.engine["import_s"] <= a.summary.load_s
     assert a.summary.workload["concurrency"] == 1 and b.summary.workload["concurrency"] == 2
     assert a.summary.workload["prompts_sha256"] == b.summary.workload["prompts_sha256"]
 

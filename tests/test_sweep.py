@@ -143,7 +143,8 @@ def test_slo_search_over_concurrency(tmp_path):
     search = sweep["slo_search"]
     assert sweep["kind"] == "slo_search" and search["finished"] and sweep["engine_loads"] == 1
     probes = search["probes"]
-    assert len(probes) == len(sweep["points"]) >= 2
+    # a busy machine can miss the SLO already at concurrency 1: the search then ends there
+    assert len(probes) == len(sweep["points"]) >= (2 if probes[0]["passed"] else 1)
     passed = [p["concurrency"] for p in probes if p["passed"]]
     failed = [p["concurrency"] for p in probes if not p["passed"]]
     assert search["slo_max_concurrency"] == (max(passed) if passed else None)

@@ -189,6 +189,8 @@ def test_sweep_reuses_llamacpp_and_forgets_kept_prefixes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     sweep = json.loads(next(tmp_path.glob("sweep-*/sweep.json")).read_text())
     assert sweep["engine_loads"] == 1
-    assert [p["prefix_cache_reset"] for p in sweep["points"]] == [None, True, None, None]
+    # point 0: emptied after its warm-up; point 1: between points; points 2 and 3 keep the cache
+    assert [p["prefix_cache_reset"] for p in sweep["points"]] == [True, True, None, None]
     first_turn = [load_summary(p["run_dirs"][0])["per_turn"][0]["cached_share"] for p in sweep["points"]]
+    assert first_turn[0] == 0  # nothing left from the warm-up request
     assert first_turn[1] < first_turn[3]  # after a reset, turn 0 finds less of the last point's prompts
