@@ -2,7 +2,7 @@
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, write_jsonl
+from tests.workloads.data_helpers import build, write_jsonl, parts  # noqa: F401 (a fixture)
 from workloads.prompts import chat_messages
 
 
@@ -60,3 +60,13 @@ def test_missing_empty_and_too_long(parts, tmp_path):
         build(parts, "jsonl", path=str(path), max_prompt_len=50)
     with pytest.raises(ConfigError, match="more than the model's context of 100"):
         build(parts, "jsonl", path=str(path), max_context=100)
+
+
+def test_cli_run_on_llamacpp(tmp_path):
+    from tests.workloads.data_helpers import run_e2e
+
+    path = write_jsonl(tmp_path / "r.jsonl", [{"prompt": "Name a fruit.", "output_len": 3},
+                                               {"messages": [{"role": "user", "content": "Name a colour."}], "output_len": 5}])
+    _, _, summary, df = run_e2e(tmp_path, "workload=jsonl", f"workload.path={path}")
+    assert summary["requests"]["completed"] == 2 and not summary["workload"]["open_loop"]
+    assert sorted(df.output_tokens) == [3, 5]

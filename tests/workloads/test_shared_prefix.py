@@ -2,7 +2,7 @@
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build
+from tests.workloads.data_helpers import build, parts  # noqa: F401 (a fixture)
 from workloads.shared_prefix import theoretical_hit_rate
 
 
@@ -47,3 +47,17 @@ def test_unreachable_target_and_multi_turn(parts):
     plan = build(parts, "shared_prefix", num_groups=2, prompts_per_group=2, turns=3, question_len=8)
     assert all(len(s.turns) == 3 and s.turns[1].prompt_token_ids is None for s in plan.sessions)
     assert "theoretical_cache_hit" not in plan.info
+
+
+def test_cli_run_on_llamacpp_shows_three_rates(tmp_path):
+    from tests.workloads.data_helpers import run_e2e
+
+    proc, _, summary, df = run_e2e(
+        tmp_path, "workload=shared_prefix", "workload.num_groups=1", "workload.prompts_per_group=3",
+        "workload.system_prompt_len=48", "workload.question_len=16", "workload.target_cache_hit=0.5",
+        "workload.output_len=2", "backend.batched=true", "backend.keep_session_cache=true")
+    wl = summary["workload"]
+    assert wl["target_cache_hit"] == 0.5 and abs(wl["theoretical_cache_hit"] - 0.5) < 0.02
+    assert summary["requests"]["completed"] == 3
+    assert "prefix-cache hit rate: target 50.0% · theoretical" in proc.stdout
+    assert summary["prefix_cache"]["reported_by_engine"] and df.cached_tokens.sum() > 0

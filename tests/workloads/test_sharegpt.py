@@ -4,7 +4,7 @@ import json
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, conversation, write_json, write_jsonl
+from tests.workloads.data_helpers import build, conversation, write_json, write_jsonl, parts  # noqa: F401 (a fixture)
 from workloads.datafiles import file_sha256
 from workloads.prompts import chat_messages
 
@@ -170,3 +170,29 @@ def test_hf_dataset_reads_the_hub_cache_offline(parts, records, tmp_path, monkey
         build(parts, "sharegpt", hf_dataset="someone/sharegpt-mini:missing.json")
     with pytest.raises(ConfigError, match="owner/name:file"):
         build(parts, "sharegpt", hf_dataset="no-colon")
+
+
+def test_cli_multi_turn_run_on_llamacpp(tmp_path, records):
+    """End to end: three turns of two conversations; the history re-sent grows and the cache serves it."""
+    from tests.workloads.data_helpers import run_e2e
+
+    path = write_json(tmp_path / "sg.json", records)
+    proc, run_dir, summary, df = run_e2e(
+        tmp_path, "workload=sharegpt", f"workload.path={path}", "workload.multi_turn=true", "workload.sessions=2",
+        "workload.output_len_source=config", "workload.output_len=4", "backend.keep_session_cache=true")
+    assert summary["requests"] == {"sent": 4, "completed": 4, "failed": 0}
+    assert summary["workload"]["data"]["sha256"] == file_sha256(path)
+    by_turn = df.groupby("turn")["prompt_tokens"].mean()
+    assert by_turn[1] > by_turn[0]  # the history is re-sent
+    assert df[df.turn == 1].cached_tokens.min() > 0 and "per turn:" in proc.stdout
+    workload = json.loads((run_dir / "workload.json").read_text())
+    assert workload["compact"] and workload["sha256"] == summary["workload"]["sha256"]
+
+
+def test_cli_missing_file_is_one_line(tmp_path):
+    from conftest import run_harness_cli
+
+    proc = run_harness_cli("workload=sharegpt", f"workload.path={tmp_path}/none.json", "model=tiny-random",
+                           f"output_root={tmp_path}", cwd=tmp_path)
+    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    assert proc.returncode != 0 and len(lines) == 1 and "no such file" in lines[0], proc.stderr

@@ -2,7 +2,7 @@
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, write_jsonl
+from tests.workloads.data_helpers import build, write_jsonl, parts  # noqa: F401 (a fixture)
 from workloads.shared_prefix import theoretical_hit_rate
 
 BLOCK = 16
@@ -87,3 +87,18 @@ def test_bad_input(parts, tmp_path):
         build(parts, "trace", path=path, rate=3.0)
     with pytest.raises(ConfigError, match="workload.format"):
         build(parts, "trace", path=path, format="azure")
+
+
+def test_cli_mooncake_replay_on_llamacpp(tmp_path):
+    """End to end: arrivals at the trace's (scaled) timestamps; the shared blocks reach the engine."""
+    from tests.workloads.data_helpers import run_e2e
+
+    path = mooncake(tmp_path, [(0, 80, 3, [1, 2, 3]), (400, 80, 3, [1, 2, 4]), (1000, 48, 3, [5, 6])])
+    _, _, summary, df = run_e2e(tmp_path, "workload=trace", f"workload.path={path}", f"workload.block_size={BLOCK}",
+                                "workload.time_scale=0.5", "backend.batched=true", "backend.keep_session_cache=true")
+    assert summary["requests"]["completed"] == 3 and summary["workload"]["open_loop"]
+    df = df.sort_values("request_id")
+    assert list(df.scheduled_s) == [0.0, 0.2, 0.5]
+    assert (df.start_s >= df.scheduled_s - 1e-3).all()
+    assert list(df.prompt_tokens) == [80, 80, 48]
+    assert summary["harness"]["send_lag_s"]["count"] == 3
