@@ -163,6 +163,8 @@ class SharedPrefixWorkload(Workload):
                 lo = guess + 1
             else:
                 hi = guess - 1
+            if lo > hi:
+                break
             step = (target - got) * p / max(p - 1, 1) * (total + overhead)
             guess = guess + int(round(step)) if abs(step) >= 1 else (lo + hi) // 2
         _, system_len, got = best
