@@ -178,7 +178,7 @@ def main() -> int:
     p.add_argument("--block-size", type=int, default=64, help="tokens per Mooncake hash id")
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--trace-backend", default="vllm")
-    p.add_argument("--prompts-per-group", type=int, default=10)
+    p.add_argument("--prompts-per-group", type=int, default=16)
     p.add_argument("--prompt-len", type=int, default=512, help="system + question tokens (shared_prefix)")
     p.add_argument("--vllm-block-size", type=int, default=32)
     a = p.parse_args()
