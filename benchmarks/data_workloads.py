@@ -131,10 +131,12 @@ def trace_part(a: argparse.Namespace, out: Path) -> dict[str, Any]:
                "send_error_ms": {"p50": round(float(err.quantile(0.5)), 2), "p99": round(float(err.quantile(0.99)), 2),
                                  "max": round(float(err.max()), 2)},
                "cached_tokens_total": s["prefix_cache"]["cached_tokens_total"],
-               "cached_share": s["prefix_cache"]["cached_share"], "prompt_tokens_total": s["tokens"]["prompt_total"]}
+               "cached_share": s["prefix_cache"]["cached_share"], "prompt_tokens_total": s["tokens"]["prompt_total"],
+               "theoretical_cache_hit": s["workload"].get("theoretical_cache_hit")}
     print(f"  {len(df)} requests over {figures['trace_span_s']:.1f} s of (scaled) trace · send time − timestamp: "
           f"p50 {figures['send_error_ms']['p50']} ms, p99 {figures['send_error_ms']['p99']} ms · cached "
-          f"{figures['cached_tokens_total']} of {figures['prompt_tokens_total']} prompt tokens ({_pct(figures['cached_share'])})")
+          f"{figures['cached_tokens_total']} of {figures['prompt_tokens_total']} prompt tokens ({_pct(figures['cached_share'])}; "
+          f"theoretical {_pct(figures['theoretical_cache_hit'])})")
     return figures
 
 

@@ -268,7 +268,8 @@ def cache_hit_line(summary: RunSummary) -> Optional[str]:
     if figures is None:
         return None
     pct = lambda v: "–" if v is None else f"{v * 100:.1f}%"  # noqa: E731
-    return (f"prefix-cache hit rate: target {pct(figures['target'])} · theoretical {pct(figures['theoretical'])} · "
+    target = f"target {pct(figures['target'])} · " if figures["target"] is not None else ""
+    return (f"prefix-cache hit rate: {target}theoretical {pct(figures['theoretical'])} · "
             f"measured {pct(figures['measured'])}" + ("" if figures["measured"] is not None else " (the engine reports no cached tokens)"))
 
 

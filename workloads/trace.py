@@ -10,7 +10,9 @@
   ``Log Type``…); every prompt is its own (no sharing).
 
 Requests arrive at the trace's timestamps (from the first), times ``time_scale``: an open
-loop, in the trace's order; ``num_requests`` takes the first N that pass the filters.
+loop, in the trace's order; ``num_requests`` takes the first N that pass the filters. The
+plan's theoretical prefix-cache hit rate (workloads/shared_prefix.py) goes beside the engine's
+measured share in the summary.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from workloads.datafiles import (
     timestamps_to_arrivals,
 )
 from workloads.prompts import PromptRenderer, chat_messages
+from workloads.shared_prefix import theoretical_hit_rate
 
 FORMATS = ("mooncake", "burstgpt")
 MOONCAKE_HINT = 'a Mooncake trace is JSON Lines of {"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}'
@@ -188,4 +191,7 @@ class TraceWorkload(Workload):
             raise none_left(cfg, path, considered)
         warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, 16))
         source = source_info(cfg, path, cfg.format, len(requests))
-        return data_plan(cfg, sessions, warmup, arrival_rng, seed, source, timestamps_to_arrivals(stamps, cfg.time_scale))
+        plan = data_plan(cfg, sessions, warmup, arrival_rng, seed, source, timestamps_to_arrivals(stamps, cfg.time_scale))
+        # what the trace's sharing would give an unbounded cache, beside the engine's measured share
+        plan.info = {"theoretical_cache_hit": round(theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4)}
+        return plan

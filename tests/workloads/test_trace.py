@@ -33,6 +33,8 @@ def test_hash_blocks_share_prefixes(parts, tmp_path):
     assert shared == head + 2 * BLOCK  # ids 1, 2 in common, then 3 ≠ 7
     assert a.prompt_token_ids[-5:] == renderer.render([{"role": "user", "content": "x"}])[-5:]  # template tail
     assert theoretical_hit_rate([a.prompt_token_ids, b.prompt_token_ids]) > 0.25
+    rates = theoretical_hit_rate([t.prompt_token_ids for t in (a, b, d, c)])
+    assert plan.info["theoretical_cache_hit"] == pytest.approx(rates, abs=1e-4)
 
 
 def test_arrivals_follow_timestamps_scaled(parts, tmp_path):
