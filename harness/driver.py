@@ -203,7 +203,7 @@ class Driver:
             await self._turns(session, first_id, open_loop)
 
     async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool) -> None:
-        history: list[dict[str, str]] = []
+        history: list[dict[str, str]] = list(session.history or [])
         for turn_index, turn in enumerate(session.turns):
             if turn.think_time_s > 0:
                 await asyncio.sleep(turn.think_time_s)
@@ -239,7 +239,8 @@ class Driver:
                 self.saturation.observe_ttft(time.perf_counter() - self.t0, wait + record.ttft_s)
             if not record.ok:
                 return  # a conversation cannot go on without its reply
-            history.append({"role": "assistant", "content": record.output_text})
+            # the dataset's reply when the workload replays the dataset's history, else the engine's
+            history.append({"role": "assistant", "content": record.output_text if turn.reply is None else turn.reply})
 
 
 def _request_ids(sessions: list[SessionSpec]) -> list[int]:

@@ -35,6 +35,7 @@ from harness import metric_registry as registry
 from harness import plots
 from harness.plots import esc, fmt
 from harness.results import REPORT, RunResult, RunSummary, load_run
+from harness.summary import cache_hit_figures
 
 REPORT_NAME = REPORT
 PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "failed": "#e15759"}
@@ -66,6 +67,8 @@ def load_text(summary: RunSummary) -> str:
     """Closed loop with its concurrency, or open loop with its rate."""
     wl = summary.workload
     rate = wl.get("rate")
+    if wl.get("open_loop") and rate is None and wl.get("data"):
+        return f"open loop at the data's timestamps, at most {wl.get('concurrency')} in flight"
     if wl.get("open_loop"):
         return f"open loop, rate {rate if rate is not None else '?'}/s, at most {wl.get('concurrency')} in flight"
     return f"closed loop, concurrency {wl.get('concurrency')}"
@@ -74,9 +77,11 @@ def load_text(summary: RunSummary) -> str:
 def workload_text(summary: RunSummary) -> str:
     wl = summary.workload
     sha = (wl.get("sha256") or "")[:12]
+    data = wl.get("data")
+    source = f" · data {data.get('path')} ({data.get('format')}, sha256 {str(data.get('sha256'))[:12]}…)" if data else ""
     return (
         f"{wl.get('name')} · {wl.get('requests_planned')} requests in {wl.get('sessions')} sessions · "
-        f"{load_text(summary)} · sha256 {sha}…"
+        f"{load_text(summary)} · sha256 {sha}…{source}"
     )
 
 
@@ -205,6 +210,11 @@ def _summary_html(summary: RunSummary) -> str:
     cache = summary.prefix_cache
     if cache.get("reported_by_engine"):
         items.append(("prompt tokens from prefix cache", fmt(cache.get("cached_share"), 1, 100, " %")))
+    hit = cache_hit_figures(summary)
+    if hit is not None:
+        if hit["target"] is not None:
+            items.append(("prefix-cache hit: target", fmt(hit["target"], 1, 100, " %")))
+        items.append(("prefix-cache hit: theoretical", fmt(hit["theoretical"], 1, 100, " %")))
     mem = summary.memory
     for key, label in (("rss_peak_bytes", "peak RSS"), ("gpu_peak_allocated_bytes", "GPU peak allocated"),
                        ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"),

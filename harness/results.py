@@ -6,7 +6,8 @@ This module alone knows the files of a run folder:
 - ``requests.parquet`` — the same rows, written when the run ends (also on error or Ctrl-C)
 - ``summary.json`` — the run's figures (:class:`RunSummary`); ``status`` says how it ended
 - ``config.yaml`` — the resolved config; ``env.json`` — harness, libraries, hardware
-- ``workload.json`` — the generated workload (text, token ids) and its sha256
+- ``workload.json`` — the generated workload (text, token ids) and its sha256; for a data workload
+  the prompts' ids and lengths and the data file's sha256, not the data
 - ``memory.parquet`` — the RSS samples over time
 - ``gpu.parquet`` — NVML's samples of each visible GPU over time (only where NVML runs)
 - ``report.html`` — written by harness/report.py from the loaded :class:`RunResult`

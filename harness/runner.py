@@ -237,6 +237,9 @@ def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[st
         "concurrency": plan.concurrency,
         "rate": getattr(cfg.workload, "rate", None),
         "exact_output_len": plan.exact_output_len,
+        **({"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
+           if plan.source else {}),
+        **plan.info,
     }
 
 

@@ -66,6 +66,8 @@ class EngineSession:
                               f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
                               "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
         self.renderer = PromptRenderer(tokenizer)
+        if model.hf_dir is not None:  # never convert a GGUF just for this
+            self.renderer.max_context = _context_length(_safe(model.hf_config) or {})
         self.corpus = TokenizedCorpus(tokenizer)
         return self
 
@@ -234,6 +236,15 @@ class _LoopRunner:
             if pending:
                 self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
+
+
+def _context_length(hf_config: dict[str, Any]) -> Optional[int]:
+    """The model's context length from its config.json (a multimodal model's text part too)."""
+    for cfg in (hf_config, hf_config.get("text_config") or {}):
+        value = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _one_line(fn: Callable[[], T], what: str) -> T:

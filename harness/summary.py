@@ -219,6 +219,13 @@ def format_summary(summary: RunSummary) -> str:
     if cache.get("reported_by_engine") and cache.get("cached_share") is not None:
         lines.append(f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
                      f"({cache['cached_tokens_total']} tokens)")
+    hit_line = cache_hit_line(summary)
+    if hit_line:
+        lines.append(hit_line)
+    data = wl.get("data")
+    if data:
+        lines.append(f"data: {data.get('path')} ({data.get('format')}, {data.get('records')} records, "
+                     f"sha256 {str(data.get('sha256'))[:12]}…)")
     lines.append(_memory_line(summary.memory))
     client_line = _client_line(summary.harness)
     if client_line:
@@ -244,6 +251,26 @@ def format_summary(summary: RunSummary) -> str:
     for w in summary.warnings:
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
+
+
+def cache_hit_figures(summary: RunSummary) -> Optional[dict[str, Optional[float]]]:
+    """Prefix-cache hit rate three ways (workload=shared_prefix): the workload's target, the
+    theoretical rate of its prompts (an unbounded cache), and the engine's measured cached share."""
+    wl = summary.workload
+    if wl.get("theoretical_cache_hit") is None:
+        return None
+    measured = summary.prefix_cache.get("cached_share") if summary.prefix_cache.get("reported_by_engine") else None
+    return {"target": wl.get("target_cache_hit"), "theoretical": wl.get("theoretical_cache_hit"), "measured": measured}
+
+
+def cache_hit_line(summary: RunSummary) -> Optional[str]:
+    figures = cache_hit_figures(summary)
+    if figures is None:
+        return None
+    pct = lambda v: "–" if v is None else f"{v * 100:.1f}%"  # noqa: E731
+    target = f"target {pct(figures['target'])} · " if figures["target"] is not None else ""
+    return (f"prefix-cache hit rate: {target}theoretical {pct(figures['theoretical'])} · "
+            f"measured {pct(figures['measured'])}" + ("" if figures["measured"] is not None else " (the engine reports no cached tokens)"))
 
 
 def _shown(metric: type[registry.Metric], value: Optional[float]) -> float:

@@ -53,3 +53,18 @@ def test_execute_without_text_leaves_decoding_to_the_driver():
     request = GenerationRequest(0, [1, 2], 1, True)
     record, ids = asyncio.run(execute(Plain(), request, time.perf_counter()))
     assert record.output_text is None and ids == [5] and record.output_tokens == 1
+
+
+def test_dataset_history_and_replies_replace_the_engines(real_tokenizer):
+    """Data workloads: messages before the first turn, and the dataset's reply re-sent in place of the engine's."""
+    backend = TextBackend()
+    renderer = PromptRenderer(real_tokenizer)
+    earlier = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    session = SessionSpec(0, [TurnSpec("first question", 3, reply="the dataset's answer"), TurnSpec("second", 3)],
+                          system="Be brief.", history=earlier)
+    plan = WorkloadPlan("sharegpt", [session], [], exact_output_len=True, concurrency=1, open_loop=False)
+    asyncio.run(Driver(backend, renderer, plan, on_record=lambda r: None).run(plan.sessions, False))
+    first, second = (r.messages for r in backend.requests)
+    assert first == [{"role": "system", "content": "Be brief."}, *earlier, {"role": "user", "content": "first question"}]
+    assert second[-2] == {"role": "assistant", "content": "the dataset's answer"}
+    assert second[1:3] == earlier

@@ -44,3 +44,9 @@ def test_config_hash_ignores_presentation_keys():
     assert config_sha256(base) != config_sha256(make_config(*FAST, "repeat=2"))
     assert engine_key(base) == engine_key(make_config(*FAST, "workload.concurrency=2"))
     assert engine_key(base) != engine_key(make_config(*FAST, "backend.batching=static"))
+
+
+def test_open_reads_the_models_context_for_the_workloads(tmp_path):
+    """Data workloads refuse prompts longer than this before any engine loads."""
+    with EngineSession(make_config(*FAST), tmp_path) as session:
+        assert session.renderer.max_context == 8192 and not session.loaded

@@ -85,3 +85,16 @@ def test_the_client_checks_itself(tmp_path):
     busy = RunSummary(backend={"mode": "server"}, harness={"loop_lag_s": {"p99": 0.03}, "cpu_cores": 0.97})
     assert [w.split(":")[0] for w in client_warnings(busy)] == ["The client may be the bottleneck"] * 2
     assert client_warnings(RunSummary(backend={"mode": "inprocess"}, harness={"cpu_cores": 1.7})) == []
+
+
+def test_cache_hit_rates_side_by_side():
+    records = [record(0, prompt=100), record(1, prompt=100)]
+    records[0].cached_tokens, records[1].cached_tokens = 0, 80
+    s = summarize(records, 1.0, SLOConfig())
+    workload = {"name": "shared_prefix", "target_cache_hit": 0.5, "theoretical_cache_hit": 0.48,
+                "data": {"path": "d.jsonl", "format": "mooncake", "records": 3, "sha256": "ab" * 32}}
+    text = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload=workload, **s))
+    assert "prefix-cache hit rate: target 50.0% · theoretical 48.0% · measured 40.0%" in text
+    assert "data: d.jsonl (mooncake, 3 records, sha256 abababababab…)" in text
+    plain = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s))
+    assert "prefix-cache hit rate" not in plain

@@ -85,6 +85,10 @@ class TurnSpec:
     output_len: int  # requested output tokens (exact, or a maximum)
     think_time_s: float = 0.0  # pause before sending this turn
     prompt_token_ids: Optional[list[int]] = None  # set when the prompt is fixed in advance
+    # Data workloads: the dataset's own reply, which the next turn re-sends instead of the
+    # engine's (history from the dataset); and the prompt's id in its data file.
+    reply: Optional[str] = None
+    prompt_id: Optional[str] = None
 
 
 @dataclass
@@ -93,6 +97,48 @@ class SessionSpec:
     turns: list[TurnSpec]
     system: Optional[str] = None
     arrival_s: Optional[float] = None  # open loop: when the session starts, from run start
+    history: Optional[list[dict[str, str]]] = None  # messages before the first turn (a dataset's)
+
+
+# Fields added for data workloads: left out of the plan's JSON while unset, so the hashes of
+# the generated workloads stay what they were.
+_OPTIONAL_KEYS = ("reply", "prompt_id", "history")
+# workload.json of a data workload keeps this much of each user message (the data file has the rest)
+EXCERPT_CHARS = 200
+
+
+def _drop_unset(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if not (k in _OPTIONAL_KEYS and v is None)}
+
+
+def session_json(s: SessionSpec) -> dict[str, Any]:
+    body = _drop_unset(asdict(s))
+    body["turns"] = [_drop_unset(t) for t in body["turns"]]
+    return body
+
+
+def compact_session_json(s: SessionSpec) -> dict[str, Any]:
+    """A session as workload.json keeps it for a data workload: ids, lengths, arrival and an
+    excerpt of each message; the full text stays in the data file (its sha256 is in the plan)."""
+    turns = []
+    for t in s.turns:
+        turn: dict[str, Any] = {"prompt_id": t.prompt_id, "user": _excerpt(t.user), "user_chars": len(t.user),
+                                "output_len": t.output_len}
+        if t.prompt_token_ids is not None:
+            turn["prompt_tokens"] = len(t.prompt_token_ids)
+        if t.think_time_s:
+            turn["think_time_s"] = t.think_time_s
+        turns.append(turn)
+    body: dict[str, Any] = {"session_id": s.session_id, "turns": turns, "arrival_s": s.arrival_s}
+    if s.system:
+        body["system"] = _excerpt(s.system)
+    if s.history:
+        body["history_messages"] = len(s.history)
+    return body
+
+
+def _excerpt(text: str) -> str:
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
 
 
 @dataclass
@@ -105,27 +151,44 @@ class WorkloadPlan:
     open_loop: bool
     sampling: dict[str, Any] = field(default_factory=dict)
     seed: Optional[int] = None  # sampled decoding: request i uses seed + i
+    # Data workloads: the data file (path, format, sha256, records) — its sha256 enters the
+    # hashes, so runs made from different data never compare — and workload.json keeps
+    # compact sessions (ids, lengths), not the whole data.
+    source: Optional[dict[str, Any]] = None
+    # Figures of the workload itself for the summary (e.g. the target and theoretical
+    # prefix-cache hit rate of workload=shared_prefix).
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_requests(self) -> int:
         return sum(len(s.turns) for s in self.sessions)
 
     def to_json(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "name": self.name,
             "exact_output_len": self.exact_output_len,
             "concurrency": self.concurrency,
             "open_loop": self.open_loop,
             "sampling": self.sampling,
-            "sessions": [asdict(s) for s in self.sessions],
-            "warmup": [asdict(s) for s in self.warmup],
+            "sessions": [session_json(s) for s in self.sessions],
+            "warmup": [session_json(s) for s in self.warmup],
         }
-        return {"sha256": self.content_hash(body), "prompts_sha256": self.prompts_hash(body), **body}
+        if self.source is not None:
+            body["source"] = self.source
+        hashes = {"sha256": self.content_hash(body), "prompts_sha256": self.prompts_hash(body)}
+        if self.source is not None:  # the hashes cover the full prompts; the file keeps ids and lengths
+            body.update(compact=True, sessions=[compact_session_json(s) for s in self.sessions],
+                        warmup=[compact_session_json(s) for s in self.warmup])
+        if self.info:
+            body["info"] = self.info
+        return {**hashes, **body}
 
     @staticmethod
     def content_hash(body: dict[str, Any]) -> str:
         """sha256 of the measured requests' content: prompts, token ids, lengths, arrivals."""
         measured = {k: body[k] for k in ("name", "exact_output_len", "sampling", "sessions")}
+        if body.get("source"):
+            measured["data_sha256"] = body["source"].get("sha256")
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
 
@@ -136,6 +199,8 @@ class WorkloadPlan:
         sessions = [{k: v for k, v in s.items() if k != "arrival_s"} for s in body["sessions"]]
         measured = {"name": body["name"], "exact_output_len": body["exact_output_len"],
                     "sampling": body["sampling"], "sessions": sessions}
+        if body.get("source"):
+            measured["data_sha256"] = body["source"].get("sha256")
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
 

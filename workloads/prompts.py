@@ -12,7 +12,8 @@ Messages = list[dict[str, str]]
 
 
 def chat_messages(system: Optional[str], history: Messages) -> Messages:
-    return ([{"role": "system", "content": system}] if system else []) + history
+    # None: no system message (the template may add its default); "" is an empty system message
+    return ([{"role": "system", "content": system}] if system is not None else []) + history
 
 
 class PromptRenderer:
@@ -22,10 +23,22 @@ class PromptRenderer:
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigError("the model's tokenizer has no chat template; use an instruct/chat model")
         self.tokenizer = tokenizer
+        # the model's context length (config.json), when the engine session knows it: data
+        # workloads refuse prompts longer than this before anything loads
+        self.max_context: Optional[int] = None
 
     def render(self, messages: Messages) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def wrap_ids(self, body_ids: list[int], make_messages: Callable[[str], Messages]) -> list[int]:
+        """The rendered prompt around a message whose content is exactly ``body_ids`` (token-level
+        prompts, e.g. a trace's hash blocks): the template's ids before and after the message."""
+        marker = "\u2063MARKER\u2063"
+        text = self.tokenizer.apply_chat_template(make_messages(marker), tokenize=False, add_generation_prompt=True)
+        head, tail = text.split(marker, 1)
+        encode = lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"] if t else []  # noqa: E731
+        return list(encode(head)) + list(body_ids) + list(encode(tail))
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
