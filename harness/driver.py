@@ -136,7 +136,7 @@ class Driver:
         self.saturated = None
         self._monitoring = open_loop and self.saturation is not None
         self._sessions_done = 0
-        if self.workers > 1 and len(sessions) > 1:
+        if min(self.workers, len(sessions), self.cap(open_loop) or len(sessions)) > 1:
             from harness.loadgen import run_workers
 
             return await run_workers(self, sessions, open_loop)

@@ -43,6 +43,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections import deque
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -137,7 +138,10 @@ async def run_workers(driver: "Driver", sessions: list["SessionSpec"], open_loop
 
     check_shared_clock()
     cap = driver.cap(open_loop)
-    n = min(driver.workers, len(sessions), cap or len(sessions))
+    n = min(driver.workers, len(sessions), cap or len(sessions))  # each worker has a session and a slot
+    if n < driver.workers:
+        log.info("client.workers=%d: %d are enough for %d sessions at concurrency %s",
+                 driver.workers, n, len(sessions), cap)
     shares = slots(cap, n) if cap else [0] * n
     pairs = list(zip(range(len(sessions)), _request_ids(sessions)))
     if open_loop:
@@ -194,7 +198,11 @@ def _fork_each(ctx, driver, sessions, initial, shares, open_loop, loop, events, 
         inherited = [w.conn for w in workers] + [mine]  # driver ends the worker must not hold
         process = ctx.Process(target=_worker_main, name=f"harness-client-{index}", daemon=True,
                               args=(driver, sessions, initial[index], share, open_loop, theirs, inherited))
-        process.start()
+        # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
+        # threads use (its own loop, the HTTP client, the tokenizer with parallelism off)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            process.start()
         theirs.close()
         worker = _Worker(index, process, mine, share)
         loop.add_reader(mine.fileno(), _on_readable, worker, events)

@@ -182,3 +182,24 @@ def test_a_signal_keeps_every_record_and_leaves_no_worker(tmp_path, sig):
     assert cancelled.sum() <= 6 and (df.error.isna() | cancelled).all()
     time.sleep(0.5)
     assert [c.pid for c in children if not _gone(c)] == [], "outlived the harness"
+
+
+def test_an_over_saturated_open_loop_stops_every_worker():
+    """The driver's process watches the backlog and the TTFTs the workers report; on
+    over-saturation every worker cancels what it has in flight, and those records say why."""
+    from harness.driver import SATURATED_ERROR, Driver
+    from harness.saturation import SaturationDetector
+    from test_saturation import FAST, NoRenderer, OneAtATime, open_loop_plan
+
+    plan = open_loop_plan(200.0, 2000)  # 200 sessions/s against ~20/s per worker
+    records = []
+    driver = Driver(OneAtATime(), NoRenderer(), plan, on_record=records.append,
+                    saturation=SaturationDetector(FAST), workers=2)
+    t = time.perf_counter()
+    duration = asyncio.run(driver.run(plan.sessions, True))
+    assert driver.saturated and driver.saturated.startswith("over-saturated")
+    assert duration < 4.0 and time.perf_counter() - t < 15.0
+    assert len(driver.worker_loads) == 2
+    cancelled = [r for r in records if not r.ok]
+    assert cancelled and all(r.error == SATURATED_ERROR for r in cancelled)
+    assert sum(r.ok for r in records) >= 10 and len({r.request_id for r in records}) == len(records)
