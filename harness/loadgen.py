@@ -373,7 +373,6 @@ class _Work:
         self.stopped: Optional[str] = None
         self.t0: Optional[float] = None
         self.wake = asyncio.Event()
-        self.lags: list[float] = []
 
     async def run(self) -> None:
         from harness.client_load import ClientLoad
