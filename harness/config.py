@@ -85,6 +85,44 @@ class SweepConfig:
         pass
 
 
+EVENT_LOOPS = ("asyncio", "uvloop")
+PACINGS = ("spin", "sleep")
+HTTP_MODES = ("server", "remote")
+
+
+@dataclass
+class ClientConfig:
+    """The load generator that drives HTTP backends (``backend.mode=server``, ``backend=openai``).
+
+    ``workers``: client processes, each with its own event loop and connection pool
+    (harness/loadgen.py); null picks one (:func:`harness.loadgen.auto_workers`). In-process
+    engines always run in the harness's own process (1).
+    """
+
+    workers: Optional[int] = None
+    event_loop: str = "asyncio"  # asyncio | uvloop (pip install -e '.[client]')
+    # open-loop arrivals: spin (sleep to 2 ms before the due time, then yield until it) | sleep
+    # (asyncio's timer alone, ~1 ms late)
+    pacing: str = "spin"
+
+    def validate(self, backend_mode: Optional[str] = None) -> None:
+        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
+            raise ConfigError(f"client.workers must be >= 1, or null to choose (got {self.workers})")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(f"client.event_loop must be asyncio or uvloop (got {self.event_loop!r})")
+        if self.pacing not in PACINGS:
+            raise ConfigError(f"client.pacing must be spin or sleep (got {self.pacing!r})")
+        if self.event_loop == "uvloop":
+            import importlib.util
+
+            if importlib.util.find_spec("uvloop") is None:
+                raise ConfigError("client.event_loop=uvloop needs uvloop, which is not installed: "
+                                  "pip install -e '.[client]' (or pip install uvloop)")
+        if self.workers is not None and self.workers > 1 and backend_mode is not None and backend_mode not in HTTP_MODES:
+            raise ConfigError(f"client.workers={self.workers} needs an HTTP backend (backend.mode=server or "
+                              "backend=openai): an in-process engine runs in the harness's own process")
+
+
 SEARCH_OVER = ("rate", "concurrency")
 
 
@@ -138,6 +176,7 @@ class RunConfig:
     saturation: SaturationConfig = field(default_factory=SaturationConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     slo_search: SLOSearchConfig = field(default_factory=SLOSearchConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
     repeat: int = 1  # run each point this many times (the sweep table gives mean and 95% CI)
     resume: bool = False  # skip points whose run folder under output_root is complete (same config)
     progress: bool = True
@@ -153,6 +192,7 @@ class RunConfig:
         for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.saturation, self.sweep):
             section.validate()
         self.slo_search.validate(self.slo)
+        self.client.validate(getattr(self.backend, "mode", None))
 
 
 def check_finite(node: Any, path: str = "") -> None:

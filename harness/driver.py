@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from backends.base import Backend, GenerationRequest, RequestDone, SamplingParams, TokenChunk
 from harness.metrics import RequestRecord, build_record
+from harness.pacing import pace_until
 from harness.saturation import SaturationDetector
 from workloads.base import SessionSpec, WorkloadPlan
 from workloads.prompts import PromptRenderer, chat_messages
@@ -94,6 +95,9 @@ class Driver:
         plan: WorkloadPlan,
         on_record: Callable[[RequestRecord], None],
         saturation: Optional[SaturationDetector] = None,
+        workers: int = 1,
+        spin: bool = True,
+        event_loop: str = "asyncio",
     ):
         self.backend = backend
         self.renderer = renderer
@@ -107,6 +111,13 @@ class Driver:
         self.saturated: Optional[str] = None
         self._monitoring = False
         self._sessions_done = 0
+        # More than 1: the sessions run in that many client processes (harness/loadgen.py),
+        # each on its own ``event_loop``; ``worker_loads`` then holds each one's (loop lags,
+        # CPU seconds) for the summary.
+        self.workers = workers
+        self.spin = spin  # open-loop pacing: spin to the due time (harness/pacing.py), or asyncio's timer
+        self.event_loop = event_loop
+        self.worker_loads: list[tuple[list[float], float]] = []
 
     def _sampling_for(self, request_id: int) -> SamplingParams:
         """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
@@ -122,18 +133,24 @@ class Driver:
         is set to its reason, nothing more is sent, the requests in flight are cancelled
         (recorded with ``SATURATED_ERROR``) and T is returned up to that point.
         """
-        cap = self.plan.concurrency or (None if open_loop else 1)
-        semaphore = asyncio.Semaphore(cap) if cap else None
-        first_ids = _request_ids(sessions)
         self.saturated = None
         self._monitoring = open_loop and self.saturation is not None
         self._sessions_done = 0
+        if min(self.workers, len(sessions), self.cap(open_loop) or len(sessions)) > 1:
+            from harness.loadgen import run_workers
+
+            return await run_workers(self, sessions, open_loop)
+        semaphore = asyncio.Semaphore(self.cap(open_loop)) if self.cap(open_loop) else None
+        first_ids = _request_ids(sessions)
         session = self._counted_session if self._monitoring else self._session
         self.t0 = time.perf_counter()
-        tasks = [
-            asyncio.create_task(session(s, first_id, semaphore, open_loop))
-            for s, first_id in zip(sessions, first_ids)
-        ]
+        if open_loop:
+            tasks = [asyncio.create_task(self.dispatch(list(zip(sessions, first_ids)), semaphore, session))]
+        else:
+            tasks = [
+                asyncio.create_task(session(s, first_id, semaphore, open_loop))
+                for s, first_id in zip(sessions, first_ids)
+            ]
         monitor = asyncio.create_task(self._monitor(sessions)) if self._monitoring else None
         try:
             if monitor is None:
@@ -148,6 +165,25 @@ class Driver:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return time.perf_counter() - self.t0
+
+    def cap(self, open_loop: bool) -> Optional[int]:
+        """Sessions in flight at most: the plan's concurrency (closed loop: 1 when unset)."""
+        return self.plan.concurrency or (None if open_loop else 1)
+
+    async def dispatch(self, sessions: list[tuple[SessionSpec, int]], semaphore: Optional[asyncio.Semaphore],
+                       session: Callable) -> None:
+        """Open loop: start each session at its arrival (``pace_until``), in arrival order;
+        one task paces them all, so at most one task spins at a time."""
+        children: list[asyncio.Task] = []
+        try:
+            for spec, first_id in sorted(sessions, key=lambda pair: pair[0].arrival_s or 0.0):
+                await pace_until(self.t0 + (spec.arrival_s or 0.0), self.spin)
+                children.append(asyncio.create_task(session(spec, first_id, semaphore, True)))
+            await asyncio.gather(*children)
+        finally:
+            for child in children:
+                child.cancel()
+            await asyncio.gather(*children, return_exceptions=True)
 
     async def _until_done_or_saturated(self, tasks: list[asyncio.Task], monitor: asyncio.Task) -> None:
         """Wait for every session, or for the monitor to find the point over-saturated."""
@@ -194,8 +230,6 @@ class Driver:
     async def _session(
         self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
     ) -> None:
-        if open_loop and session.arrival_s:
-            await asyncio.sleep(max(0.0, self.t0 + session.arrival_s - time.perf_counter()))
         if semaphore is not None:
             async with semaphore:
                 await self._turns(session, first_id, open_loop)

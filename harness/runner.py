@@ -116,7 +116,9 @@ def run_point(
     scrapes: dict[str, Optional[str]] = {"before": None, "after": None}
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
-    driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector)
+    driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector,
+                    workers=_client_workers(cfg, plan, backend), spin=cfg.client.pacing == "spin",
+                    event_loop=cfg.client.event_loop)
     client_load = ClientLoad()
     try:
 
@@ -136,7 +138,7 @@ def run_point(
             try:
                 return await driver.run(plan.sessions, plan.open_loop)
             finally:
-                client_load.stop()
+                client_load.stop(driver.worker_loads)
 
         try:
             duration_s = session.run(warm_up_then_measure())
@@ -224,6 +226,15 @@ def _guarded(what: str, write: Callable[[], Any], run_dir: Path) -> Any:
         log.warning("%s not written (%s: %s); requests.jsonl in %s has every finished request",
                     what, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
         return None
+
+
+def _client_workers(cfg: RunConfig, plan: WorkloadPlan, backend: Any) -> int:
+    """``client.workers`` resolved: an HTTP backend's setting or default; 1 in-process."""
+    from backends.openai import HTTPBackend
+    from harness.loadgen import resolve_workers
+
+    in_flight = plan.concurrency or (None if plan.open_loop else 1)
+    return resolve_workers(cfg.client.workers, isinstance(backend, HTTPBackend), in_flight)
 
 
 def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any]) -> dict[str, Any]:

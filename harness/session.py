@@ -96,7 +96,7 @@ class EngineSession:
                 ) from exc
             raise
         self.load_s = self.import_s + time.perf_counter() - t
-        self._loop_runner = _LoopRunner()
+        self._loop_runner = _LoopRunner(self.cfg.client.event_loop)
         return self.load_s
 
     def close(self) -> None:
@@ -206,10 +206,12 @@ class SessionCache:
 class _LoopRunner:
     """One event loop for many ``run`` calls: asyncio.Runner (Python ≥ 3.11) or its equivalent."""
 
-    def __init__(self) -> None:
+    def __init__(self, event_loop: str = "asyncio") -> None:
+        from harness.loadgen import new_loop
+
         runner_cls = getattr(asyncio, "Runner", None)
-        self._runner = runner_cls() if runner_cls is not None else None
-        self._loop = asyncio.new_event_loop() if self._runner is None else None
+        self._runner = runner_cls(loop_factory=lambda: new_loop(event_loop)) if runner_cls is not None else None
+        self._loop = new_loop(event_loop) if self._runner is None else None
 
     def run(self, coro: Awaitable[T]) -> T:
         if self._runner is not None:

@@ -88,6 +88,8 @@ def client_warnings(summary: RunSummary) -> list[str]:
         out.append(f"The client may be the bottleneck: its event loop ran {lag * 1000:.0f} ms late (p99), "
                    "and chunk stamps wait as long.")
     cores = harness.get("cpu_cores")
+    if _num(cores):
+        cores /= harness.get("workers") or 1  # each worker's loop uses one core at most
     # a busy core that does not delay the loop (a short run, the sampler's thread) is no bottleneck
     lagging = _num(lag) and lag > LOOP_LAG_WARN_S / 2
     if _num(cores) and cores > CLIENT_CPU_WARN_CORES and lagging and summary.backend.get("mode") != "inprocess":
@@ -179,8 +181,10 @@ def _client_line(harness: dict[str, Any]) -> Optional[str]:
     lag, cores = harness.get("loop_lag_s") or {}, harness.get("cpu_cores")
     if not _num(lag.get("p99")) or not _num(cores):
         return None
+    workers = harness.get("workers") or 1
+    where = "this process" if workers == 1 else f"{workers} worker processes and the driver"
     return (f"client: event-loop lag p50 {lag['p50'] * 1000:.1f}, p99 {lag['p99'] * 1000:.1f} ms · "
-            f"CPU {cores:.0%} of a core (this process)")
+            f"CPU {cores:.0%} of a core ({where})")
 
 
 def format_summary(summary: RunSummary) -> str:
