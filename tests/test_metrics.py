@@ -146,3 +146,26 @@ def test_itl_per_token_and_per_chunk_differ_when_chunks_carry_several_tokens():
     assert record.itl_chunk_s == pytest.approx([0.2, 0.2])  # chunks − 1 gaps
     assert sum(record.itl_s) == pytest.approx(sum(record.itl_chunk_s)) == pytest.approx(record.e2e_s - record.ttft_s)
     assert sum(record.itl_s) / len(record.itl_s) == pytest.approx(record.tpot_s)
+
+
+def test_a_server_that_sends_three_tokens_an_event(tmp_path):
+    """A whole run against the reference server streaming 3 tokens a chunk (usage: 9): ITL per
+    token has 8 gaps a request, mean TPOT; ITL per chunk the 2 gaps between the 3 events."""
+    import pandas as pd
+
+    from conftest import make_config
+    from harness.runner import run_benchmark
+
+    cfg = make_config("model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=4",
+                      "backend.chunk_tokens=3", "backend.count_prompt_tokens=false", "workload=synthetic",
+                      "workload.num_requests=3", "workload.input_len=48", "workload.output_len=9")
+    run_benchmark(cfg, tmp_path)
+    df = pd.read_parquet(tmp_path / "requests.parquet")
+    assert df.error.isna().all() and (df.output_tokens == 9).all()
+    for itl, itl_chunk, tpot, ttft, e2e in zip(df.itl_s, df.itl_chunk_s, df.tpot_s, df.ttft_s, df.e2e_s):
+        assert len(itl) == 8 and len(itl_chunk) == 2
+        assert sum(itl) / len(itl) == pytest.approx(tpot)
+        assert sum(itl) == pytest.approx(sum(itl_chunk)) == pytest.approx(e2e - ttft)
+        assert list(itl[:2]) == [0.0, 0.0]  # the first event's 2 other tokens came with it
+        for k in (0, 1):  # each event's gap is spread evenly over its 3 tokens
+            assert list(itl[2 + 3 * k:5 + 3 * k]) == pytest.approx([itl_chunk[k] / 3] * 3)
