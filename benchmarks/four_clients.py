@@ -335,7 +335,7 @@ def measure(kind: str, args: argparse.Namespace, clients: list[str], model_dir: 
                 cells[(streams, client)] = ttft_error_cell(requests, args.ttft_ms / 1e3)
                 if server_ttft is not None:
                     notes.append(f"{streams} streams, {TITLES[client]}: the server's own mean TTFT "
-                                 f"{server_ttft * 1e3:.2f} ms (schedule {args.ttft_ms:g} ms)")
+                                 f"{server_ttft * 1e3:.2f} ms (schedule {args.ttft_ms:g} ms; warm-up included)")
             else:
                 cells[(streams, client)] = parse_rate_cell(requests)
             print(f"  {kind} {streams} streams {client}: {cells[(streams, client)]} over {len(requests)} requests "
