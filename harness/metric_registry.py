@@ -150,10 +150,23 @@ class TPOT(RequestMetric):
 
 @register
 class ITL(RequestMetric):
-    """ITL (s) = the gaps between consecutive output tokens, pooled over all requests
-    (token-weighted); a chunk of k tokens arriving g after the previous one gives k gaps of g/k."""
+    """ITL per token (s) = the gaps between consecutive output tokens, pooled over all requests
+    (token-weighted): a chunk of k tokens arriving g after the previous one gives k gaps of g/k,
+    the chunks' token counts reconciled with n_out (the server's usage), so each request has
+    n_out − 1 gaps, Σ = E2E − TTFT and their mean is TPOT."""
 
-    key, label, unit, scale = "itl_s", "ITL", "ms", 1000.0
+    key, label, unit, scale = "itl_s", "ITL per token", "ms", 1000.0
+    pooled = True
+    in_compare = False
+
+
+@register
+class ITLChunk(RequestMetric):
+    """ITL per chunk (s) = the gaps between consecutive chunks that carry tokens (a server-sent
+    event, or an engine step), pooled over all requests: chunks − 1 gaps a request,
+    Σ = E2E − TTFT; equal to ITL per token when every chunk is one token (usage = chunks)."""
+
+    key, label, unit, scale = "itl_chunk_s", "ITL per chunk", "ms", 1000.0
     pooled = True
     in_compare = False
 

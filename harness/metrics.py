@@ -39,7 +39,7 @@ def tpot(e2e_s: float, ttft_s: float, n_out: int) -> Optional[float]:
 
 
 def inter_token_latencies(chunks: Sequence[tuple[float, int]]) -> list[float]:
-    """Gaps between consecutive tokens (s), one per token after the first.
+    """ITL per token (s): gaps between consecutive tokens, one per token after the first.
 
     ``chunks`` are (time, tokens in chunk). A chunk of k tokens arriving g after the previous
     chunk contributes k gaps of g / k, so ITL stays token-weighted and Σ ITL = E2E − TTFT
@@ -54,6 +54,39 @@ def inter_token_latencies(chunks: Sequence[tuple[float, int]]) -> list[float]:
             gaps.extend([(t - prev_t) / n] * n)
             prev_t = t
     return gaps
+
+
+def inter_chunk_latencies(chunks: Sequence[tuple[float, int]]) -> list[float]:
+    """ITL per chunk (s): gaps between consecutive chunks that carry tokens, one per chunk
+    after the first (what a user sees arrive; vLLM bench's ITL). Σ = E2E − TTFT."""
+    times = [t for t, n in chunks if n > 0]
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def reconcile_counts(counts: Sequence[int], total: int) -> list[int]:
+    """Per-chunk token counts scaled to sum to ``total`` (the request's n_out, the server's
+    usage where it sends one), by largest remainder. Each chunk keeps at least one token,
+    or, when there are more chunks than tokens, the first one does (TTFT is its time).
+
+    Re-tokenized chunk text can count more tokens than the server produced (" t12" is 3
+    SmolLM2 tokens where the server counted 1); reconciled, ITL per token has n_out − 1
+    values whose mean is TPOT.
+    """
+    counts = [max(0, int(c)) for c in counts]
+    n = len(counts)
+    if n == 0 or total < 1 or sum(counts) == total:
+        return counts
+    floor = [1] * n if total >= n else [1] + [0] * (n - 1)
+    spare = total - sum(floor)
+    weights = [c - f if c > f else 0 for c, f in zip(counts, floor)]
+    weight_sum = sum(weights)
+    if weight_sum == 0:
+        weights, weight_sum = [1] * n, n
+    shares = [spare * w / weight_sum for w in weights]
+    scaled = [f + int(share) for f, share in zip(floor, shares)]
+    for i in sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:total - sum(scaled)]:
+        scaled[i] += 1
+    return scaled
 
 
 def output_tokens_per_second(n_out: int, e2e_s: float) -> Optional[float]:
@@ -174,7 +207,8 @@ class RequestRecord:
     ttft_s: Optional[float]
     tpot_s: Optional[float]
     e2e_s: Optional[float]
-    itl_s: list[float] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)  # per token, n_out − 1 values
+    itl_chunk_s: list[float] = field(default_factory=list)  # per chunk, chunks − 1 values
     output_tps: Optional[float] = None
     decode_tps: Optional[float] = None
     queue_wait_s: Optional[float] = None
@@ -210,7 +244,9 @@ def build_record(
 
     Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
     ``engine_stats["output_tokens"]``: an HTTP server's usage), else the harness's: the
-    rendered prompt's length and the number of streamed ids.
+    rendered prompt's length and the number of streamed ids. ITL per token spreads each
+    chunk's gap over its tokens, the counts reconciled with n_out (:func:`reconcile_counts`);
+    ITL per chunk is the chunks' own gaps.
     """
     n_streamed = len(output_token_ids)
     n_out = n_streamed
@@ -222,11 +258,14 @@ def build_record(
             error = "no output tokens"
     ttft_s = e2e_s = tpot_s = None
     itl: list[float] = []
+    itl_chunk: list[float] = []
     if error is None:
         ttft_s = ttft(send_t, chunks[0][0])
         e2e_s = e2e_latency(send_t, chunks[-1][0])
         tpot_s = tpot(e2e_s, ttft_s, n_out)
-        itl = inter_token_latencies(chunks)
+        counts = reconcile_counts([n for _, n in chunks], n_out)
+        itl = inter_token_latencies([(t, k) for (t, _), k in zip(chunks, counts)])
+        itl_chunk = inter_chunk_latencies(chunks)
         end_t = chunks[-1][0]
     return RequestRecord(
         request_id=request.request_id,
@@ -245,6 +284,7 @@ def build_record(
         tpot_s=tpot_s,
         e2e_s=e2e_s,
         itl_s=itl,
+        itl_chunk_s=itl_chunk,
         output_tps=output_tokens_per_second(n_out, e2e_s) if e2e_s else None,
         decode_tps=decode_tokens_per_second(tpot_s),
         queue_wait_s=queue_wait(send_t, scheduled_t),

@@ -7,7 +7,8 @@ any of the last five may be missing) and writes ``report.html`` next to them:
 - a header (backend and mode, engine version, model, workload, hardware, date) and the
   run's warnings at the top (failed requests, lengths that differ from the requested ones,
   a large harness overhead, an interrupted or failed run);
-- the summary table and key throughputs;
+- the summary table and key throughputs; the client's own state (event-loop lag, CPU use,
+  and whether it may have been the bottleneck);
 - TTFT, TPOT and E2E CDFs; inter-token latency; a per-request timeline (queue wait,
   prefill until the first token, decode until the last); output tokens/s and requests in
   flight over time; memory over time; GPU utilisation and power over time (where NVML
@@ -147,6 +148,7 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
         plots.banner(summary.warnings, "Warnings", "warning"),
         plots.meta_list(_header_items(run)),
         plots.section("Summary", _summary_html(summary)),
+        _client_html(summary),
     ]
     plot_ids = []
     for div_id, title, fig, note in figures:
@@ -234,6 +236,30 @@ def _summary_html(summary: RunSummary) -> str:
         ]
         html += '<p class="note">Per turn (chat):</p>' + plots.table(turn_rows, list(turn_rows[0]))
     return html
+
+
+def _client_html(summary: RunSummary) -> str:
+    """The client's own state through the measured phase (harness/client_load.py) and, when it
+    may have been the bottleneck, why; empty for runs that did not record it."""
+    from harness.client_load import INTERVAL_S
+    from harness.summary import CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, client_warnings
+
+    lag, cores = summary.harness.get("loop_lag_s") or {}, summary.harness.get("cpu_cores")
+    if not lag.get("count") and not plots.is_num(cores):
+        return ""
+    items = [(f"event-loop lag {k} (ms)", fmt(lag.get(k), 1, 1000)) for k in ("p50", "p99", "max")]
+    items.append(("client CPU (% of a core)", fmt(cores, 0, 100, " %")))
+    found = client_warnings(summary)
+    verdict = plots.banner(found, "The client may be the bottleneck", "warning") if found else \
+        '<p class="note">The client kept up: its event loop was not held back and it did not use up its core.</p>'
+    inside = " (an in-process engine runs in this process: its work counts too)" \
+        if summary.backend.get("mode") == "inprocess" else ""
+    note = (f"Event-loop lag: every {INTERVAL_S * 1000:.0f} ms a task asks to wake at t and records woken − t "
+            f"({lag.get('count', 0)} samples); chunk stamps wait as long, and about 1 ms is asyncio's own floor. "
+            f"Client CPU: this process's CPU time over the phase's wall time{inside}; one event loop can use one core. "
+            f"Warning beyond an event-loop lag p99 of {LOOP_LAG_WARN_S * 1000:.0f} ms, or "
+            f"{CLIENT_CPU_WARN_CORES:.0%} of a core while the loop lags.")
+    return plots.section("The client", plots.cards(items) + verdict, note)
 
 
 # --- figures: each returns (div id, title, figure, note) or None when there is nothing to draw

@@ -45,7 +45,7 @@ REPORT = "report.html"
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
     "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
-    "e2e_s", "itl_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
+    "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
     "error", "output_text", "engine_stats",
 )
 

@@ -39,7 +39,7 @@ def test_server_text_becomes_the_chat_history(real_tokenizer):
     assert backend.requests[1].messages[-2] == {"role": "assistant", "content": " reply 0"}
     assert [r.prompt_tokens for r in records] == [99, 99]  # the engine's own count
     assert [r.output_tokens for r in records] == [4, 4]  # usage beats the streamed ids (3)
-    assert records[0].itl_s and len(records[0].itl_s) == 2  # gaps follow the streamed chunks
+    assert len(records[0].itl_s) == 3 and len(records[0].itl_chunk_s) == 1  # per token: n_out − 1 (usage); per chunk: 2 chunks
 
 
 def test_execute_without_text_leaves_decoding_to_the_driver():

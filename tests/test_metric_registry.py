@@ -35,3 +35,15 @@ def test_display_and_direction():
     assert tps.show(3.0) == 3.0 and tps.better(20, 10)
     with pytest.raises(KeyError, match="unknown metric"):
         registry.get("nope")
+
+
+def test_itl_per_token_and_per_chunk_are_both_registered():
+    per_token, per_chunk = registry.get("itl_s"), registry.get("itl_chunk_s")
+    assert per_token.pooled and per_chunk.pooled
+    assert "usage" in per_token.formula() and "chunk" in per_chunk.formula()
+    assert per_chunk.label == "ITL per chunk" and per_token.label == "ITL per token"
+    two_per_chunk = record(0)
+    two_per_chunk.itl_chunk_s = [0.2] * 4  # 10 tokens in 5 chunks
+    s = summarize([two_per_chunk], 2.0, SLOConfig())
+    assert s["latency"]["itl_s"]["count"] == 9 and s["latency"]["itl_chunk_s"]["count"] == 4
+    assert s["latency"]["itl_chunk_s"]["p50"] == pytest.approx(0.2)

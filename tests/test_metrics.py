@@ -95,3 +95,77 @@ def test_counts_a_server_lies_about_fail_that_request(stats, error):
         delivery_lag_max_s=None, engine_stats=stats)
     assert record.error == f"the engine reported an {error}"
     assert record.prompt_tokens == 3 and record.output_tokens == 2 and record.ttft_s is None
+
+
+def test_itl_per_chunk_is_the_chunks_own_gaps():
+    # 2 tokens at 1.0, 3 at 1.3, 1 at 1.4: per chunk 2 gaps, per token 5
+    chunks = [(1.0, 2), (1.3, 3), (1.4, 1)]
+    assert metrics.inter_chunk_latencies(chunks) == pytest.approx([0.3, 0.1])
+    assert sum(metrics.inter_chunk_latencies(chunks)) == pytest.approx(sum(metrics.inter_token_latencies(chunks)))
+    assert metrics.inter_chunk_latencies([(1.0, 1), (1.1, 0), (1.5, 1)]) == pytest.approx([0.5])  # no-token chunks skipped
+
+
+@pytest.mark.parametrize("counts,total,expected", [
+    ([1, 3, 1, 1], 4, [1, 1, 1, 1]),  # " t12" re-tokenized into 3 where the server counted 1
+    ([1, 1, 1], 3, [1, 1, 1]),  # agree: unchanged
+    ([2, 2], 6, [3, 3]),  # fewer counted than produced: scaled up
+    ([1, 5, 1], 5, [1, 3, 1]),  # the surplus comes off the chunk that over-counted
+    ([1, 3, 1], 2, [1, 1, 0]),  # fewer tokens than chunks: the first keeps one, the rest by weight
+])
+def test_chunk_counts_reconciled_with_usage(counts, total, expected):
+    scaled = metrics.reconcile_counts(counts, total)
+    assert scaled == expected and sum(scaled) == total and scaled[0] >= 1
+
+
+def _record(chunks, engine_stats, ids):
+    from core.types import GenerationRequest
+
+    request = GenerationRequest(request_id=0, prompt_token_ids=[1, 2, 3], max_new_tokens=8, exact_output_len=False)
+    return metrics.build_record(
+        request=request, t0=0.0, send_t=1.0, end_t=2.0, chunks=chunks, output_token_ids=ids, scheduled_s=None,
+        expected_prompt_tokens=3, scheduled_t=None, finish_reason="stop", error=None, delivery_lag_max_s=None,
+        engine_stats=engine_stats)
+
+
+def test_itl_per_token_agrees_with_usage_and_tpot():
+    """Chunks re-tokenized into 6 tokens where the server's usage says 4: ITL per token has
+    n_out − 1 = 3 gaps whose mean is TPOT; ITL per chunk keeps the 3 chunk gaps."""
+    chunks = [(1.1, 1), (1.2, 3), (1.3, 1), (1.5, 1)]
+    record = _record(chunks, {"output_tokens": 4}, [5, 6, 7, 8, 9, 10])
+    assert record.output_tokens == 4
+    assert record.itl_s == pytest.approx([0.1, 0.1, 0.2])
+    assert len(record.itl_s) == record.output_tokens - 1
+    assert sum(record.itl_s) / len(record.itl_s) == pytest.approx(record.tpot_s)
+    assert record.itl_chunk_s == pytest.approx([0.1, 0.1, 0.2])
+
+
+def test_itl_per_token_and_per_chunk_differ_when_chunks_carry_several_tokens():
+    chunks = [(1.1, 2), (1.3, 2), (1.5, 2)]  # a server that sends 2 tokens an event, usage 6
+    record = _record(chunks, {"output_tokens": 6}, list(range(6)))
+    assert record.itl_s == pytest.approx([0.0, 0.1, 0.1, 0.1, 0.1])  # n_out − 1 gaps
+    assert record.itl_chunk_s == pytest.approx([0.2, 0.2])  # chunks − 1 gaps
+    assert sum(record.itl_s) == pytest.approx(sum(record.itl_chunk_s)) == pytest.approx(record.e2e_s - record.ttft_s)
+    assert sum(record.itl_s) / len(record.itl_s) == pytest.approx(record.tpot_s)
+
+
+def test_a_server_that_sends_three_tokens_an_event(tmp_path):
+    """A whole run against the reference server streaming 3 tokens a chunk (usage: 9): ITL per
+    token has 8 gaps a request, mean TPOT; ITL per chunk the 2 gaps between the 3 events."""
+    import pandas as pd
+
+    from conftest import make_config
+    from harness.runner import run_benchmark
+
+    cfg = make_config("model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=4",
+                      "backend.chunk_tokens=3", "backend.count_prompt_tokens=false", "workload=synthetic",
+                      "workload.num_requests=3", "workload.input_len=48", "workload.output_len=9")
+    run_benchmark(cfg, tmp_path)
+    df = pd.read_parquet(tmp_path / "requests.parquet")
+    assert df.error.isna().all() and (df.output_tokens == 9).all()
+    for itl, itl_chunk, tpot, ttft, e2e in zip(df.itl_s, df.itl_chunk_s, df.tpot_s, df.ttft_s, df.e2e_s):
+        assert len(itl) == 8 and len(itl_chunk) == 2
+        assert sum(itl) / len(itl) == pytest.approx(tpot)
+        assert sum(itl) == pytest.approx(sum(itl_chunk)) == pytest.approx(e2e - ttft)
+        assert list(itl[:2]) == [0.0, 0.0]  # the first event's 2 other tokens came with it
+        for k in (0, 1):  # each event's gap is spread evenly over its 3 tokens
+            assert list(itl[2 + 3 * k:5 + 3 * k]) == pytest.approx([itl_chunk[k] / 3] * 3)

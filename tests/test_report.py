@@ -226,3 +226,45 @@ def test_rebuild_from_the_command_line(cli_run, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.report", str(run_dir)], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "report.html").exists() and "MiB" in proc.stdout
+
+
+def client_section(html: str) -> str:
+    match = re.search(r"<section><h2>The client</h2>.*?</section>", html, re.S)
+    assert match, "no client section"
+    return match.group(0)
+
+
+def test_report_shows_the_clients_own_state(cli_run):
+    _, run_dir = cli_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    lag, cores = summary["harness"]["loop_lag_s"], summary["harness"]["cpu_cores"]
+    section = client_section((run_dir / "report.html").read_text())
+    assert f"{lag['p99'] * 1000:,.1f}" in section and "event-loop lag p99 (ms)" in section
+    assert f"{cores * 100:,.0f} %" in section and "client CPU (% of a core)" in section
+    assert f"({lag['count']} samples)" in section and "in-process engine runs in this process" in section
+
+
+def test_report_warns_when_the_client_may_be_the_bottleneck(cli_run, tmp_path):
+    _, run_dir = cli_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["backend"]["mode"] = "remote"  # an HTTP client: its CPU is the client's alone
+    summary["harness"]["loop_lag_s"].update(p50=0.004, p99=0.042, max=0.08)
+    summary["harness"]["cpu_cores"] = 0.97
+    (copy / "summary.json").write_text(json.dumps(summary))
+    section = client_section(report.write_report(copy).read_text())
+    assert "The client may be the bottleneck" in section
+    assert "its event loop ran 42 ms late (p99)" in section and "it used 97% of a core" in section
+    assert "42.0" in section and "97 %" in section and "The client kept up" not in section
+    assert "in-process engine" not in section
+
+
+def test_report_of_a_run_without_client_figures_has_no_client_section(cli_run, tmp_path):
+    _, run_dir = cli_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["harness"].pop("loop_lag_s"), summary["harness"].pop("cpu_cores")  # a run from before they existed
+    (copy / "summary.json").write_text(json.dumps(summary))
+    assert "<h2>The client</h2>" not in report.write_report(copy).read_text()
