@@ -105,6 +105,13 @@ class ContinuousEngine:
         error = self._manager.background_thread_status.fatal_error
         return f"the transformers continuous-batching thread died: {error}" if error is not None else None
 
+    def engine_requests(self) -> int:
+        """Requests the manager's scheduler still holds (running or waiting): 0 once all are freed."""
+        processor = self._manager.batch_processor if self._manager is not None else None
+        if processor is None:
+            return 0
+        return len(processor.scheduler.active_requests) + len(processor.scheduler.waiting_requests)
+
     def in_flight(self) -> int:
         return self._router.in_flight() if self._router is not None else 0
 
@@ -169,6 +176,13 @@ class _JobRouter(OutputRouter):
     def drop(self, rid: str) -> None:
         with self._lock:
             self.jobs.pop(rid, None)
+
+    def engine_requests(self) -> int:
+        """Requests the manager's scheduler still holds (running or waiting): 0 once all are freed."""
+        processor = self._manager.batch_processor if self._manager is not None else None
+        if processor is None:
+            return 0
+        return len(processor.scheduler.active_requests) + len(processor.scheduler.waiting_requests)
 
     def in_flight(self) -> int:
         with self._lock:

@@ -117,6 +117,12 @@ class TransformersBackend(ThreadedBackend):
         device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         dtype_name = cfg.dtype if cfg.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
         self.device, self.dtype = torch.device(device), getattr(torch, dtype_name)
+        attn = cfg.attn_implementation
+        if cfg.batching == "continuous" and attn and attn.startswith("flash_attention") and self.device.type != "cuda":
+            raise ConfigError(
+                f"backend.attn_implementation={attn} needs CUDA; continuous batching on "
+                f"{self.device.type} runs with sdpa (the default) or eager"
+            )
         hf_dir = self.model.require_hf_dir()
         hf_logging.disable_progress_bar()
         kwargs = {"dtype": self.dtype}
@@ -135,12 +141,6 @@ class TransformersBackend(ThreadedBackend):
             self.start_engine_thread("transformers-engine")
 
     def _start_continuous(self) -> None:
-        attn = self.config.attn_implementation
-        if attn and attn.startswith("flash_attention") and self.device.type != "cuda":
-            raise ConfigError(
-                f"backend.attn_implementation={attn} needs CUDA; continuous batching on "
-                f"{self.device.type} runs with sdpa (the default) or eager"
-            )
         from backends._transformers_cb import ContinuousEngine
 
         cfg = self.config
