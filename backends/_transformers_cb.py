@@ -47,11 +47,12 @@ class ContinuousEngine:
     """One transformers ContinuousBatchingManager and the requests streaming out of it."""
 
     def __init__(self, model: Any, eos_ids: list[int], *, max_batch_size: int,
-                 cache_tokens: Optional[int], max_batch_tokens: Optional[int], page_size: int):
+                 cache_tokens: Optional[int], max_batch_tokens: Optional[int], page_size: int,
+                 prefix_sharing: bool):
         self._model = model
         self._eos_ids = eos_ids
         self._limits = dict(max_batch_size=max_batch_size, cache_tokens=cache_tokens,
-                            max_batch_tokens=max_batch_tokens, page_size=page_size)
+                            max_batch_tokens=max_batch_tokens, page_size=page_size, prefix_sharing=prefix_sharing)
         self._ids = itertools.count()
         self._manager: Any = None
         self._router: Optional[_JobRouter] = None
@@ -81,6 +82,7 @@ class ContinuousEngine:
             num_blocks=num_blocks,
             max_batch_tokens=limits["max_batch_tokens"],
             max_requests_per_batch=limits["max_batch_size"],
+            allow_block_sharing=limits["prefix_sharing"],
             seed=None if greedy else sampling.seed,
             auto_switch_to_flash=False,  # the attention the user chose (or transformers' default) stays
         )

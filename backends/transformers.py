@@ -44,6 +44,7 @@ class TransformersConfig(BackendConfig):
     cb_cache_tokens: Optional[int] = 8192
     cb_max_batch_tokens: Optional[int] = 1024
     cb_page_size: int = 256
+    cb_prefix_sharing: bool = False  # continuous: requests share full cache pages of a common prefix
     num_threads: Optional[int] = None  # torch CPU threads; null keeps torch's default
     attn_implementation: Optional[str] = None  # e.g. sdpa, eager; null lets transformers choose
 
@@ -146,7 +147,7 @@ class TransformersBackend(ThreadedBackend):
         cfg = self.config
         self._cb = ContinuousEngine(
             self._model, self._eos_ids, max_batch_size=cfg.max_batch_size, cache_tokens=cfg.cb_cache_tokens,
-            max_batch_tokens=cfg.cb_max_batch_tokens, page_size=cfg.cb_page_size,
+            max_batch_tokens=cfg.cb_max_batch_tokens, page_size=cfg.cb_page_size, prefix_sharing=cfg.cb_prefix_sharing,
         )
         self._cb.start()  # greedy; a request that samples rebuilds it while nothing is in flight
 
@@ -178,7 +179,7 @@ class TransformersBackend(ThreadedBackend):
         info: dict[str, Any] = {"batching": cfg.batching, "max_batch_size": cfg.max_batch_size}
         if cfg.batching == "continuous":
             info.update(cb_cache_tokens=cfg.cb_cache_tokens, cb_max_batch_tokens=cfg.cb_max_batch_tokens,
-                        cb_page_size=cfg.cb_page_size)
+                        cb_page_size=cfg.cb_page_size, cb_prefix_sharing=cfg.cb_prefix_sharing)
         if hasattr(self, "_model"):
             info.update(device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
                         torch=self._torch.__version__, threads=self._torch.get_num_threads(),
