@@ -97,8 +97,9 @@ class ContinuousEngine:
         self._manager, self._key = manager, _decoding_key(sampling)
 
     def stop(self) -> None:
+        """Stop the manager now; requests still in flight end with an error."""
         if self._manager is not None:
-            self._manager.stop(block=True, timeout=30)
+            self._manager.stop(block=True, timeout=30, hard_stop=True)
             self._manager = None
 
     def fatal_error(self) -> Optional[str]:
@@ -132,11 +133,12 @@ class ContinuousEngine:
         if (error := self.fatal_error()) is not None:
             raise RuntimeError(error)
         self._ensure_decoding(request.sampling)
-        assert self._manager is not None and self._router is not None
+        manager, router = self._manager, self._router
+        assert manager is not None and router is not None
         job = Job(request, asyncio.get_running_loop())
         rid = f"harness-{next(self._ids)}"
-        self._router.add(rid, job)  # before the manager can produce anything for it
-        added = self._manager.add_request(
+        router.add(rid, job)  # before the manager can produce anything for it
+        added = manager.add_request(
             list(request.prompt_token_ids),  # as given: no BOS or template added
             request_id=rid,
             max_new_tokens=request.max_new_tokens,
@@ -146,7 +148,7 @@ class ContinuousEngine:
             suppress_eos=int(request.exact_output_len),
         )
         if added is None:
-            self._router.drop(rid)
+            router.drop(rid)
             raise RuntimeError("the transformers continuous-batching manager refused the request (stopping)")
         try:
             while True:
@@ -159,8 +161,8 @@ class ContinuousEngine:
         finally:
             if not job.finished:  # the reader went away: free its slot and KV blocks
                 job.cancelled = True
-                self._router.drop(rid)
-                self._manager.cancel_request(rid)
+                router.drop(rid)
+                manager.cancel_request(rid)
 
 
 class _JobRouter(OutputRouter):

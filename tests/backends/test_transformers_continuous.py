@@ -155,3 +155,21 @@ def test_config_errors():
 def test_flash_attention_on_cpu_is_one_clear_error(real_model):
     with pytest.raises(ConfigError, match="needs CUDA"):
         make_backend(real_model, batching="continuous", device="cpu", attn_implementation="flash_attention_2")
+
+
+def test_server_mode_runs_transformers_serve_with_continuous_batching(tmp_path):
+    """backend.mode=server: `transformers serve --continuous-batching`, with the cache settings."""
+    from conftest import make_config
+    from harness.results import load_requests
+    from harness.runner import run_benchmark
+
+    cfg = make_config("backend=transformers", "backend.mode=server", "backend.batching=continuous",
+                      "backend.cb_cache_tokens=1024", "backend.cb_page_size=64", "backend.startup_timeout_s=300",
+                      "model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=6",
+                      "workload.num_requests=4", "workload.concurrency=2", "progress=false")
+    run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    assert df.error.isna().all() and (df.output_tokens == 6).all()
+    log = (tmp_path / "server.log").read_text()
+    assert "--continuous-batching --cb-block-size 64 --cb-num-blocks 16 --cb-max-batch-tokens 1024" in log
+    assert "CB: True" in log  # the server says it served them through continuous batching
