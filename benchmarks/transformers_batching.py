@@ -13,6 +13,8 @@ seed, so the same prompts and arrivals), and reads each point's summary.json:
 Prints one row per mode and concurrency: output tokens/s (the whole run's output tokens over its
 measured duration), mean TTFT and mean TPOT. Static batching uses ``backend.max_batch_size=8``
 and no ``batch_wait_s``; continuous uses ``backend.max_batch_size=8`` requests per step.
+On a CPU shared with other work, pass ``--extra backend.num_threads=1``: two torch threads
+that wait on each other's time slices made a decode step ~10x slower on such a machine.
 """
 from __future__ import annotations
 
