@@ -3,8 +3,10 @@
 Requests in flight are served by one engine thread, either one at a time
 (``batching=serial``) or in static batches with left padding (``batching=static``): a
 batch starts with the requests waiting at that moment and runs to its longest request
-before the next batch starts. Either way a request's clock starts when the runner hands it
-over, so TTFT includes its wait.
+before the next batch starts. ``batching=continuous`` hands requests to transformers' own
+continuous-batching manager instead (``backends/_transformers_cb.py``): a request joins the
+running batch at the next step. Either way a request's clock starts when the runner hands
+it over, so TTFT includes its wait.
 
 ``backend.mode=server`` launches ``transformers serve`` instead (where the interpreter's
 transformers has it, with ``pip install 'transformers[serving]'``).
@@ -14,15 +16,18 @@ from __future__ import annotations
 import queue
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
 
 from backends import backend_registry
-from backends.base import BackendConfig, RequestDone, TokenChunk
+from backends.base import BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError
 from core.model import ModelFiles
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+BATCHING = ("serial", "static", "continuous")
+# attn_implementation values transformers' continuous batching accepts (eager becomes paged|eager)
+CB_ATTENTION = ("sdpa", "eager", "paged|eager")
 
 
 @dataclass
@@ -30,9 +35,16 @@ class TransformersConfig(BackendConfig):
     name: str = "transformers"
     device: str = "auto"  # auto: cuda when available, else cpu; or cpu, cuda, cuda:1…
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
-    batching: str = "serial"  # serial | static
-    max_batch_size: int = 8
+    batching: str = "serial"  # serial | static | continuous
+    max_batch_size: int = 8  # static: rows per batch; continuous: requests per forward pass
     batch_wait_s: float = 0.0  # static: wait up to this long for a batch to fill
+    # continuous: the paged KV cache, in tokens (null: transformers sizes it from free memory,
+    # which on CPU means most of the machine's RAM), tokens per forward pass (null: transformers'
+    # default, 8192), and tokens per cache page
+    cb_cache_tokens: Optional[int] = 8192
+    cb_max_batch_tokens: Optional[int] = 1024
+    cb_page_size: int = 256
+    cb_prefix_sharing: bool = False  # continuous: requests share full cache pages of a common prefix
     num_threads: Optional[int] = None  # torch CPU threads; null keeps torch's default
     attn_implementation: Optional[str] = None  # e.g. sdpa, eager; null lets transformers choose
 
@@ -40,14 +52,30 @@ class TransformersConfig(BackendConfig):
         super().validate()
         if self.dtype not in DTYPES:
             raise ConfigError(f"backend.dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
-        if self.batching not in ("serial", "static"):
-            raise ConfigError(f"backend.batching must be serial or static (got {self.batching!r})")
+        if self.batching not in BATCHING:
+            raise ConfigError(f"backend.batching must be serial, static or continuous (got {self.batching!r})")
         if self.max_batch_size < 1:
             raise ConfigError(f"backend.max_batch_size must be >= 1 (got {self.max_batch_size})")
         if self.batch_wait_s < 0:
             raise ConfigError(f"backend.batch_wait_s must be >= 0 (got {self.batch_wait_s})")
         if self.num_threads is not None and self.num_threads < 1:
             raise ConfigError(f"backend.num_threads must be >= 1 (got {self.num_threads})")
+        if self.batching == "continuous":
+            self.validate_continuous()
+
+    def validate_continuous(self) -> None:
+        attn = self.attn_implementation
+        if attn is not None and attn not in CB_ATTENTION and not attn.startswith("flash_attention"):
+            raise ConfigError(
+                f"backend.batching=continuous cannot use backend.attn_implementation={attn}: "
+                "use sdpa, eager or flash_attention_2/3 (or null)"
+            )
+        for key in ("cb_cache_tokens", "cb_max_batch_tokens"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"backend.{key} must be >= 1 or null (got {value})")
+        if self.cb_page_size < 1:
+            raise ConfigError(f"backend.cb_page_size must be >= 1 (got {self.cb_page_size})")
 
 
 @backend_registry.register("transformers", TransformersConfig)
@@ -70,6 +98,12 @@ class TransformersBackend(ThreadedBackend):
             args += ["--dtype", config.dtype]
         if config.attn_implementation:
             args += ["--attn-implementation", config.attn_implementation]
+        if config.batching == "continuous":
+            args += ["--continuous-batching", "--cb-block-size", str(config.cb_page_size)]
+            if config.cb_cache_tokens is not None:
+                args += ["--cb-num-blocks", str(-(-config.cb_cache_tokens // config.cb_page_size))]
+            if config.cb_max_batch_tokens is not None:
+                args += ["--cb-max-batch-tokens", str(config.cb_max_batch_tokens)]
         return transformers_preset(config, model, extra_args=args)
 
     def import_engine(self) -> None:
@@ -87,6 +121,12 @@ class TransformersBackend(ThreadedBackend):
         device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         dtype_name = cfg.dtype if cfg.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
         self.device, self.dtype = torch.device(device), getattr(torch, dtype_name)
+        attn = cfg.attn_implementation
+        if cfg.batching == "continuous" and attn and attn.startswith("flash_attention") and self.device.type != "cuda":
+            raise ConfigError(
+                f"backend.attn_implementation={attn} needs CUDA; continuous batching on "
+                f"{self.device.type} runs with sdpa (the default) or eager"
+            )
         hf_dir = self.model.require_hf_dir()
         hf_logging.disable_progress_bar()
         kwargs = {"dtype": self.dtype}
@@ -99,7 +139,33 @@ class TransformersBackend(ThreadedBackend):
         self._eos_ids = sorted({t for t in eos + [self._tokenizer.eos_token_id] if t is not None})
         pad = self._tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._eos_ids[0]  # pad = eos when batching
-        self.start_engine_thread("transformers-engine")
+        if cfg.batching == "continuous":
+            self._start_continuous()
+        else:
+            self.start_engine_thread("transformers-engine")
+
+    def _start_continuous(self) -> None:
+        from backends._transformers_cb import ContinuousEngine
+
+        cfg = self.config
+        self._cb = ContinuousEngine(
+            self._model, self._eos_ids, max_batch_size=cfg.max_batch_size, cache_tokens=cfg.cb_cache_tokens,
+            max_batch_tokens=cfg.cb_max_batch_tokens, page_size=cfg.cb_page_size, prefix_sharing=cfg.cb_prefix_sharing,
+        )
+        self._cb.start()  # greedy; a request that samples rebuilds it while nothing is in flight
+
+    def check_workload(self, plan: Any) -> None:
+        if self.config.batching == "continuous":
+            self.check_context_fits(plan, self.config.cb_cache_tokens, "backend.cb_cache_tokens")
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        if self.config.batching == "continuous":
+            return self._cb.stream(request)
+        return super().stream(request)
+
+    def fatal_error(self) -> Optional[str]:
+        cb = getattr(self, "_cb", None)
+        return cb.fatal_error() if cb is not None else super().fatal_error()
 
     @property
     def engine_name(self) -> str:
@@ -112,10 +178,15 @@ class TransformersBackend(ThreadedBackend):
         return transformers.__version__
 
     def engine_info(self) -> dict[str, Any]:
-        info = {"batching": self.config.batching, "max_batch_size": self.config.max_batch_size}
+        cfg = self.config
+        info: dict[str, Any] = {"batching": cfg.batching, "max_batch_size": cfg.max_batch_size}
+        if cfg.batching == "continuous":
+            info.update(cb_cache_tokens=cfg.cb_cache_tokens, cb_max_batch_tokens=cfg.cb_max_batch_tokens,
+                        cb_page_size=cfg.cb_page_size, cb_prefix_sharing=cfg.cb_prefix_sharing)
         if hasattr(self, "_model"):
             info.update(device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
-                        torch=self._torch.__version__, threads=self._torch.get_num_threads())
+                        torch=self._torch.__version__, threads=self._torch.get_num_threads(),
+                        attn_implementation=self._model.config._attn_implementation)
         return info
 
     def memory(self) -> dict[str, Any]:
@@ -128,6 +199,10 @@ class TransformersBackend(ThreadedBackend):
         }
 
     def close(self) -> None:
+        cb = getattr(self, "_cb", None)
+        if cb is not None:
+            cb.stop()
+            self._cb = None
         self.stop_engine_thread()
         if hasattr(self, "_model"):
             del self._model
