@@ -181,13 +181,6 @@ class _JobRouter(OutputRouter):
         with self._lock:
             self.jobs.pop(rid, None)
 
-    def engine_requests(self) -> int:
-        """Requests the manager's scheduler still holds (running or waiting): 0 once all are freed."""
-        processor = self._manager.batch_processor if self._manager is not None else None
-        if processor is None:
-            return 0
-        return len(processor.scheduler.active_requests) + len(processor.scheduler.waiting_requests)
-
     def in_flight(self) -> int:
         with self._lock:
             return len(self.jobs)
