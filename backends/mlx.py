@@ -19,6 +19,7 @@ from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
+from core.model import hf_dtype
 
 SUPPRESS = -1e9  # logit bias that keeps end-of-generation tokens from being sampled
 
@@ -111,6 +112,16 @@ class MLXBackend(ThreadedBackend):
             info["device"] = str(self._mx.default_device())
             info["model_path"] = str(self.model_path)
         return info
+
+    def numerics(self) -> dict[str, Optional[str]]:
+        bits = self.config.quantize_bits
+        dtype = self.model.hf_dir and hf_dtype(self.model.hf_dir)
+        if hasattr(self, "_model"):
+            from mlx.utils import tree_flatten
+
+            floats = [v.dtype for _, v in tree_flatten(self._model.parameters()) if "float" in str(v.dtype)]
+            dtype = str(floats[0]).removeprefix("mlx.core.") if floats else dtype
+        return {"dtype": dtype, "quantization": f"MLX {bits}-bit, group {self.config.quantize_group_size}" if bits else None}
 
     def memory(self) -> dict[str, Any]:
         if not hasattr(self, "_model"):

@@ -128,6 +128,7 @@ class VLLMBackend(Backend):
             vcfg = self._engine.vllm_config
             info.update(
                 dtype=str(self._model_config.dtype).removeprefix("torch."),
+                quantization=self._model_config.quantization,
                 max_model_len=self._model_config.max_model_len,
                 prefix_caching=vcfg.cache_config.enable_prefix_caching,
                 device=str(vcfg.device_config.device),

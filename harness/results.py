@@ -45,7 +45,7 @@ REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
     "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
     "e2e_s", "itl_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
-    "error", "output_text", "engine_stats",
+    "error", "output_text", "engine_stats", "output_token_ids",
 )
 
 TEXT_COLUMNS = ("finish_reason", "error", "output_text")
@@ -195,8 +195,8 @@ class RunWriter:
 
     def _row(self, record: RequestRecord) -> dict[str, Any]:
         row = asdict(record)
-        if not self.save_output_text:
-            row["output_text"] = None
+        if not self.save_output_text:  # the ids are the text too
+            row["output_text"] = row["output_token_ids"] = None
         for key in TEXT_COLUMNS:  # whatever a server sent: text, and valid UTF-8, or the table is lost
             row[key] = clean_text(row[key])
         row["engine_stats"] = json.dumps(_jsonable(row["engine_stats"]), sort_keys=True)

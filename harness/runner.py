@@ -234,6 +234,7 @@ def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[st
         "concurrency": plan.concurrency,
         "rate": getattr(cfg.workload, "rate", None),
         "exact_output_len": plan.exact_output_len,
+        "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
     }
 
 
