@@ -86,6 +86,9 @@ class RunSummary:
     prefix_cache: dict[str, Any] = field(default_factory=dict)
     tokens: dict[str, Any] = field(default_factory=dict)
     per_turn: list[dict[str, Any]] = field(default_factory=list)
+    # each stage time the engine reported (metric_registry.ENGINE_STAGES), named by the interval
+    # it covers, with the harness's measure of the same interval beside it
+    engine_stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     harness: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
