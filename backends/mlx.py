@@ -9,6 +9,7 @@ or an MLX-quantized copy made once with mlx-lm's convert (``quantize_bits=4|8``)
 from __future__ import annotations
 
 import importlib
+import json
 import queue
 import time
 from dataclasses import dataclass
@@ -45,6 +46,20 @@ class MLXConfig(BackendConfig):
                 raise ConfigError(f"backend.{key} must be >= 1 (got {getattr(self, key)})")
 
 
+def rope_compat(folder: Path) -> dict[str, Any]:
+    """transformers 5 writes ``rope_theta`` only inside ``rope_parameters``; mlx-lm reads the
+    top-level key and otherwise runs RoPE at base 10,000 (SmolLM2's is 100,000): a different
+    model from position 1 on, found by cross-engine agreement (README). Pass the value on."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    rope = config.get("rope_parameters")
+    if "rope_theta" not in config and isinstance(rope, dict) and "rope_theta" in rope:
+        return {"rope_theta": rope["rope_theta"]}
+    return {}
+
+
 @backend_registry.register("mlx", MLXConfig)
 class MLXBackend(ThreadedBackend):
     requires = ("mlx", "mlx_lm")
@@ -74,7 +89,7 @@ class MLXBackend(ThreadedBackend):
 
         self._mx = mx
         path = self._quantized_copy() if self.config.quantize_bits else self.model.hf_dir
-        self._model, self._tokenizer = mlx_lm.load(str(path))
+        self._model, self._tokenizer = mlx_lm.load(str(path), model_config=rope_compat(Path(path)))
         self._eos_ids = sorted(self._tokenizer.eos_token_ids)
         self._suppress_eos = {t: SUPPRESS for t in self._eos_ids}
         self.model_path = Path(path)
