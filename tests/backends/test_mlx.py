@@ -110,3 +110,16 @@ def test_server_mode_end_to_end(tmp_path):
     df = load_requests(tmp_path)
     assert (df.output_tokens == 6).all() and df.error.isna().all()
     assert outcome.summary.backend["mode"] == "server"
+
+
+def test_rope_theta_is_passed_on_from_rope_parameters(tmp_path, real_model):
+    """transformers 5 keeps rope_theta inside rope_parameters; mlx-lm would fall back to 10,000
+    (SmolLM2's is 100,000) and compute another model: cross-engine agreement found it."""
+    import json
+
+    from backends.mlx import rope_compat
+
+    assert rope_compat(real_model.hf_dir) == {"rope_theta": 100000.0}
+    (tmp_path / "config.json").write_text(json.dumps({"rope_theta": 5e5, "rope_parameters": {"rope_theta": 1.0}}))
+    assert rope_compat(tmp_path) == {}  # a top-level value is mlx-lm's own to read
+    assert rope_compat(tmp_path / "missing") == {}
