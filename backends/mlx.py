@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import queue
 import time
 from dataclasses import dataclass
@@ -60,6 +61,33 @@ def rope_compat(folder: Path) -> dict[str, Any]:
     return {}
 
 
+def rope_compat_folder(folder: Path) -> Path:
+    """A folder of links to ``folder``'s files whose config.json also has the top-level
+    ``rope_theta`` (:func:`rope_compat`), for mlx_lm.server; made once, in the harness cache."""
+    import hashlib
+    import shutil
+
+    from core.model import cache_root
+
+    folder = Path(folder).resolve()
+    out = cache_root() / "mlx" / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}-rope"
+    if (out / "config.json").exists():
+        return out
+    partial = out.with_name(out.name + f".partial{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for item in folder.iterdir():
+        if item.name != "config.json":
+            (partial / item.name).symlink_to(item)
+    config = json.loads((folder / "config.json").read_text())
+    (partial / "config.json").write_text(json.dumps({**config, **rope_compat(folder)}, indent=2))
+    try:
+        partial.replace(out)
+    except OSError:  # another process made it first
+        shutil.rmtree(partial, ignore_errors=True)
+    return out
+
+
 @backend_registry.register("mlx", MLXConfig)
 class MLXBackend(ThreadedBackend):
     requires = ("mlx", "mlx_lm")
@@ -81,6 +109,10 @@ class MLXBackend(ThreadedBackend):
 
         if model.hf_dir is None:
             raise ModelError("backend=mlx loads Hugging Face or MLX folders: pass model.path=<HF folder>")
+        if rope_compat(model.hf_dir):  # mlx_lm.server takes no config override: a folder that says it
+            import dataclasses
+
+            model = dataclasses.replace(model, hf_dir=rope_compat_folder(model.hf_dir))
         return mlx_preset(config, model)
 
     def load(self) -> None:
