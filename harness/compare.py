@@ -531,6 +531,8 @@ AGREEMENT_NOTE = (
     "while; a reply that differs from the first token, or in every request, points at other work "
     "(template, BOS, EOS set, weights).")
 AGREEMENT_HEADS = ["run", "dtype", "quantization", "identical", "mean common prefix", "prefix share", "first divergence"]
+AGREEMENT_CONSOLE_HEADS = [["run"], ["dtype"], ["quantization"], ["identical"], ["mean common", "prefix"], ["prefix", "share"],
+                           ["first", "divergence"]]
 
 
 def token_agreement(runs: Sequence[Run]) -> list[agree.Agreement]:
@@ -564,9 +566,9 @@ def divergence_lines(a: agree.Agreement) -> list[str]:
 
 def format_agreement(agreements: Sequence[agree.Agreement]) -> list[str]:
     a0 = agreements[0]
-    lines = [f"token agreement with the baseline ({a0.baseline}: dtype {_numerics_text(a0.baseline_dtype)}, "
-             f"quantization {_numerics_text(a0.baseline_quantization)}), greedy replies token for token:"]
-    lines += text_table([[h] for h in AGREEMENT_HEADS], [agreement_cells(a) for a in agreements], align="lllrrrl")
+    lines = wrap(f"token agreement with the baseline ({a0.baseline}: dtype {_numerics_text(a0.baseline_dtype)}, "
+                 f"quantization {_numerics_text(a0.baseline_quantization)}), greedy replies token for token:")
+    lines += text_table(AGREEMENT_CONSOLE_HEADS, [agreement_cells(a) for a in agreements], align="lllrrrl")
     lines += [line for a in agreements for text in divergence_lines(a) for line in wrap(text, first="  ", indent="    ")]
     return lines
 
