@@ -51,6 +51,7 @@ class Target:
     eos_budget: int = 24  # most tokens in the stop-at-EOS case
     long: int = 120  # the request cancelled mid-stream asks this many
     model_reply: bool = True  # a model answers (False: the reference server's scripted words)
+    server_ids: bool = False  # the server sends the reply's token ids (else they are its text re-tokenized)
     notes: dict[str, str] = field(default_factory=dict)  # case → why it does not apply
 
 
@@ -61,7 +62,7 @@ TARGETS = [
            notes={"prompt_tokens": "the engine is handed the ids and reports no count of its own"}),
     Target("transformers-server", "transformers", "server", dict(startup_timeout_s=240)),
     Target("vllm-inprocess", "vllm", "inprocess", VLLM),
-    Target("vllm-server", "vllm", "server", {**VLLM, "startup_timeout_s": 300}),
+    Target("vllm-server", "vllm", "server", {**VLLM, "startup_timeout_s": 300}, server_ids=True),
     Target("llamacpp-inprocess", "llamacpp", "inprocess", dict(batched=True, max_batch_size=4, n_ctx=1024)),
     Target("llamacpp-server", "llamacpp", "server", dict(startup_timeout_s=120),
            notes={"prompt_tokens": "llama_cpp.server sends no usage"}),
@@ -182,6 +183,10 @@ def test_exact_length(engine):
     assert s.output_tokens == n and s.done.finish_reason == "length"
     if engine.target.model_reply:  # the answer ends after 11 tokens unless its end-of-sequence is suppressed
         assert not engine.eos_ids & set(s.ids)
+    if isinstance(engine.backend, ServerBackend):  # where the recorded output ids come from
+        source = s.done.engine_stats["output_token_ids_source"]
+        assert source == ("server" if engine.target.server_ids else "retokenized")
+        assert len(s.ids) == n
 
 
 def test_stop_at_end_of_sequence(engine):
