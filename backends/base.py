@@ -191,6 +191,13 @@ class Backend(ABC):
         """What the engine was set up with, for the run's summary (device, dtype, batching…)."""
         return {}
 
+    def numerics(self) -> dict[str, Optional[str]]:
+        """The precision the engine computes in, for the summary beside every figure and for
+        cross-engine agreement: ``dtype`` (e.g. ``bfloat16``) and ``quantization`` (e.g.
+        ``GGUF Q4_1``; None: unquantized weights). By default ``engine_info()``'s keys of those names."""
+        info = self.engine_info()
+        return {"dtype": _text(info.get("dtype")), "quantization": _text(info.get("quantization"))}
+
     def engine_process(self) -> Optional[int]:
         """The PID the engine's processes descend from, for per-process GPU memory
         (harness/processes.py): this process for an in-process engine (its child processes
@@ -223,6 +230,10 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release the engine; called once, also after an error or Ctrl-C."""
+
+
+def _text(value: Any) -> Optional[str]:
+    return None if value is None else str(value).removeprefix("torch.")
 
 
 if TYPE_CHECKING:

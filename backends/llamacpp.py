@@ -23,6 +23,7 @@ from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
+from core.model import gguf_quantization
 
 
 @dataclass
@@ -108,6 +109,10 @@ class LlamaCppBackend(ThreadedBackend):
             "n_gpu_layers": cfg.n_gpu_layers,
             "prefix_cache": "kept within a chat session" if cfg.keep_session_cache else "cleared before every request",
         }
+
+    def numerics(self) -> dict[str, Optional[str]]:
+        # llama.cpp on CPU: f32 activations (quantized to Q8 for the quantized matmuls), f16 KV cache
+        return {"dtype": "float32", "quantization": gguf_quantization(self.gguf)}
 
     def memory(self) -> dict[str, Any]:
         if not hasattr(self, "_engine"):

@@ -9,6 +9,8 @@ or an MLX-quantized copy made once with mlx-lm's convert (``quantize_bits=4|8``)
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import queue
 import time
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from backends import backend_registry
 from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
+from core.model import hf_dtype
 
 SUPPRESS = -1e9  # logit bias that keeps end-of-generation tokens from being sampled
 
@@ -44,6 +47,47 @@ class MLXConfig(BackendConfig):
                 raise ConfigError(f"backend.{key} must be >= 1 (got {getattr(self, key)})")
 
 
+def rope_compat(folder: Path) -> dict[str, Any]:
+    """transformers 5 writes ``rope_theta`` only inside ``rope_parameters``; mlx-lm reads the
+    top-level key and otherwise runs RoPE at base 10,000 (SmolLM2's is 100,000): a different
+    model from position 1 on, found by cross-engine agreement (README). Pass the value on."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    rope = config.get("rope_parameters")
+    if "rope_theta" not in config and isinstance(rope, dict) and "rope_theta" in rope:
+        return {"rope_theta": rope["rope_theta"]}
+    return {}
+
+
+def rope_compat_folder(folder: Path) -> Path:
+    """A folder of links to ``folder``'s files whose config.json also has the top-level
+    ``rope_theta`` (:func:`rope_compat`), for mlx_lm.server; made once, in the harness cache."""
+    import hashlib
+    import shutil
+
+    from core.model import cache_root
+
+    folder = Path(folder).resolve()
+    out = cache_root() / "mlx" / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}-rope"
+    if (out / "config.json").exists():
+        return out
+    partial = out.with_name(out.name + f".partial{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for item in folder.iterdir():
+        if item.name != "config.json":
+            (partial / item.name).symlink_to(item)
+    config = json.loads((folder / "config.json").read_text())
+    (partial / "config.json").write_text(json.dumps({**config, **rope_compat(folder)}, indent=2))
+    try:
+        partial.replace(out)
+    except OSError:  # another process made it first
+        shutil.rmtree(partial, ignore_errors=True)
+    return out
+
+
 @backend_registry.register("mlx", MLXConfig)
 class MLXBackend(ThreadedBackend):
     requires = ("mlx", "mlx_lm")
@@ -65,6 +109,10 @@ class MLXBackend(ThreadedBackend):
 
         if model.hf_dir is None:
             raise ModelError("backend=mlx loads Hugging Face or MLX folders: pass model.path=<HF folder>")
+        if rope_compat(model.hf_dir):  # mlx_lm.server takes no config override: a folder that says it
+            import dataclasses
+
+            model = dataclasses.replace(model, hf_dir=rope_compat_folder(model.hf_dir))
         return mlx_preset(config, model)
 
     def import_engine(self) -> None:
@@ -76,7 +124,7 @@ class MLXBackend(ThreadedBackend):
 
         self._mx = mx
         path = self._quantized_copy() if self.config.quantize_bits else self.model.hf_dir
-        self._model, self._tokenizer = mlx_lm.load(str(path))
+        self._model, self._tokenizer = mlx_lm.load(str(path), model_config=rope_compat(Path(path)))
         self._eos_ids = sorted(self._tokenizer.eos_token_ids)
         self._suppress_eos = {t: SUPPRESS for t in self._eos_ids}
         self.model_path = Path(path)
@@ -114,6 +162,16 @@ class MLXBackend(ThreadedBackend):
             info["device"] = str(self._mx.default_device())
             info["model_path"] = str(self.model_path)
         return info
+
+    def numerics(self) -> dict[str, Optional[str]]:
+        bits = self.config.quantize_bits
+        dtype = self.model.hf_dir and hf_dtype(self.model.hf_dir)
+        if hasattr(self, "_model"):
+            from mlx.utils import tree_flatten
+
+            floats = [v.dtype for _, v in tree_flatten(self._model.parameters()) if "float" in str(v.dtype)]
+            dtype = str(floats[0]).removeprefix("mlx.core.") if floats else dtype
+        return {"dtype": dtype, "quantization": f"MLX {bits}-bit, group {self.config.quantize_group_size}" if bits else None}
 
     def memory(self) -> dict[str, Any]:
         if not hasattr(self, "_model"):

@@ -142,6 +142,15 @@ class OpenAIClient:
 
     # --- tokens ---
 
+    def server_reply_ids(self, ids: list[int], finish_reason: Optional[str]) -> list[int]:
+        """The server's own reply ids, less the end-of-sequence token a stop ends with (which
+        no engine here counts as output)."""
+        if finish_reason == "stop" and ids:
+            special = getattr(self._tokenizer, "all_special_ids", None) or ()
+            if ids[-1] in special:
+                return ids[:-1]
+        return ids
+
     def encode(self, text: str) -> list[int]:
         if self._fast is not None:
             return self._fast.encode(text, add_special_tokens=False).ids
@@ -253,7 +262,7 @@ class _StreamState:
     settled once the stream has ended (:meth:`chunk_token_counts`).
     """
 
-    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint")
+    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint", "server_ids")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
@@ -263,6 +272,7 @@ class _StreamState:
         self.done = False
         self.no_done_marker = False  # the server ended its reply but never sent [DONE]
         self.not_sse_hint = ""
+        self.server_ids: Optional[list[int]] = None  # the reply's ids, where the server sends them (vLLM)
 
     def handle(self, sse: SSEEvent, chat: bool) -> Optional[TokenChunk]:
         if self.done:
@@ -305,6 +315,11 @@ class _StreamState:
             if content:
                 texts.append(content)
                 self.reply.append(content)
+            ids = choice.get("token_ids")
+            if type(ids) is list:
+                if self.server_ids is None:
+                    self.server_ids = []
+                self.server_ids.extend(i for i in ids if type(i) is int)
             reason = choice.get("finish_reason")
             if reason:
                 self.finish_reason = reason if type(reason) is str else str(reason)[:100]
@@ -355,7 +370,10 @@ class _StreamState:
             self.reply = [valid_text(text) for text in self.reply]
             invalid_text = True
             token_ids = client.encode("".join(self.produced))
-        stats: dict[str, Any] = {"http_chunks": len(self.produced)}
+        stats: dict[str, Any] = {"http_chunks": len(self.produced), "output_token_ids_source": "retokenized"}
+        if self.server_ids is not None:
+            token_ids = client.server_reply_ids(self.server_ids, self.finish_reason)
+            stats["output_token_ids_source"] = "server"
         if self.no_done_marker:
             stats["no_done_marker"] = True
         if invalid_text:

@@ -40,7 +40,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Sequence
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
 from backends.openai import HTTPBackend, OpenAIClient, check_server, client_limits, http_get
 from core.errors import ConfigError, HarnessError
-from core.model import ModelFiles
+from core.model import ModelFiles, gguf_quantization, hf_dtype
 
 log = logging.getLogger("harness")
 
@@ -644,6 +644,19 @@ class ServerBackend(HTTPBackend):
             "endpoint": self.config.endpoint,
             "api_key_env": self.config.api_key_env,  # the variable's name, never its value
         }
+
+    def numerics(self) -> dict[str, Optional[str]]:
+        """What the server was given: the GGUF's quantization where its command names the GGUF;
+        else backend.dtype where set, or the dtype the HF folder declares (what ``auto`` loads)."""
+        if self.preset.engine == "reference":
+            return {"dtype": None, "quantization": None}  # no model computes anything
+        gguf = self.model.gguf_file
+        command = " ".join(self.preset.command + list(self.config.server_command or []))
+        if "{gguf}" in command or (gguf is not None and str(gguf) in command):
+            return {"dtype": None, "quantization": gguf_quantization(gguf) if gguf else None}
+        asked = getattr(self.config, "dtype", None)
+        dtype = asked if asked not in (None, "auto") else hf_dtype(self.model.hf_dir)
+        return {"dtype": dtype, "quantization": None}
 
     def memory(self) -> dict[str, Any]:
         return {}

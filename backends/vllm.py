@@ -138,6 +138,7 @@ class VLLMBackend(Backend):
             vcfg = self._engine.vllm_config
             info.update(
                 dtype=str(self._model_config.dtype).removeprefix("torch."),
+                quantization=self._model_config.quantization,
                 max_model_len=self._model_config.max_model_len,
                 prefix_caching=vcfg.cache_config.enable_prefix_caching,
                 device=str(vcfg.device_config.device),
@@ -202,6 +203,8 @@ class VLLMBackend(Backend):
                 vllm_generation_tokens=metrics.num_generation_tokens,
                 vllm_preemptions=metrics.num_preemptions,
             )
+        if output is not None and output.prompt_token_ids is not None:
+            stats["prompt_tokens"] = len(output.prompt_token_ids)  # the prompt as vLLM saw it
         if output is not None and output.num_cached_tokens is not None:
             stats["cached_tokens"] = output.num_cached_tokens
         reason = (completion.finish_reason if completion is not None else None) or "length"

@@ -72,3 +72,73 @@ class ModelFiles:
             "hf_dir": str(self.hf_dir) if self.hf_dir else None,
             "gguf_file": str(self.gguf_file) if self.gguf_file else None,
         }
+
+
+# --- numerics: what precision a model's files hold -------------------------------------------
+
+# llama.cpp's LLAMA_FTYPE_* (general.file_type in a GGUF header): the common ones
+GGUF_FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16",
+}
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_quantization(path: Path) -> Optional[str]:
+    """``GGUF Q4_1``: the file type in a GGUF header (its key-value section only, not the
+    tensors, so a large file reads in milliseconds); None when it is not stated or unreadable."""
+    import struct
+
+    def read(f, fmt: str):
+        size = struct.calcsize(fmt)
+        data = f.read(size)
+        if len(data) != size:
+            raise ValueError("truncated")
+        return struct.unpack(fmt, data)[0]
+
+    def skip(f, vtype: int) -> None:
+        if vtype == 8:
+            f.seek(read(f, "<Q"), 1)
+        elif vtype == 9:
+            item, count = read(f, "<I"), read(f, "<Q")
+            if item in _GGUF_SCALARS:
+                f.seek(struct.calcsize(_GGUF_SCALARS[item]) * count, 1)
+            else:
+                for _ in range(count):
+                    skip(f, item)
+        elif vtype in _GGUF_SCALARS:
+            read(f, _GGUF_SCALARS[vtype])
+        else:
+            raise ValueError(f"unknown GGUF value type {vtype}")
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF":
+                return None
+            version = read(f, "<I")
+            if version < 2:
+                return None
+            read(f, "<Q")  # tensors
+            for _ in range(read(f, "<Q")):
+                key = f.read(read(f, "<Q")).decode("utf-8", "replace")
+                vtype = read(f, "<I")
+                if key == "general.file_type" and vtype in _GGUF_SCALARS:
+                    value = int(read(f, _GGUF_SCALARS[vtype]))
+                    return f"GGUF {GGUF_FILE_TYPES.get(value, f'file type {value}')}"
+                skip(f, vtype)
+    except (OSError, ValueError, struct.error):
+        return None
+    return None
+
+
+def hf_dtype(hf_dir: Optional[Path]) -> Optional[str]:
+    """The dtype an HF folder's config.json declares for its weights (``bfloat16``), or None."""
+    if hf_dir is None:
+        return None
+    try:
+        config = json.loads((Path(hf_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    dtype = config.get("dtype") or config.get("torch_dtype") or config.get("text_config", {}).get("dtype")
+    quant = config.get("quantization_config") or config.get("quantization")
+    return str(dtype).removeprefix("torch.") if dtype else ("quantized" if quant else None)

@@ -8,6 +8,9 @@ Writes into ``--out`` (default ``results/compare-<date>-<time>``):
   for TTFT, TPOT, E2E and per-request output tokens/s, the change of a statistic (median by
   default) with a bootstrap 95 % confidence interval and a verdict: faster, slower or no
   significant difference (harness/stats.py has the formula);
+- ``agreement.csv`` — for greedy runs that recorded their output token ids: each run's token
+  agreement with the baseline (harness/agreement.py): identical requests, mean common prefix,
+  the first divergence with both texts, and the run's dtype and quantization;
 - ``compare.html`` — self-contained charts: the CDFs overlaid, latency against throughput
   (one line per setup across the runs that differ only in concurrency or rate: the curve of a
   sweep), per-turn TTFT for chat runs, throughputs, and the differences with their CIs.
@@ -39,6 +42,7 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 
+from harness import agreement as agree
 from harness import metric_registry as registry
 from harness import plots, stats
 from harness.plots import esc, fmt
@@ -519,12 +523,75 @@ def gate_passed_text(metric: str, stat: str, pct: float) -> str:
     return f"no run is worse than the baseline by more than {pct:g}% in {registry.get(metric).label} {stat} beyond noise"
 
 
+# --- token agreement (computed in harness/agreement.py) ------------------------------------
+
+AGREEMENT_NOTE = (
+    "Greedy replies compared token for token with the baseline's, over the requests both completed. "
+    "Numerics (bf16 against fp32, a quantized GGUF, other kernels or batch shapes) make replies part after a "
+    "while; a reply that differs from the first token, or in every request, points at other work "
+    "(template, BOS, EOS set, weights).")
+AGREEMENT_HEADS = ["run", "dtype", "quantization", "identical", "mean common prefix", "prefix share", "first divergence"]
+AGREEMENT_CONSOLE_HEADS = [["run"], ["dtype"], ["quantization"], ["identical"], ["mean common", "prefix"], ["prefix", "share"],
+                           ["first", "divergence"]]
+
+
+def token_agreement(runs: Sequence[Run]) -> list[agree.Agreement]:
+    """Each run against the baseline, when the runs recorded output ids (else none)."""
+    if len(runs) < 2 or not any(agree.any_ids(r.data) for r in runs):
+        return []
+    return agree.against_baseline([r.data for r in runs], [r.label for r in runs])
+
+
+def _numerics_text(value: Optional[str]) -> str:
+    return value if value else "–"
+
+
+def agreement_cells(a: agree.Agreement) -> list[str]:
+    share = a.identical_share
+    first = f"request {a.first.request_id}, token {a.first.position}" if a.first else ("none" if a.compared else "–")
+    return [a.run, _numerics_text(a.dtype), _numerics_text(a.quantization),
+            f"{a.identical}/{a.compared} ({share:.0%})" if share is not None else "–",
+            f"{a.mean_common_prefix:.1f} tokens" if a.mean_common_prefix is not None else "–",
+            f"{a.prefix_share:.0%}" if a.prefix_share is not None else "–", first]
+
+
+def divergence_lines(a: agree.Agreement) -> list[str]:
+    """The first divergence's two texts, and why the figures may not mean much."""
+    lines = [f"{a.run}: {p}" for p in a.problems]
+    if a.first:
+        lines.append(f"{a.run}, request {a.first.request_id} parts at token {a.first.position}: "
+                     f"baseline {a.first.baseline_text!r} · this run {a.first.text!r}")
+    return lines
+
+
+def format_agreement(agreements: Sequence[agree.Agreement]) -> list[str]:
+    a0 = agreements[0]
+    lines = wrap(f"token agreement with the baseline ({a0.baseline}: dtype {_numerics_text(a0.baseline_dtype)}, "
+                 f"quantization {_numerics_text(a0.baseline_quantization)}), greedy replies token for token:")
+    lines += text_table(AGREEMENT_CONSOLE_HEADS, [agreement_cells(a) for a in agreements], align="lllrrrl")
+    lines += [line for a in agreements for text in divergence_lines(a) for line in wrap(text, first="  ", indent="    ")]
+    return lines
+
+
+def _agreement_html(agreements: Sequence[agree.Agreement]) -> str:
+    rows = []
+    for a in agreements:
+        cells = dict(zip(AGREEMENT_HEADS, agreement_cells(a)))
+        cells["baseline text"] = a.first.baseline_text if a.first else ""
+        cells["this run's text"] = a.first.text if a.first else ""
+        cells["notes"] = "; ".join(a.problems)
+        rows.append(cells)
+    return plots.table(rows, list(rows[0]), text_columns=["run", "dtype", "quantization", "first divergence", "notes"],
+                       excerpt_columns=["baseline text", "this run's text"])
+
+
 # --- the page -----------------------------------------------------------------------------
 
 
 def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, diffs: Sequence[dict[str, Any]],
                        comp: Comparability, out_dir: Path, metric: str, stat: str,
-                       gate: Optional[tuple[float, list[str]]] = None) -> tuple[str, list[str]]:
+                       gate: Optional[tuple[float, list[str]]] = None,
+                       agreements: Sequence[agree.Agreement] = ()) -> tuple[str, list[str]]:
     """compare.html and the ids of its plots."""
     figures = [f for f in (_cdf_overlay(runs), _latency_vs_throughput(runs), _throughput_bars(runs),
                            _per_turn(runs), _differences_figure(diffs)) if f is not None]
@@ -550,6 +617,8 @@ def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, 
             f"Change of the {stat} of per-request values against the baseline ({baseline.label}), with a bootstrap 95% confidence "
             "interval (requests resampled with replacement). No significant difference when the interval contains 0.",
         ))
+    if agreements:
+        parts.append(plots.section("Token agreement with the baseline", _agreement_html(agreements), AGREEMENT_NOTE))
     plot_ids = []
     for div_id, title, fig, note in figures:
         plot_ids.append(div_id)
@@ -795,6 +864,7 @@ class Comparison:
     metric: str = "ttft_s"  # of the regression gate
     stat: str = "median"  # of per-request values, in the differences
     fail_pct: Optional[float] = None  # the gate's threshold; None: no gate
+    agreements: list[agree.Agreement] = field(default_factory=list)  # token agreement with the baseline
 
     @property
     def baseline(self) -> Run:
@@ -815,15 +885,18 @@ def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s"
     table = runs_table(runs)
     diffs = differences(runs, baseline, list(dict.fromkeys([metric, *DIFF_METRICS])), stat, resamples, seed)
     regression_lines = regressions(diffs, metric, fail_pct) if fail_pct is not None else []
+    agreements = token_agreement(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(out_dir / "compare.csv", index=False)
     differences_frame(diffs).to_csv(out_dir / "differences.csv", index=False)
+    if agreements:
+        pd.DataFrame([a.row() for a in agreements]).to_csv(out_dir / "agreement.csv", index=False)
     gate = (fail_pct, regression_lines) if fail_pct is not None else None
-    html, _ = build_compare_html(runs, baseline, table, diffs, comp, out_dir, metric, stat, gate)
+    html, _ = build_compare_html(runs, baseline, table, diffs, comp, out_dir, metric, stat, gate, agreements)
     tmp = out_dir / "compare.html.tmp"
     tmp.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
     tmp.replace(out_dir / "compare.html")
-    return Comparison(runs, comp, table, diffs, regression_lines, out_dir, metric, stat, fail_pct)
+    return Comparison(runs, comp, table, diffs, regression_lines, out_dir, metric, stat, fail_pct, agreements)
 
 
 def write_comparison(paths: Sequence[Path], out_dir: Path, quiet: bool = True) -> Path:
@@ -875,6 +948,8 @@ def print_comparison(result: Comparison, console: TextIO) -> None:
     lines += [format_runs_list(result.runs), "", format_runs_table(result.table), "",
               f"against the baseline ({result.baseline.label}): {result.stat} of per-request values, bootstrap 95% CI",
               format_differences(result.diffs)]
+    if result.agreements:
+        lines += ["", *format_agreement(result.agreements)]
     lines += [line for r in result.regression_lines for line in wrap(r)]
     if result.fail_pct is not None and not result.regression_lines:
         lines += wrap("no regression: " + gate_passed_text(result.metric, result.stat, result.fail_pct))
@@ -887,7 +962,7 @@ def print_comparison(result: Comparison, console: TextIO) -> None:
 def comparison_markdown(result: Comparison) -> str:
     """The comparison for a GitHub job summary or pull-request comment: no HTML, cells escaped."""
     sections = [_md_head(result), _md_problems(result.comparability), _md_gate(result), _md_runs(result.runs),
-                _md_figures(result.table), _md_differences(result), _md_notes(result.comparability)]
+                _md_figures(result.table), _md_differences(result), _md_agreement(result), _md_notes(result.comparability)]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
@@ -940,6 +1015,15 @@ def _md_differences(result: Comparison) -> str:
               _pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in result.diffs]
     return ("### Against the baseline\n\n"
             + md_table(["run", "metric", "baseline", "this run", "change", "95% CI", "verdict"], cells, align="llrrrrl"))
+
+
+def _md_agreement(result: Comparison) -> str:
+    if not result.agreements:
+        return ""
+    rows = [agreement_cells(a) for a in result.agreements]
+    texts = [f"- {md_text(line)}" for a in result.agreements for line in divergence_lines(a)]
+    return ("### Token agreement with the baseline\n\n" + md_text(AGREEMENT_NOTE) + "\n\n"
+            + md_table(AGREEMENT_HEADS, rows, align="lllrrrl") + ("\n\n" + "\n".join(texts) if texts else ""))
 
 
 def _md_notes(comp: Comparability) -> str:

@@ -329,6 +329,90 @@ class GpuUtilisation(RunMetric):
         return totals.gpu.util if totals.gpu else None
 
 
+# --- engine-reported stage times, beside the harness's measure of the same interval -----------
+
+
+@dataclass(frozen=True)
+class EngineStage:
+    """A time an engine reports per request (a key of ``engine_stats``), named by the interval it
+    covers, with the harness's own measure of the nearest interval: an engine's clock starts
+    where the engine first sees the request, the harness's at the send, so the two differ by
+    the engine's input path (tokenizing, IPC to the engine core) and output path."""
+
+    key: str  # in engine_stats, seconds (or ms with scale 1000)
+    engine: str
+    label: str
+    interval: str  # what the engine's figure covers
+    harness_label: str
+    harness_interval: str  # what the harness's figure covers
+    scale: float = 1.0  # engine value / scale = seconds
+
+    def engine_value(self, r: RequestRecord) -> Optional[float]:
+        v = (r.engine_stats or {}).get(self.key)
+        return float(v) / self.scale if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        raise NotImplementedError
+
+
+class _QueueStage(EngineStage):
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        """queue_wait_s = t(engine began work) − t(send)."""
+        return r.queue_wait_s
+
+
+class _PrefillStage(EngineStage):
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        """TTFT − queue wait = t(first token) − t(engine began work); TTFT where no queue wait is known."""
+        if r.ttft_s is None:
+            return None
+        return r.ttft_s - (r.queue_wait_s or 0.0)
+
+
+class _DecodeStage(EngineStage):
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        """E2E − TTFT = t(last token) − t(first token)."""
+        return None if r.e2e_s is None or r.ttft_s is None else r.e2e_s - r.ttft_s
+
+
+_QUEUE_H = ("queue wait (queue_wait_s)", "harness send → the engine's scheduler first schedules it: includes the "
+            "engine's input path (vLLM: processing and IPC to the engine core) as well as its scheduler queue")
+_PREFILL_H = ("TTFT − queue wait", "first scheduled → first token received by the harness")
+_DECODE_H = ("E2E − TTFT", "first token → last token, as received by the harness")
+ENGINE_STAGES: dict[str, EngineStage] = {s.key: s for s in (
+    _QueueStage("vllm_queue_s", "vllm", "vLLM scheduler queue (vllm_queue_s)",
+                "queued_ts → scheduled_ts: from when vLLM's scheduler queued the request to when it first scheduled it; "
+                "time in vLLM's input path before the scheduler queued it is not in it", *_QUEUE_H),
+    _PrefillStage("vllm_prefill_s", "vllm", "vLLM prefill (vllm_prefill_s)",
+                  "scheduled_ts → first_token_ts, in vLLM's engine core", *_PREFILL_H),
+    _DecodeStage("vllm_decode_s", "vllm", "vLLM decode (vllm_decode_s)",
+                 "first_token_ts → last_token_ts, in vLLM's engine core", *_DECODE_H),
+    _PrefillStage("llama_t_p_eval_ms", "llama.cpp", "llama.cpp prompt eval (llama_t_p_eval_ms)",
+                  "llama.cpp's time in llama_decode over the prompt (compute only: no sampling, no queue)",
+                  *_PREFILL_H, scale=1000.0),
+    _DecodeStage("llama_t_eval_ms", "llama.cpp", "llama.cpp eval (llama_t_eval_ms)",
+                 "llama.cpp's time in llama_decode for the tokens after the first (compute only)", *_DECODE_H, scale=1000.0),
+)}
+
+
+def engine_stage_figures(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """``engine_stages`` of the summary: for each stage time the engine reported, its
+    distribution and the harness's measure of the same interval over the same requests."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, stage in ENGINE_STAGES.items():
+        pairs = [(stage.engine_value(r), stage.harness_value(r)) for r in ok]
+        pairs = [(e, h) for e, h in pairs if e is not None]
+        if not pairs:
+            continue
+        out[key] = {
+            "label": stage.label, "interval": stage.interval,
+            "harness_label": stage.harness_label, "harness_interval": stage.harness_interval,
+            "engine": metrics.distribution([e for e, _ in pairs]),
+            "harness": metrics.distribution([h for _, h in pairs if h is not None]),
+        }
+    return out
+
+
 def shown_run_metrics(throughput: dict[str, Optional[float]]) -> list[str]:
     """The run metrics a table shows for a run: all, less those with a source and no value."""
     return [k for k, m in RUN_METRICS.items() if m.source is None or throughput.get(k) is not None]

@@ -218,6 +218,11 @@ class RequestRecord:
     error: Optional[str] = None
     output_text: Optional[str] = None
     engine_stats: dict[str, Any] = field(default_factory=dict)
+    # The reply's token ids, for cross-engine agreement (harness/agreement.py). In-process:
+    # the ids the engine produced. HTTP: the server's own ids where it sends them (vLLM's
+    # ``return_token_ids``), else the reply text re-tokenized after the request;
+    # ``engine_stats["output_token_ids_source"]`` says which ("server" or "retokenized").
+    output_token_ids: Optional[list[int]] = None
 
     @property
     def ok(self) -> bool:
@@ -293,6 +298,7 @@ def build_record(
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,
+        output_token_ids=[int(t) for t in output_token_ids],
     )
 
 

@@ -235,7 +235,25 @@ def _summary_html(summary: RunSummary) -> str:
             for t in turns
         ]
         html += '<p class="note">Per turn (chat):</p>' + plots.table(turn_rows, list(turn_rows[0]))
-    return html
+    return html + _engine_stages_html(summary)
+
+
+def _engine_stages_html(summary: RunSummary) -> str:
+    """Each stage time the engine reported, named by the interval it covers, beside the
+    harness's measure of the same interval (an engine's clock starts only where it first sees
+    the request, so its queue time can read 0 while requests waited)."""
+    rows = []
+    for stage in summary.engine_stages.values():
+        for who, label, interval in (("engine", stage["label"], stage["interval"]),
+                                     ("harness", stage["harness_label"], stage["harness_interval"])):
+            d = stage.get(who) or {}
+            rows.append({"measured by": who, "stage time": label, "interval it covers": interval,
+                         "mean ms": fmt(d.get("mean"), 2, 1000), "p50 ms": fmt(d.get("p50"), 2, 1000),
+                         "p90 ms": fmt(d.get("p90"), 2, 1000), "max ms": fmt(d.get("max"), 2, 1000)})
+    if not rows:
+        return ""
+    return ('<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
+            "interval:</p>" + plots.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"]))
 
 
 def _client_html(summary: RunSummary) -> str:

@@ -46,7 +46,7 @@ REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
     "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
     "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
-    "error", "output_text", "engine_stats",
+    "error", "output_text", "engine_stats", "output_token_ids",
 )
 
 TEXT_COLUMNS = ("finish_reason", "error", "output_text")
@@ -87,6 +87,9 @@ class RunSummary:
     prefix_cache: dict[str, Any] = field(default_factory=dict)
     tokens: dict[str, Any] = field(default_factory=dict)
     per_turn: list[dict[str, Any]] = field(default_factory=list)
+    # each stage time the engine reported (metric_registry.ENGINE_STAGES), named by the interval
+    # it covers, with the harness's measure of the same interval beside it
+    engine_stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     harness: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
@@ -196,8 +199,8 @@ class RunWriter:
 
     def _row(self, record: RequestRecord) -> dict[str, Any]:
         row = asdict(record)
-        if not self.save_output_text:
-            row["output_text"] = None
+        if not self.save_output_text:  # the ids are the text too
+            row["output_text"] = row["output_token_ids"] = None
         for key in TEXT_COLUMNS:  # whatever a server sent: text, and valid UTF-8, or the table is lost
             row[key] = clean_text(row[key])
         row["engine_stats"] = json.dumps(_jsonable(row["engine_stats"]), sort_keys=True)

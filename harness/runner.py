@@ -251,6 +251,7 @@ def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[st
         **({"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
            if plan.source else {}),
         **plan.info,
+        "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
     }
 
 

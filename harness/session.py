@@ -175,6 +175,7 @@ class EngineSession:
             "engine": _safe(lambda: backend.engine_name) if backend else None,
             "engine_version": _safe(lambda: backend.engine_version) if backend else None,
             "info": (_safe(backend.engine_info) or {}) if backend else {},
+            **((_safe(backend.numerics) or {}) if backend else {}),  # dtype, quantization
         }
 
 

@@ -45,6 +45,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
             "output_mean": _mean([r.output_tokens for r in ok]),
         },
         "per_turn": per_turn(ok),
+        "engine_stages": registry.engine_stage_figures(ok),
         "harness": {
             "delivery_lag_max_s": metrics.distribution(
                 [r.delivery_lag_max_s for r in ok if r.delivery_lag_max_s is not None]

@@ -260,7 +260,9 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     assert md.startswith("# Earlier step\n\n## Comparison of 3 runs\n")  # appended, after a blank line
     assert "Baseline: **1 transformers c=2 serial**" in md and not re.search(r"(?<!\\)[<>]", md)  # no HTML
     sections = {part.split("\n", 1)[0]: part for part in md.split("\n### ")[1:]}
-    assert list(sections) == ["Regression gate: passed", "Runs", "Figures", "Against the baseline", "What differs"]
+    # greedy runs of the same prompts that recorded their output ids: token agreement too
+    assert list(sections) == ["Regression gate: passed", "Runs", "Figures", "Against the baseline",
+                              "Token agreement with the baseline", "What differs"]
     labels = ["1 transformers c=2 serial", "2 transformers c=2 static", "3 transformers c=4 static"]
 
     gate = md_rows(sections["Regression gate: passed"])

@@ -47,3 +47,32 @@ def test_itl_per_token_and_per_chunk_are_both_registered():
     s = summarize([two_per_chunk], 2.0, SLOConfig())
     assert s["latency"]["itl_s"]["count"] == 9 and s["latency"]["itl_chunk_s"]["count"] == 4
     assert s["latency"]["itl_chunk_s"]["p50"] == pytest.approx(0.2)
+
+
+def test_engine_stage_times_sit_beside_the_harness_measure_of_the_same_interval():
+    """vLLM's queue time starts when its scheduler queues the request; queue_wait_s at the send."""
+    a, b, c = record(0, ttft=0.30, e2e=1.0), record(1, ttft=0.40, e2e=1.2), record(2)
+    a.queue_wait_s, b.queue_wait_s = 0.156, 0.080
+    a.engine_stats = {"vllm_queue_s": 0.0, "vllm_prefill_s": 0.12, "vllm_decode_s": 0.69}
+    b.engine_stats = {"vllm_queue_s": 0.0, "vllm_prefill_s": 0.30, "vllm_decode_s": 0.79}
+    stages = summarize([a, b, c], 2.0, SLOConfig())["engine_stages"]
+    assert list(stages) == ["vllm_queue_s", "vllm_prefill_s", "vllm_decode_s"]  # c reported none: left out
+    queue = stages["vllm_queue_s"]
+    assert queue["engine"]["max"] == 0.0 and queue["harness"]["mean"] == pytest.approx(0.118)
+    assert "queued_ts → scheduled_ts" in queue["interval"] and "input path" in queue["harness_interval"]
+    assert stages["vllm_prefill_s"]["harness"]["mean"] == pytest.approx(((0.30 - 0.156) + (0.40 - 0.080)) / 2)
+    assert stages["vllm_decode_s"]["harness"]["mean"] == pytest.approx(((1.0 - 0.3) + (1.2 - 0.4)) / 2)
+    ms = registry.ENGINE_STAGES["llama_t_p_eval_ms"]
+    a.engine_stats = {"llama_t_p_eval_ms": 250.0}
+    assert ms.engine_value(a) == pytest.approx(0.25)
+
+
+def test_the_report_names_each_stage_interval(tmp_path):
+    from harness.report import _engine_stages_html
+    from harness.results import RunSummary
+
+    a = record(0, ttft=0.3)
+    a.queue_wait_s, a.engine_stats = 0.156, {"vllm_queue_s": 0.0}
+    html = _engine_stages_html(RunSummary(**summarize([a], 1.0, SLOConfig())))
+    assert "vLLM scheduler queue (vllm_queue_s)" in html and "queue wait (queue_wait_s)" in html
+    assert "156.00" in html and "0.00" in html

@@ -31,6 +31,7 @@ async def collect(backend, req: GenerationRequest):
     return chunks, done
 
 
-def ask(tokenizer, text: str) -> list[int]:
-    """A one-message chat, rendered with the model's template."""
-    return PromptRenderer(tokenizer).render([{"role": "user", "content": text}])
+def ask(tokenizer_or_renderer, text: str) -> list[int]:
+    """A one-message chat, rendered with the model's template (a tokenizer or a PromptRenderer)."""
+    renderer = tokenizer_or_renderer if isinstance(tokenizer_or_renderer, PromptRenderer) else PromptRenderer(tokenizer_or_renderer)
+    return renderer.render([{"role": "user", "content": text}])

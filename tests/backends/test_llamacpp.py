@@ -1,4 +1,6 @@
-"""llama.cpp for real on the real SmolLM2 GGUF: plain and batched, lengths, caches, bad input."""
+"""llama.cpp for real on the real SmolLM2 GGUF: plain and batched, lengths, caches, bad input.
+What every backend must do (lengths, EOS, batched = serial, cancellation, prompt count, stamps)
+is tests/test_conformance.py; this file keeps what is specific to this engine."""
 import asyncio
 
 import pytest
@@ -6,7 +8,7 @@ import pytest
 from core.errors import ConfigError, ModelError
 from core.model import ModelFiles
 from workloads.prompts import PromptRenderer
-from engine_helpers import collect, request
+from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
 
@@ -32,16 +34,6 @@ def batched(real_model):
     yield backend
     backend.close()
 
-
-def ask(renderer, text):
-    return renderer.render([{"role": "user", "content": text}])
-
-
-def test_answers_and_stops_at_end_of_generation(plain, renderer, real_tokenizer):
-    chunks, done = asyncio.run(collect(plain, request(0, ask(renderer, "What is 2+2?"), 40, exact=False)))
-    text = real_tokenizer.decode([t for c in chunks for t in c.token_ids])
-    assert "4" in text
-    assert done.finish_reason == "stop" and len(chunks) < 40
 
 
 def test_exact_length_and_llama_counters(plain, renderer):

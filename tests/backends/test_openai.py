@@ -279,3 +279,26 @@ def test_an_event_over_the_size_limit_fails_the_request(tmp_path, tokenizer):
             run(collect(client_for(srv, tokenizer, max_event_chars=100).stream(chat_request(0, 4), {"ignore_eos": True})))
 
 
+
+
+def test_the_servers_own_token_ids_are_kept_less_the_final_eos(tokenizer):
+    """vLLM with return_token_ids sends each chunk's ids: those, not the text re-tokenized, are
+    the reply's ids (the end-of-sequence id a stop ends with is left out, as in-process)."""
+    import json
+
+    from backends.openai import _StreamState
+    from backends.sse import SSEEvent
+
+    client = OpenAIClient("http://127.0.0.1:1/v1", model_name="m", tokenizer=tokenizer)
+    eos = tokenizer.eos_token_id
+    state = _StreamState()
+    for content, ids, reason in ((" the", [260], None), (" of", [282], None), ("", [eos], "stop")):
+        state.handle(SSEEvent(json.dumps({"choices": [{"delta": {"content": content}, "token_ids": ids,
+                                                        "finish_reason": reason}]})), chat=True)
+    done = state.request_done(client, 8)
+    assert done.token_ids == [260, 282] and done.engine_stats["output_token_ids_source"] == "server"
+    plain = _StreamState()
+    plain.handle(SSEEvent(json.dumps({"choices": [{"delta": {"content": " the of"}, "finish_reason": "length"}]})), chat=True)
+    done = plain.request_done(client, 8)
+    assert done.engine_stats["output_token_ids_source"] == "retokenized"
+    assert done.token_ids == client.encode(" the of")

