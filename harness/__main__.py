@@ -1,4 +1,8 @@
-from harness.cli import main
+from harness.cli import exit_now, main
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as exc:
+        exit_now(exc.code)
+    exit_now(0)

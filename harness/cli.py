@@ -7,13 +7,15 @@
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -199,6 +201,24 @@ def _terminate_as_interrupt(signum: int, frame: Optional[Any]) -> None:
     way Ctrl-C does — re-raised as SIGINT, so the event loop cancels the requests in flight
     (recorded as cancelled), the results are written and the engine's server is stopped."""
     signal.raise_signal(signal.SIGINT)
+
+
+def exit_now(code: object) -> NoReturn:
+    """End ``python -m harness`` without the interpreter's teardown.
+
+    With torch and an engine imported, freeing every module one by one takes about 2 s and
+    writes nothing; every result file is closed and every engine stopped by now. The atexit
+    handlers still run (Ray's shutdown is one of them), then the logs and streams are flushed.
+    ``code`` is a SystemExit's: None, an exit status, or a message (printed, status 1)."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)
 
 
 def main() -> None:
