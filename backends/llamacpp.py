@@ -24,6 +24,7 @@ from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import gguf_quantization
+from core.sequences import common_prefix
 
 
 @dataclass
@@ -220,7 +221,7 @@ class _PlainEngine:
         cached = 0
         if self.cfg.keep_session_cache and continues:
             held = list(llm._input_ids[: llm.n_tokens])
-            cached = min(_common_prefix(held, request.prompt_token_ids), len(request.prompt_token_ids) - 1)
+            cached = min(common_prefix(held, request.prompt_token_ids), len(request.prompt_token_ids) - 1)
         # Stage 2: a fresh KV cache (identical prompts must not hit a cache), or the session's
         # own prefix; Llama.eval drops every cached position from n_tokens on.
         llm.n_tokens = cached
@@ -271,14 +272,6 @@ def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampl
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
     return chain
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -348,8 +341,8 @@ class _BatchedEngine:
         request = job.request
         slot, cached = free[0], 0
         if self.cfg.keep_session_cache:
-            best = max(free, key=lambda s: _common_prefix(self.slot_tokens[s], request.prompt_token_ids))
-            cached = min(_common_prefix(self.slot_tokens[best], request.prompt_token_ids), len(request.prompt_token_ids) - 1)
+            best = max(free, key=lambda s: common_prefix(self.slot_tokens[s], request.prompt_token_ids))
+            cached = min(common_prefix(self.slot_tokens[best], request.prompt_token_ids), len(request.prompt_token_ids) - 1)
             slot = best if cached > 0 else slot
             cached = cached if slot == best else 0
         free.remove(slot)

@@ -22,6 +22,7 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
+from core.sequences import common_prefix
 from harness.results import RunResult, completed
 
 CONTEXT_CHARS = 24  # text shown before the first divergent character
@@ -78,15 +79,6 @@ class Agreement:
             "baseline_text": first.get("baseline_text"), "text": first.get("text"), "problems": "; ".join(self.problems),
         }
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The number of leading ids ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def numerics(result: RunResult) -> tuple[Optional[str], Optional[str]]:

@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from core.errors import ConfigError
+from core.sequences import common_prefix
 from workloads import workload_registry
 from workloads.base import (
     SessionSpec,
@@ -77,20 +78,12 @@ def theoretical_hit_rate(prompts: Sequence[Sequence[int]]) -> float:
     for p in prompts:
         key = tuple(p)
         i = bisect.bisect_left(seen, key)
-        best = max((_common_prefix(key, seen[j]) for j in (i - 1, i) if 0 <= j < len(seen)), default=0)
+        best = max((common_prefix(key, seen[j]) for j in (i - 1, i) if 0 <= j < len(seen)), default=0)
         hit += best
         total += len(key)
         seen.insert(i, key)
     return hit / total if total else 0.0
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @workload_registry.register("shared_prefix", SharedPrefixConfig)

@@ -2,6 +2,7 @@
 import pytest
 
 from core.errors import ConfigError
+from core.sequences import common_prefix
 from tests.workloads.data_helpers import build, write_jsonl, parts  # noqa: F401 (a fixture)
 from workloads.shared_prefix import theoretical_hit_rate
 
@@ -11,13 +12,6 @@ BLOCK = 16
 def mooncake(tmp_path, rows):
     return str(write_jsonl(tmp_path / "trace.jsonl", [
         {"timestamp": ts, "input_length": n_in, "output_length": n_out, "hash_ids": ids} for ts, n_in, n_out, ids in rows]))
-
-
-def common_prefix(a, b):
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def test_hash_blocks_share_prefixes(parts, tmp_path):
