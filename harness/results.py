@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from core.text import valid_text
@@ -194,11 +195,14 @@ class RunWriter:
         self.records.append(record)
         if self._jsonl is None:
             self._jsonl = open(self.run_dir / REQUESTS_JSONL, "a", encoding="utf-8")
-        self._jsonl.write(json.dumps(_jsonable(self._row(record))) + "\n")
+        # on the event loop, while other streams are being read: orjson, no deep copy (about
+        # 8 ms a request with 2048 output tokens before, through asdict and _jsonable)
+        self._jsonl.write(orjson.dumps(self._row(record), default=_json_default, option=_ORJSON_OPTIONS).decode() + "\n")
         self._jsonl.flush()
 
     def _row(self, record: RequestRecord) -> dict[str, Any]:
-        row = asdict(record)
+        # shallow: asdict would deep-copy every element of the per-token lists
+        row = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
         if not self.save_output_text:  # the ids are the text too
             row["output_text"] = row["output_token_ids"] = None
         for key in TEXT_COLUMNS:  # whatever a server sent: text, and valid UTF-8, or the table is lost
@@ -359,6 +363,19 @@ def read_json(path: Path) -> Optional[dict[str, Any]]:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+# NaN and infinity become null, as in _jsonable; numpy scalars and arrays are numbers and lists
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def _json_default(value: Any) -> Any:
+    """What orjson cannot write itself: paths, and any other object with a numpy-style ``item``."""
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _jsonable(value: Any) -> Any:
