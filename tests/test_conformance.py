@@ -63,7 +63,9 @@ TARGETS = [
     Target("transformers-server", "transformers", "server", dict(startup_timeout_s=240)),
     Target("vllm-inprocess", "vllm", "inprocess", VLLM),
     Target("vllm-server", "vllm", "server", {**VLLM, "startup_timeout_s": 300}, server_ids=True),
-    Target("llamacpp-inprocess", "llamacpp", "inprocess", dict(batched=True, max_batch_size=4, n_ctx=1024)),
+    Target("llamacpp-inprocess", "llamacpp", "inprocess", dict(batched=True, max_batch_size=4, n_ctx=1024),
+           notes={"prompt_tokens": "batched, llama.cpp's counters belong to the context the sequences share "
+                                   "(every batched step counts as prompt eval): no per-request prompt count"}),
     Target("llamacpp-server", "llamacpp", "server", dict(startup_timeout_s=120),
            notes={"prompt_tokens": "llama_cpp.server sends no usage"}),
     # MLX decodes ~2 tokens/s on this CPU: short replies, a short cancelled one
