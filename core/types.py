@@ -41,6 +41,16 @@ class TokenChunk:
     # Tokens in the chunk when ``token_ids`` is not known on arrival (an HTTP stream: counted
     # provisionally, then reconciled in RequestDone.chunk_tokens); None: len(token_ids)
     n_tokens: Optional[int] = None
+    # The server's chunks this event stands for: an HTTP client hands over every chunk of one
+    # read at once, all stamped ``t`` (when the read returned), one provisional token each
+    # (then ``n_tokens == chunks``). In-process engines send one event per chunk.
+    chunks: int = 1
+
+    def split(self) -> list["TokenChunk"]:
+        """One event per server chunk."""
+        if self.chunks == 1:
+            return [self]
+        return [TokenChunk([], self.t, self.handed_t, 1) for _ in range(self.chunks)]
 
 
 @dataclass
@@ -58,9 +68,13 @@ class RequestDone:
     text: Optional[str] = None
     # Set after an HTTP stream, where counting on arrival would slow every stream's stamps:
     # each chunk's token count (replacing the provisional ones, reconciled with usage) and the
-    # reply's token ids (its text re-tokenized once).
+    # reply's token ids (the server's own, or its text re-tokenized once).
     chunk_tokens: Optional[list[int]] = None
     token_ids: Optional[list[int]] = None
+    # Instead of ``token_ids``, when nothing needs them before the run ends: the text whose
+    # tokens they are, tokenized by whoever keeps the ids (the run's writer does it as it
+    # writes the tables), not on the event loop, where 2048 tokens cost ~3 ms of every stream.
+    token_ids_text: Optional[str] = None
 
 
 StreamEvent = Union[TokenChunk, RequestDone]

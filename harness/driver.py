@@ -38,6 +38,7 @@ async def execute(
     """
     chunks: list[tuple[float, int]] = []
     output_ids: list[int] = []
+    ids_text: Optional[str] = None  # the reply's ids are this text's tokens, counted after the run
     lag_max = 0.0
     done: Optional[RequestDone] = None
     error = None
@@ -50,7 +51,7 @@ async def execute(
             send_t=send_t,
             end_t=time.perf_counter(),
             chunks=chunks,
-            output_token_ids=output_ids,
+            output_token_ids=output_ids if ids_text is None else None,
             scheduled_s=scheduled_s,
             expected_prompt_tokens=expected_prompt_tokens,
             scheduled_t=done.scheduled_t if done else None,
@@ -66,14 +67,20 @@ async def execute(
                 lag = time.perf_counter() - (event.handed_t or event.t)
                 if lag > lag_max:
                     lag_max = lag
-                chunks.append((event.t, len(event.token_ids) if event.n_tokens is None else event.n_tokens))
-                output_ids.extend(event.token_ids)
+                if event.chunks == 1:
+                    chunks.append((event.t, len(event.token_ids) if event.n_tokens is None else event.n_tokens))
+                    output_ids.extend(event.token_ids)
+                else:  # several chunks of one HTTP read: one provisional token each
+                    chunks.extend([(event.t, 1)] * event.chunks)
             else:
                 done = event
-                if done.chunk_tokens is not None and len(done.chunk_tokens) == len(chunks):
+                if (done.chunk_tokens is not None and len(done.chunk_tokens) == len(chunks)
+                        and done.chunk_tokens != [n for _, n in chunks]):
                     chunks = [(t, n) for (t, _), n in zip(chunks, done.chunk_tokens)]
                 if done.token_ids is not None:
                     output_ids = list(done.token_ids)
+                elif done.token_ids_text is not None:
+                    ids_text = done.token_ids_text
     except asyncio.CancelledError:
         if on_cancel is not None:
             error = "cancelled: the run was interrupted"
@@ -82,6 +89,7 @@ async def execute(
     except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the run
         error = f"{type(exc).__name__}: {exc}".strip()[:500]
     record = record_now()
+    record.ids_text = ids_text
     if done is not None and done.text is not None:
         record.output_text = done.text  # the reply as the engine's server sent it
     return record, output_ids

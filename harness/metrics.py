@@ -72,9 +72,11 @@ def reconcile_counts(counts: Sequence[int], total: int) -> list[int]:
     SmolLM2 tokens where the server counted 1); reconciled, ITL per token has n_out − 1
     values whose mean is TPOT.
     """
-    counts = [max(0, int(c)) for c in counts]
     n = len(counts)
-    if n == 0 or total < 1 or sum(counts) == total:
+    if n == 0 or (sum(counts) == total and min(counts) >= 0):
+        return [int(c) for c in counts] if type(counts[0]) is not int else list(counts)
+    counts = [max(0, int(c)) for c in counts]
+    if total < 1 or sum(counts) == total:
         return counts
     floor = [1] * n if total >= n else [1] + [0] * (n - 1)
     spare = total - sum(floor)
@@ -223,6 +225,9 @@ class RequestRecord:
     # ``return_token_ids``), else the reply text re-tokenized after the request;
     # ``engine_stats["output_token_ids_source"]`` says which ("server" or "retokenized").
     output_token_ids: Optional[list[int]] = None
+    # Not a column: the text whose tokens are ``output_token_ids``, while they are still to be
+    # counted (RequestDone.token_ids_text); the run's writer tokenizes it with the tables.
+    ids_text: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -236,7 +241,7 @@ def build_record(
     send_t: float,
     end_t: float,
     chunks: list[tuple[float, int]],
-    output_token_ids: list[int],
+    output_token_ids: Optional[list[int]],
     scheduled_s: Optional[float],
     expected_prompt_tokens: Optional[int],
     scheduled_t: Optional[float],
@@ -249,11 +254,12 @@ def build_record(
 
     Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
     ``engine_stats["output_tokens"]``: an HTTP server's usage), else the harness's: the
-    rendered prompt's length and the number of streamed ids. ITL per token spreads each
+    rendered prompt's length and the number of streamed ids (``output_token_ids`` None: ids
+    still to be counted, so the chunks' own counts). ITL per token spreads each
     chunk's gap over its tokens, the counts reconciled with n_out (:func:`reconcile_counts`);
     ITL per chunk is the chunks' own gaps.
     """
-    n_streamed = len(output_token_ids)
+    n_streamed = len(output_token_ids) if output_token_ids is not None else sum(n for _, n in chunks)
     n_out = n_streamed
     if error is None:
         error = _bad_count(engine_stats, "output_tokens") or _bad_count(engine_stats, "prompt_tokens")
@@ -269,8 +275,11 @@ def build_record(
         e2e_s = e2e_latency(send_t, chunks[-1][0])
         tpot_s = tpot(e2e_s, ttft_s, n_out)
         counts = reconcile_counts([n for _, n in chunks], n_out)
-        itl = inter_token_latencies([(t, k) for (t, _), k in zip(chunks, counts)])
         itl_chunk = inter_chunk_latencies(chunks)
+        if counts.count(1) == len(counts):  # a token a chunk (most engines): the same gaps
+            itl = list(itl_chunk)
+        else:
+            itl = inter_token_latencies([(t, k) for (t, _), k in zip(chunks, counts)])
         end_t = chunks[-1][0]
     return RequestRecord(
         request_id=request.request_id,
@@ -298,7 +307,7 @@ def build_record(
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,
-        output_token_ids=[int(t) for t in output_token_ids],
+        output_token_ids=None if output_token_ids is None else [int(t) for t in output_token_ids],
     )
 
 

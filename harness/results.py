@@ -23,7 +23,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import orjson
@@ -173,9 +173,13 @@ class RunResult:
 
 
 class RunWriter:
-    def __init__(self, run_dir: Path, save_output_text: bool = True):
+    def __init__(self, run_dir: Path, save_output_text: bool = True,
+                 tokenize: Optional[Callable[[list[str]], list[list[int]]]] = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # the model's tokenizer over a batch of texts: the ids of HTTP replies that came
+        # without them (RequestRecord.ids_text), counted here, off the event loop
+        self.tokenize = tokenize
 
         self.save_output_text = save_output_text
         self.records: list[RequestRecord] = []
@@ -202,7 +206,7 @@ class RunWriter:
 
     def _row(self, record: RequestRecord) -> dict[str, Any]:
         # shallow: asdict would deep-copy every element of the per-token lists
-        row = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        row = {name: getattr(record, name) for name in REQUEST_COLUMNS}
         if not self.save_output_text:  # the ids are the text too
             row["output_text"] = row["output_token_ids"] = None
         for key in TEXT_COLUMNS:  # whatever a server sent: text, and valid UTF-8, or the table is lost
@@ -216,6 +220,7 @@ class RunWriter:
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
+        self._count_pending_ids()
         rows = [self._row(r) for r in sorted(self.records, key=lambda r: r.request_id)]
         frame = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS))
         frame.to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
@@ -231,6 +236,16 @@ class RunWriter:
             # floats throughout (NaN: not read): bytes stay exact below 2**53
             gpu = gpu.astype({c: float for c in GPU_TABLE_COLUMNS[2:]})
             gpu[list(GPU_TABLE_COLUMNS)].to_parquet(self.run_dir / GPU, index=False)
+
+
+    def _count_pending_ids(self) -> None:
+        """Tokenize, in one batch, the replies whose ids were left to count after the run."""
+        pending = [r for r in self.records if r.output_token_ids is None and r.ids_text is not None]
+        if not pending or self.tokenize is None:
+            return
+        for record, ids in zip(pending, self.tokenize([r.ids_text for r in pending])):
+            record.output_token_ids = list(ids)
+            record.ids_text = None
 
 
 def write_json(path: Path, data: Any) -> None:

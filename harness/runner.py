@@ -103,7 +103,7 @@ def run_point(
     }
 
     # The engine is up: from here on the run folder fills, and is finished even on error.
-    writer = RunWriter(run_dir, save_output_text=cfg.save_output_text)
+    writer = RunWriter(run_dir, save_output_text=cfg.save_output_text, tokenize=session.renderer.encode_batch)
     writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     writer.write_text("overrides.yaml", OmegaConf.to_yaml(list(overrides)))
     workload_json = plan.to_json()

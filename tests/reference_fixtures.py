@@ -38,10 +38,18 @@ async def collect(stream) -> tuple[list[TokenChunk], Optional[RequestDone]]:
     chunks, done = [], None
     async for event in stream:
         if isinstance(event, TokenChunk):
-            chunks.append(event)
+            chunks.extend(event.split())  # one per server chunk
         else:
             done = event
     return chunks, done
+
+
+def reply_ids(done: RequestDone, tokenizer: Any) -> list[int]:
+    """The reply's ids as the run records them: the server's, or its text tokenized (as the
+    run's writer does after the run, when the stream left them to count)."""
+    if done.token_ids is not None:
+        return list(done.token_ids)
+    return list(tokenizer(done.token_ids_text, add_special_tokens=False)["input_ids"])
 
 
 def run(coro: Any) -> Any:

@@ -168,10 +168,13 @@ async def read(backend, req: GenerationRequest) -> Stream:
         if done is not None:
             after += 1
         if isinstance(event, TokenChunk):
-            chunks.append(event)
+            chunks.extend(event.split())  # one per server chunk
         else:
             assert isinstance(event, RequestDone)
             done = event if done is None else done
+    if done is not None and done.token_ids is None and done.token_ids_text is not None:
+        # ids left to count after the run (an HTTP reply with usage): as the run's writer counts them
+        done.token_ids = PromptRenderer(backend.get_tokenizer()).encode_batch([done.token_ids_text])[0]
     return Stream(send_t, chunks, done, after)
 
 
@@ -227,7 +230,7 @@ def test_cancellation_frees_the_engine(engine):
         async def consume():
             async for event in engine.backend.stream(long_req):
                 if isinstance(event, TokenChunk):
-                    got.append(event)
+                    got.extend(event.split())
                     if len(got) >= 2:
                         two.set()
 

@@ -169,3 +169,17 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
         assert list(itl[:2]) == [0.0, 0.0]  # the first event's 2 other tokens came with it
         for k in (0, 1):  # each event's gap is spread evenly over its 3 tokens
             assert list(itl[2 + 3 * k:5 + 3 * k]) == pytest.approx([itl_chunk[k] / 3] * 3)
+    # the reply's ids: not counted on the stream's path (the jsonl row has none), but by the
+    # run's writer with the tables, from the reply text
+    import json
+
+    from transformers import AutoTokenizer
+
+    from harness.results import load_run
+
+    rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert [r["output_token_ids"] for r in rows] == [None] * 3
+    tok = AutoTokenizer.from_pretrained(load_run(tmp_path).summary.model["hf_dir"])
+    assert [list(ids) for ids in df.output_token_ids] == [tok(t, add_special_tokens=False)["input_ids"]
+                                                         for t in df.output_text]
+    assert all(len(ids) for ids in df.output_token_ids)

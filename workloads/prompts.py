@@ -43,6 +43,10 @@ class PromptRenderer:
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids, no special tokens added (a fast tokenizer does the batch in parallel)."""
+        return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+
     def overhead(self, make_messages: Callable[[str], Messages]) -> int:
         """Tokens the template adds around an empty message."""
         return len(self.render(make_messages("")))

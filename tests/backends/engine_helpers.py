@@ -21,11 +21,11 @@ def request(i, ids, n, exact=True, sampling=SamplingParams(), session=0, turn=0)
 
 
 async def collect(backend, req: GenerationRequest):
-    """The request's TokenChunks and its RequestDone."""
+    """The request's TokenChunks (one per server chunk) and its RequestDone."""
     chunks, done = [], None
     async for event in backend.stream(req):
         if isinstance(event, TokenChunk):
-            chunks.append(event)
+            chunks.extend(event.split())
         else:
             done = event
     return chunks, done

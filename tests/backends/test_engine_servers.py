@@ -19,7 +19,7 @@ from core.types import SamplingParams
 from harness.reference_server import DIALECTS
 from harness.runner import run_benchmark
 from harness.results import load_requests
-from reference_fixtures import chat_request, collect, run
+from reference_fixtures import chat_request, collect, reply_ids, run
 
 ENGINES = ("tgi", "tensorrt_llm", "deepspeed_mii", "ollama")
 
@@ -203,7 +203,7 @@ def test_each_engines_http_path_against_its_dialect(tmp_path, monkeypatch, real_
     finally:
         backend.close()
     for i, (chunks, done) in enumerate(results):
-        assert sum(done.chunk_tokens) == len(done.token_ids) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
+        assert sum(done.chunk_tokens) == len(reply_ids(done, backend.get_tokenizer())) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
         assert done.finish_reason == "length" and len(done.text.split()) == 9 + i
         assert done.engine_stats["output_tokens_source"] == ("usage" if DIALECTS[name].usage else "retokenized")
     assert backend.client.model_name == ("tgi" if name == "tgi" else "harness-smollm2-135m" if name == "ollama"

@@ -58,7 +58,8 @@ def test_reply_text_and_token_ids_are_the_servers(tmp_path, tokenizer):
         chunks, done = run(collect(client_for(srv, tokenizer).stream(chat_request(0, 6), {"ignore_eos": True})))
     expected = "".join(word(1, k) for k in range(6))  # the server's first request
     assert done.text == expected
-    assert tokenizer.decode(done.token_ids) == expected
+    # the ids are left to count after the run (usage gave the count), from the text
+    assert done.token_ids is None and done.token_ids_text == expected
 
 
 def test_no_usage_counts_by_re_tokenizing(tmp_path, tokenizer):
@@ -182,16 +183,17 @@ def test_public_url_redacts_credentials():
 def test_an_error_body_is_read_only_up_to_its_bound(tmp_path, tokenizer, monkeypatch):
     """A 64 MiB error body: the client reads 64 KiB of it (its message is cut to 300 characters anyway)."""
     import backends.openai as openai_module
+    from backends.http1 import Response
 
     reads = []
-    real = openai_module._read_bounded
+    real = Response.read_bounded
 
-    async def counting(response, limit):
-        text = await real(response, limit)
-        reads.append(len(text))
-        return text
+    async def counting(self, limit, timeout=None):
+        data = await real(self, limit, timeout)
+        reads.append(len(data))
+        return data
 
-    monkeypatch.setattr(openai_module, "_read_bounded", counting)
+    monkeypatch.setattr(Response, "read_bounded", counting)
     with reference_server(tmp_path, "--error-rate", "1", "--error-kind", "huge-error-body", "--fault-size-mib", "64") as srv:
         with pytest.raises(HTTPStatusError, match="HTTP 500: x{300}$"):
             run(collect(client_for(srv, tokenizer).stream(chat_request(0, 4))))
@@ -287,18 +289,25 @@ def test_the_servers_own_token_ids_are_kept_less_the_final_eos(tokenizer):
     import json
 
     from backends.openai import _StreamState
-    from backends.sse import SSEEvent
 
     client = OpenAIClient("http://127.0.0.1:1/v1", model_name="m", tokenizer=tokenizer)
     eos = tokenizer.eos_token_id
     state = _StreamState()
     for content, ids, reason in ((" the", [260], None), (" of", [282], None), ("", [eos], "stop")):
-        state.handle(SSEEvent(json.dumps({"choices": [{"delta": {"content": content}, "token_ids": ids,
-                                                        "finish_reason": reason}]})), chat=True)
+        state.take([json.dumps({"choices": [{"delta": {"content": content}, "token_ids": ids,
+                                             "finish_reason": reason}]})], chat=True)
     done = state.request_done(client, 8)
     assert done.token_ids == [260, 282] and done.engine_stats["output_token_ids_source"] == "server"
+    # without the server's ids and without usage: the text re-tokenized at once (the count needs it)
     plain = _StreamState()
-    plain.handle(SSEEvent(json.dumps({"choices": [{"delta": {"content": " the of"}, "finish_reason": "length"}]})), chat=True)
+    plain.take([json.dumps({"choices": [{"delta": {"content": " the of"}, "finish_reason": "length"}]})], chat=True)
     done = plain.request_done(client, 8)
     assert done.engine_stats["output_token_ids_source"] == "retokenized"
-    assert done.token_ids == client.encode(" the of")
+    assert done.token_ids == client.encode(" the of") and done.token_ids_text is None
+    # with usage: the ids are left to count after the run, from the text
+    counted = _StreamState()
+    counted.take([json.dumps({"choices": [{"delta": {"content": " the of"}, "finish_reason": "length"}]}),
+                  json.dumps({"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": 3}})], chat=True)
+    done = counted.request_done(client, 8)
+    assert done.token_ids is None and done.token_ids_text == " the of"
+    assert done.engine_stats["output_tokens"] == 2

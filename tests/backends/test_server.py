@@ -24,7 +24,7 @@ from core.errors import ConfigError, ModelError
 from harness.reference_server import WORDS
 from harness.results import load_requests, load_summary
 from harness.runner import run_benchmark
-from reference_fixtures import chat_request, collect, run
+from reference_fixtures import chat_request, collect, reply_ids, run
 from workloads.prompts import PromptRenderer, chat_messages
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=6", "progress=false"]
@@ -181,7 +181,7 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
     finally:
         backend.close()
     for i, (chunks, done) in enumerate(results):
-        assert sum(done.chunk_tokens) == len(done.token_ids) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
+        assert sum(done.chunk_tokens) == len(reply_ids(done, backend.get_tokenizer())) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
         assert done.finish_reason == "length"
         assert done.engine_stats["output_tokens_source"] == ("retokenized" if dialect == "llamacpp" else "usage")
     assert gone(backend.server.pid)

@@ -100,3 +100,33 @@ def test_an_event_over_the_limit_raises():
     with pytest.raises(SSETooLarge):
         for _ in range(100):
             parser.feed(b"data: " + b"z" * 40 + b"\n")  # many data lines, never a blank one
+
+
+STREAMS = [
+    b'data: {"a":1}\n\ndata: {"b":2}\n\n: keepalive\n\ndata: x\ndata: y\n\n\n\ndata: [DONE]\n\n',
+    b"event: message\nid: 3\ndata: one\n\ndata:two\n\ndata\n\n:\n\nretry: 5\ndata: last",
+    'data: {"t": "h\u00e9llo \u20ac"}\n\ndata: {"t": "\u00e9"}\n\n'.encode() * 20,
+    b"data: a\r\n\r\ndata: b\n\ndata: c\r\rdata: d\n\n",
+    b"\n\n\ndata: after blank lines\n\n\n",
+]
+
+
+@pytest.mark.parametrize("stream", STREAMS, ids=range(len(STREAMS)))
+def test_feed_data_is_feed_for_any_split(stream):
+    import random
+
+    expected = datas(stream)
+    rng = random.Random(7)
+    for trial in range(300):
+        cuts = sorted(rng.sample(range(1, len(stream)), k=min(len(stream) - 1, rng.randint(0, 12))))
+        pieces = [stream[a:b] for a, b in zip([0] + cuts, cuts + [len(stream)])]
+        parser = SSEParser()
+        got = [d for piece in pieces for d in parser.feed_data(piece)] + [e.data for e in parser.close()]
+        assert got == expected, (trial, pieces)
+
+
+def test_feed_data_limits_a_one_line_event():
+    from backends.sse import SSETooLarge
+
+    with pytest.raises(SSETooLarge):
+        SSEParser(max_event_chars=1000).feed_data(b"data: " + b"z" * 2000 + b"\n\n")
