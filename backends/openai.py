@@ -42,6 +42,7 @@ from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone
 from backends.http1 import HTTPPool, Response
 from backends.sse import DEFAULT_MAX_EVENT_CHARS, SSEParser
 from core.errors import ConfigError, HarnessError
+from core.sequences import reconcile_counts
 from core.text import valid_text
 
 log = logging.getLogger("harness")
@@ -381,7 +382,7 @@ class _StreamState:
         total = sum(counts)
         if usage_tokens is None or total == usage_tokens or usage_tokens < n or total == 0:
             return counts, "retokenized"
-        return _scale_counts(counts, usage_tokens), "reconciled"
+        return reconcile_counts(counts, usage_tokens), "reconciled"
 
     def request_done(self, client: OpenAIClient, max_tokens: int) -> RequestDone:
         produced = "".join(self.produced)
@@ -427,21 +428,6 @@ class _StreamState:
         stats["chunk_tokens_source"] = how
         return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply),
                            chunk_tokens=counts, token_ids=token_ids, token_ids_text=token_ids_text)
-
-
-def _scale_counts(counts: list[int], total: int) -> list[int]:
-    """``counts`` scaled to sum to ``total`` (>= len(counts)), each at least 1, by largest remainder."""
-    spare = total - len(counts)  # what is shared out beyond the 1 each chunk keeps
-    weights = [c - 1 if c > 1 else 0 for c in counts]
-    weight_sum = sum(weights)
-    if weight_sum == 0:
-        weights, weight_sum = [1] * len(counts), len(counts)
-    shares = [spare * w / weight_sum for w in weights]
-    scaled = [1 + int(share) for share in shares]
-    left = total - sum(scaled)
-    for i in sorted(range(len(counts)), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:left]:
-        scaled[i] += 1
-    return scaled
 
 
 def _lenient_json(data: str) -> Any:

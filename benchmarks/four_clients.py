@@ -200,7 +200,11 @@ def run(argv: list[str], point: Point, name: str, env: Optional[dict] = None, of
         proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, cwd=point.work,
                               env={**os.environ, **offline_env, **(env or {})})
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} exited {proc.returncode}: {log.read_text()[-1500:]}")
+        kept = Path(tempfile.gettempdir()) / f"four-clients-{name}-failed-{int(time.time())}.log"
+        shutil.copy(log, kept)
+        lines = [line for line in log.read_text().splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if not line.startswith((" ", "\t"))), "")
+        raise RuntimeError(f"{name} exited {proc.returncode}: {last[:300]} (the whole log: {kept})")
 
 
 def harness_client(p: Point) -> list[Request]:

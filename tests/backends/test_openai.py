@@ -79,17 +79,6 @@ def test_multi_token_chunks_count_every_token(tmp_path, tokenizer):
     assert done.engine_stats["output_tokens"] == 10 and done.engine_stats["streamed_tokens"] == 10
 
 
-def test_chunk_counts_are_reconciled_with_usage():
-    """Text that re-tokenizes into more tokens than the server produced: the counts are scaled
-    to the server's usage, each chunk keeping at least one token."""
-    from backends.openai import _scale_counts
-
-    assert _scale_counts([3, 1, 1, 1], 4) == [1, 1, 1, 1]
-    assert _scale_counts([3, 1, 2, 2], 6) == [2, 1, 2, 1]
-    scaled = _scale_counts([5, 1, 3, 1, 1], 8)
-    assert sum(scaled) == 8 and min(scaled) >= 1 and scaled[0] >= scaled[2] >= scaled[1]
-
-
 def test_mlx_keepalive_comments_are_skipped(tmp_path, tokenizer):
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "mlx") as srv:
         chunks, done = run(collect(client_for(srv, tokenizer).stream(chat_request(0, 5), {"ignore_eos": True})))
