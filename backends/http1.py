@@ -450,10 +450,13 @@ class HTTPPool:
                 self._ssl = ssl.create_default_context()
             ssl_context = self._ssl
         connection = _Connection(self, origin)
-        await asyncio.wait_for(
-            self.loop.create_connection(lambda: connection, host.strip("[]"), port, ssl=ssl_context,
-                                        server_hostname=host.strip("[]") if ssl_context else None),
-            self.connect_timeout_s)
+        try:
+            await asyncio.wait_for(
+                self.loop.create_connection(lambda: connection, host.strip("[]"), port, ssl=ssl_context,
+                                            server_hostname=host.strip("[]") if ssl_context else None),
+                self.connect_timeout_s)
+        except asyncio.TimeoutError:  # the builtin one, on Python 3.10 too
+            raise TimeoutError(f"no connection to {host}:{port} within {self.connect_timeout_s:g} s") from None
         self._all.add(connection)
         return connection
 

@@ -227,6 +227,11 @@ def main() -> None:
         check_group_choices(sys.argv[1:])
     except HarnessError as exc:
         fail(str(exc))
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started as a background job of a script (`python -m harness … &`, as CI steps and
+        # batch scripts do): the shell made it ignore SIGINT, and Python keeps it ignored.
+        # SIGTERM and SIGHUP end a run along SIGINT's path, so they would be ignored too.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate_as_interrupt)
     try:

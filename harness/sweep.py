@@ -36,7 +36,8 @@ from core.errors import EngineFailed, HarnessError
 from harness import metric_registry as registry
 from harness.config import RunConfig, config_sha256
 from harness.results import (
-    COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary, is_run_dir, load_summary, write_json,
+    CLAIM, COMPLETE, FAILED, FINISHED, INTERRUPTED, REQUESTS_JSONL, SATURATED, SUMMARY, RunSummary, is_run_dir,
+    load_summary, write_json,
 )
 from harness.runner import RunOutcome, run_point
 from harness.session import SessionCache
@@ -188,6 +189,21 @@ def _finished_index(root: str) -> dict[str, dict[int, Path]]:
     return index
 
 
+def set_aside_unfinished(run_dir: Path) -> Optional[Path]:
+    """A sweep resumed into its own folders (``hydra.sweep.dir`` given again): the run a point
+    left there unfinished (interrupted, failed, killed) is renamed ``<name>.unfinished-<k>``,
+    kept whole, and the point runs again in its place. Returns where it went."""
+    run_dir = Path(run_dir)
+    if not any((run_dir / name).exists() for name in (REQUESTS_JSONL, SUMMARY, CLAIM)):
+        return None
+    k = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.unfinished-{k}")).exists():
+        k += 1
+    run_dir.rename(aside)
+    log.info("resume: the unfinished run in %s is kept as %s; the point runs again", run_dir, aside.name)
+    return aside
+
+
 # --- one point ----------------------------------------------------------------------------
 
 
@@ -219,6 +235,8 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
                 entry["run_dirs"].append(str(done[i]))
                 summaries.append(RunSummary.from_dict(load_summary(done[i])))
                 continue
+            if cfg.resume:
+                set_aside_unfinished(rep_dir)
             outcome = _run_once(cfg, rep_dir, run_dir if single else sweep_dir, sweep_dir if write_sweep else None, entry, i)
             summaries.append(outcome.summary)
             entry["run_dirs"].append(str(rep_dir))

@@ -119,9 +119,9 @@ def test_the_api_key_never_follows_a_redirect_to_another_origin(tmp_path, tiny_m
 # --- signals ------------------------------------------------------------------------------
 
 
-def _start_and_wait_for_rows(tmp_path, args, rows):
+def _start_and_wait_for_rows(tmp_path, args, rows, preexec_fn=None):
     proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
     deadline = time.time() + 120
     while time.time() < deadline:
         found = list(tmp_path.glob("*/requests.jsonl"))
@@ -139,11 +139,20 @@ def _gone(pid):
         return True
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_in_process_run_keeps_what_was_measured(tmp_path, sig):
+def _as_background_job():
+    """What a non-interactive shell does to `cmd &`: SIGINT ignored, inherited through exec."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig,started", [(signal.SIGINT, "foreground"), (signal.SIGTERM, "foreground"),
+                                         (signal.SIGHUP, "foreground"), (signal.SIGTERM, "background")])
+def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
+    """A background job of a script (CI steps, batch scripts) inherits SIGINT ignored: SIGTERM
+    must still end the run and keep what it measured."""
     args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
             "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
-    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3)
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3,
+                                             _as_background_job if started == "background" else None)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

@@ -158,3 +158,21 @@ def test_slo_search_needs_an_slo(tmp_path):
     proc = run_harness_cli(*FAST, "slo_search.enabled=true", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: slo_search needs an SLO: set slo.ttft_s, slo.tpot_s or slo.e2e_s"
+
+
+def test_resume_into_the_same_folders_runs_an_unfinished_point_again(tmp_path):
+    """hydra.sweep.dir given again (a requeued batch job): the interrupted point's run is kept
+    beside, renamed, and the point runs again in its own folder."""
+    args = ["-m", *FAST, "workload.concurrency=1,2", f"output_root={tmp_path}"]
+    assert run_harness_cli(*args, cwd=tmp_path).returncode == 0
+    first = sweep_dir(tmp_path)
+    killed = Path(read_sweep(tmp_path)["points"][1]["run_dirs"][0])
+    summary = json.loads((killed / "summary.json").read_text())
+    (killed / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))  # as SIGTERM leaves it
+    proc = run_harness_cli(*args, "resume=true", f"hydra.sweep.dir={first}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sweep = read_sweep(tmp_path)
+    assert [p["status"] for p in sweep["points"]] == ["skipped", "complete"]
+    assert load_summary(killed)["status"] == "complete"
+    aside = killed.with_name(killed.name + ".unfinished-1")
+    assert load_summary(aside)["status"] == "interrupted"  # nothing measured is lost
