@@ -233,7 +233,8 @@ def main() -> None:
         # SIGTERM and SIGHUP end a run along SIGINT's path, so they would be ignored too.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate_as_interrupt)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored on purpose: `nohup` ignores SIGHUP
+            signal.signal(sig, _terminate_as_interrupt)
     try:
         hydra_main()
     except KeyboardInterrupt:

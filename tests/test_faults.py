@@ -165,6 +165,21 @@ def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
     assert (run_dir / "report.html").exists()
 
 
+def test_a_run_under_nohup_outlives_a_hangup(tmp_path):
+    """nohup starts the harness with SIGHUP ignored: a closed terminal must not end the run
+    (SIGTERM still does)."""
+    args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
+            "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(2)
+    assert proc.poll() is None, "a hangup ended a run started under nohup"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert load_summary(run_dir)["status"] == "interrupted"
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, 130), (signal.SIGKILL, -9)])
 def test_server_run_stops_its_server(tmp_path, sig, code):
     """SIGKILL runs no clean-up in the harness: the server's watchdog stops it."""
