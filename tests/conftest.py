@@ -18,6 +18,15 @@ def make_config(*overrides: str):
     return compose_config("progress=false", *overrides)
 
 
+def as_foreground_job() -> None:
+    """A child's signals as a terminal's foreground job has them (a ``preexec_fn``), whatever
+    this test run inherited: a suite started under nohup passes SIGHUP ignored to every child."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def run_harness_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],

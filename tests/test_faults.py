@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from backends.openai import HTTPStatusError, OpenAIClient, check_server
-from conftest import make_config, run_harness_cli
+from conftest import as_foreground_job, make_config, run_harness_cli
 from core.errors import HarnessError
 from harness.reference_server import FAULTS
 from harness.results import load_requests, load_summary
@@ -121,7 +121,8 @@ def test_the_api_key_never_follows_a_redirect_to_another_origin(tmp_path, tiny_m
 
 def _start_and_wait_for_rows(tmp_path, args, rows, preexec_fn=None):
     proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=preexec_fn or as_foreground_job)
     deadline = time.time() + 120
     while time.time() < deadline:
         found = list(tmp_path.glob("*/requests.jsonl"))
@@ -141,6 +142,7 @@ def _gone(pid):
 
 def _as_background_job():
     """What a non-interactive shell does to `cmd &`: SIGINT ignored, inherited through exec."""
+    as_foreground_job()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -165,12 +167,17 @@ def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
     assert (run_dir / "report.html").exists()
 
 
+def _under_nohup():
+    as_foreground_job()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def test_a_run_under_nohup_outlives_a_hangup(tmp_path):
     """nohup starts the harness with SIGHUP ignored: a closed terminal must not end the run
     (SIGTERM still does)."""
     args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
             "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
-    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3, _under_nohup)
     proc.send_signal(signal.SIGHUP)
     time.sleep(2)
     assert proc.poll() is None, "a hangup ended a run started under nohup"

@@ -13,7 +13,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from conftest import make_config
+from conftest import as_foreground_job, make_config
 from core.errors import ConfigError
 from harness.loadgen import auto_workers, resolve_workers, slots
 from harness.pacing import pace_until
@@ -155,7 +155,7 @@ def test_a_signal_keeps_every_record_and_leaves_no_worker(tmp_path, sig):
     args = [*REF, "backend.itl_ms=20", *SYNTH, "workload.output_len=30", "workload.num_requests=300",
             "workload.concurrency=6", "client.workers=3", "progress=false", f"output_root={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
     deadline, run_dir = time.time() + 120, None
     while time.time() < deadline:
         found = list(tmp_path.glob("*/requests.jsonl"))
