@@ -174,7 +174,6 @@ class _Connection(asyncio.Protocol):
         self.origin = origin
         self.transport: Optional[asyncio.Transport] = None
         self.lost = False
-        self.served = 0  # responses begun on it: a reused connection may have been closed while idle
         self.received_any = False  # bytes of the current response
         self.response: Optional[Response] = None
         self._head = bytearray()
@@ -348,7 +347,6 @@ class _Connection(asyncio.Protocol):
 
     def send(self, request: bytes) -> Response:
         self.response = response = Response(self)
-        self.served += 1
         self.received_any = False
         self._head.clear()
         assert self.transport is not None

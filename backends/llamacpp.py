@@ -273,7 +273,6 @@ def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampl
     return chain
 
 
-
 @dataclass
 class _Sequence:
     """One request in a slot of the batched context."""

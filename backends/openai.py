@@ -538,8 +538,6 @@ FINISHED_GRACE_S = 2.0
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
-
-
 def client_limits(cfg: Any) -> dict[str, Any]:
     """The per-request limits of a backend config, as OpenAIClient keywords."""
     return {"idle_timeout_s": cfg.idle_timeout_s, "max_event_chars": int(cfg.max_event_mib * 2**20)}

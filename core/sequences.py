@@ -24,8 +24,10 @@ def reconcile_counts(counts: Sequence[int], total: int) -> list[int]:
     values whose mean is TPOT.
     """
     n = len(counts)
-    if n == 0 or (sum(counts) == total and min(counts) >= 0):
-        return [int(c) for c in counts] if type(counts[0]) is not int else list(counts)
+    if n == 0:
+        return []
+    if sum(counts) == total and min(counts) >= 0:
+        return list(counts) if type(counts[0]) is int else [int(c) for c in counts]
     counts = [max(0, int(c)) for c in counts]
     if total < 1 or sum(counts) == total:
         return counts

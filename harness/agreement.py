@@ -80,7 +80,6 @@ class Agreement:
         }
 
 
-
 def numerics(result: RunResult) -> tuple[Optional[str], Optional[str]]:
     """The run's dtype and quantization as its summary recorded them."""
     b = result.summary.backend

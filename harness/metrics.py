@@ -232,7 +232,8 @@ def build_record(
     chunk's gap over its tokens, the counts reconciled with n_out (:func:`reconcile_counts`);
     ITL per chunk is the chunks' own gaps.
     """
-    n_streamed = len(output_token_ids) if output_token_ids is not None else sum(n for _, n in chunks)
+    chunk_counts = [n for _, n in chunks]
+    n_streamed = len(output_token_ids) if output_token_ids is not None else sum(chunk_counts)
     n_out = n_streamed
     if error is None:
         error = _bad_count(engine_stats, "output_tokens") or _bad_count(engine_stats, "prompt_tokens")
@@ -247,7 +248,7 @@ def build_record(
         ttft_s = ttft(send_t, chunks[0][0])
         e2e_s = e2e_latency(send_t, chunks[-1][0])
         tpot_s = tpot(e2e_s, ttft_s, n_out)
-        counts = reconcile_counts([n for _, n in chunks], n_out)
+        counts = reconcile_counts(chunk_counts, n_out)
         itl_chunk = inter_chunk_latencies(chunks)
         if counts.count(1) == len(counts):  # a token a chunk (most engines): the same gaps
             itl = list(itl_chunk)

@@ -237,7 +237,6 @@ class RunWriter:
             gpu = gpu.astype({c: float for c in GPU_TABLE_COLUMNS[2:]})
             gpu[list(GPU_TABLE_COLUMNS)].to_parquet(self.run_dir / GPU, index=False)
 
-
     def _count_pending_ids(self) -> None:
         """Tokenize, in one batch, the replies whose ids were left to count after the run."""
         pending = [r for r in self.records if r.output_token_ids is None and r.ids_text is not None]
@@ -259,6 +258,11 @@ def write_json(path: Path, data: Any) -> None:
 CLAIM = ".claimed"
 
 
+def holds_run(run_dir: Path) -> bool:
+    """A run has begun in this folder: claimed, or with rows or a summary written."""
+    return any((Path(run_dir) / name).exists() for name in (REQUESTS_JSONL, SUMMARY, CLAIM))
+
+
 def check_run_dir_free(run_dir: Path) -> None:
     """Claim the run folder for this run, atomically: two runs started in the same second (or
     given the same ``hydra.run.dir``) must not write into one folder."""
@@ -266,7 +270,7 @@ def check_run_dir_free(run_dir: Path) -> None:
 
     run_dir = Path(run_dir)
     taken = f"{run_dir} already holds a run; start the new run again in a second, or give it another hydra.run.dir"
-    if (run_dir / REQUESTS_JSONL).exists() or (run_dir / SUMMARY).exists():
+    if holds_run(run_dir):
         raise HarnessError(taken)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:

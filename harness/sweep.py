@@ -36,8 +36,7 @@ from core.errors import EngineFailed, HarnessError
 from harness import metric_registry as registry
 from harness.config import RunConfig, config_sha256
 from harness.results import (
-    CLAIM, COMPLETE, FAILED, FINISHED, INTERRUPTED, REQUESTS_JSONL, SATURATED, SUMMARY, RunSummary, is_run_dir,
-    load_summary, write_json,
+    COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary, holds_run, is_run_dir, load_summary, write_json,
 )
 from harness.runner import RunOutcome, run_point
 from harness.session import SessionCache
@@ -194,7 +193,7 @@ def set_aside_unfinished(run_dir: Path) -> Optional[Path]:
     left there unfinished (interrupted, failed, killed) is renamed ``<name>.unfinished-<k>``,
     kept whole, and the point runs again in its place. Returns where it went."""
     run_dir = Path(run_dir)
-    if not any((run_dir / name).exists() for name in (REQUESTS_JSONL, SUMMARY, CLAIM)):
+    if not holds_run(run_dir):
         return None
     k = 1
     while (aside := run_dir.with_name(f"{run_dir.name}.unfinished-{k}")).exists():

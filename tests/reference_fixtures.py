@@ -9,6 +9,7 @@ from typing import Any, Iterator, Optional
 
 from backends.base import GenerationRequest, RequestDone, SamplingParams, TokenChunk
 from backends.server import ManagedServer, free_port
+from workloads.prompts import PromptRenderer
 
 
 @contextmanager
@@ -49,7 +50,7 @@ def reply_ids(done: RequestDone, tokenizer: Any) -> list[int]:
     run's writer does after the run, when the stream left them to count)."""
     if done.token_ids is not None:
         return list(done.token_ids)
-    return list(tokenizer(done.token_ids_text, add_special_tokens=False)["input_ids"])
+    return PromptRenderer(tokenizer).encode_batch([done.token_ids_text])[0]
 
 
 def run(coro: Any) -> Any:

@@ -28,6 +28,7 @@ import pytest
 from backends import RequestDone, TokenChunk, backend_registry, create_backend
 from backends.base import GenerationRequest, SamplingParams
 from backends.server import ServerBackend
+from reference_fixtures import reply_ids
 from workloads.prompts import PromptRenderer
 
 # SmolLM2 answers in 11 tokens ("The answer to this classic math problem is 4."), then <|im_end|>,
@@ -173,8 +174,7 @@ async def read(backend, req: GenerationRequest) -> Stream:
             assert isinstance(event, RequestDone)
             done = event if done is None else done
     if done is not None and done.token_ids is None and done.token_ids_text is not None:
-        # ids left to count after the run (an HTTP reply with usage): as the run's writer counts them
-        done.token_ids = PromptRenderer(backend.get_tokenizer()).encode_batch([done.token_ids_text])[0]
+        done.token_ids = reply_ids(done, backend.get_tokenizer())  # left to count after the run
     return Stream(send_t, chunks, done, after)
 
 

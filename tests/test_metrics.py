@@ -183,3 +183,7 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
     assert [list(ids) for ids in df.output_token_ids] == [tok(t, add_special_tokens=False)["input_ids"]
                                                          for t in df.output_text]
     assert all(len(ids) for ids in df.output_token_ids)
+
+
+def test_no_chunks_reconcile_to_none():
+    assert metrics.reconcile_counts([], 3) == [] and metrics.reconcile_counts([], 0) == []
