@@ -673,8 +673,6 @@ def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
 
 
 def _cdf_overlay(runs: Sequence[Run]):
-    import plotly.graph_objects as go
-
     panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
     fig = plots.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=380)
     drawn = False
@@ -684,7 +682,7 @@ def _cdf_overlay(runs: Sequence[Run]):
             if x.size == 0:
                 continue
             drawn = True
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line=dict(color=plots.color(i), shape="hv"), name=esc(run.label),
+            fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines", line=dict(color=plots.color(i), shape="hv"), name=esc(run.label),
                                      legendgroup=f"run{i}", showlegend=j == 1,
                                      hovertemplate=f"{esc(run.label)}<br>{label} %{{x:.1f}} ms, fraction ≤ %{{y:.3f}}<extra></extra>"), 1, j)
             fig.update_xaxes(title_text="ms", row=1, col=j)
@@ -714,8 +712,6 @@ def _point_label(run: Run) -> str:
 
 def _latency_vs_throughput(runs: Sequence[Run]):
     """y: TTFT p50 and TPOT p50; x: output tokens/s; one line per setup, points sorted by load."""
-    import plotly.graph_objects as go
-
     groups: dict[str, list[Run]] = {}
     for run in runs:
         if run.summary.stat("output_tokens_per_s") is not None and run.summary.stat("ttft_s", "p50") is not None:
@@ -731,7 +727,7 @@ def _latency_vs_throughput(runs: Sequence[Run]):
         texts = [esc(_point_label(m)) for m in members]
         for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
             y = [shown(m.summary, metric, "p50") for m in members]
-            fig.add_trace(go.Scatter(
+            fig.add_trace(plots.trace("scatter",
                 x=x, y=y, mode="lines+markers+text", text=texts, textposition="top center", name=esc(name),
                 legendgroup=f"g{i}", showlegend=j == 1, line=dict(color=plots.color(i)), marker=dict(size=9),
                 hovertext=[esc(f"{m.label} · {_point_label(m)}") for m in members],
@@ -752,8 +748,6 @@ def setup_names(firsts: Sequence[Run]) -> list[str]:
 
 
 def _throughput_bars(runs: Sequence[Run]):
-    import plotly.graph_objects as go
-
     labels = [esc(r.label) for r in runs]
     out_tps = [r.summary.stat("output_tokens_per_s") for r in runs]
     req_s = [r.summary.stat("requests_per_s") for r in runs]
@@ -761,9 +755,9 @@ def _throughput_bars(runs: Sequence[Run]):
         return None
     fig = plots.figure(1, 2, ["output tokens/s", "requests/s"], height=max(300, 120 + 36 * len(runs)))
     colors = [plots.color(i) for i in range(len(runs))]
-    fig.add_trace(go.Bar(y=labels, x=out_tps, orientation="h", marker_color=colors, showlegend=False,
+    fig.add_trace(plots.trace("bar", y=labels, x=out_tps, orientation="h", marker=dict(color=colors), showlegend=False,
                          hovertemplate="%{y}: %{x:.1f} tok/s<extra></extra>"), 1, 1)
-    fig.add_trace(go.Bar(y=labels, x=req_s, orientation="h", marker_color=colors, showlegend=False,
+    fig.add_trace(plots.trace("bar", y=labels, x=req_s, orientation="h", marker=dict(color=colors), showlegend=False,
                          hovertemplate="%{y}: %{x:.3f} req/s<extra></extra>"), 1, 2)
     fig.update_yaxes(autorange="reversed")
     fig.update_yaxes(showticklabels=False, row=1, col=2)
@@ -771,8 +765,6 @@ def _throughput_bars(runs: Sequence[Run]):
 
 
 def _per_turn(runs: Sequence[Run]):
-    import plotly.graph_objects as go
-
     chat = [(i, r) for i, r in enumerate(runs) if len(r.summary.per_turn) > 1]
     if not chat:
         return None
@@ -781,7 +773,7 @@ def _per_turn(runs: Sequence[Run]):
         turns = run.summary.per_turn
         y = [t.get("ttft_p50_s") * 1000 if plots.is_num(t.get("ttft_p50_s")) else None for t in turns]
         for j, x in enumerate(([t.get("turn") for t in turns], [t.get("prompt_tokens_mean") for t in turns]), start=1):
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=esc(run.label), legendgroup=f"run{i}", showlegend=j == 1,
+            fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines+markers", name=esc(run.label), legendgroup=f"run{i}", showlegend=j == 1,
                                      line=dict(color=plots.color(i))), 1, j)
     fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
     fig.update_xaxes(title_text="mean context length (prompt tokens)", row=1, col=2)
@@ -789,8 +781,6 @@ def _per_turn(runs: Sequence[Run]):
 
 
 def _differences_figure(diffs: Sequence[dict[str, Any]]):
-    import plotly.graph_objects as go
-
     usable = [r for r in diffs if r["change_pct"] is not None and r["ci_low_pct"] is not None]
     if not usable:
         return None
@@ -804,9 +794,9 @@ def _differences_figure(diffs: Sequence[dict[str, Any]]):
             sel = [r for r in rows if r["verdict"] == verdict]
             if not sel:
                 continue
-            fig.add_trace(go.Scatter(
+            fig.add_trace(plots.trace("scatter",
                 x=[r["change_pct"] for r in sel], y=[esc(r["run"]) for r in sel], mode="markers", name=verdict,
-                legendgroup=verdict, showlegend=not any(t.legendgroup == verdict for t in fig.data),
+                legendgroup=verdict, showlegend=not any(t.get("legendgroup") == verdict for t in fig.data),
                 marker=dict(color=colr, size=10),
                 error_x=dict(type="data", symmetric=False, array=[r["ci_high_pct"] - r["change_pct"] for r in sel],
                              arrayminus=[r["change_pct"] - r["ci_low_pct"] for r in sel], color=colr, thickness=2),

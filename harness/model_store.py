@@ -16,15 +16,13 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from core.errors import ModelError
 from core.model import ModelFiles, cache_root

@@ -20,7 +20,6 @@ PALETTE = (
     "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
 )
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
-TEMPLATE = "harness"  # plotly_white's look, for the trace types the pages draw (see _template)
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0; color: #1f2933; background: #f7f8fa; }
@@ -135,44 +134,160 @@ def nice_bin(span: float, target_bins: int = 60) -> float:
 # --- plotly -------------------------------------------------------------------------------
 
 
-def _template() -> str:
-    """Registers (once) and names the pages' template: plotly_white's layout, and its defaults
-    for the trace types the pages use only. plotly copies and checks a figure's whole template
-    when it is set; plotly_white's defaults for 24 trace types made that ~20 ms a figure, two
-    thirds of a report's build time, and a sweep writes two pages after every point."""
-    import plotly.io as pio
+_TEMPLATE: Optional[dict[str, Any]] = None
 
-    if TEMPLATE not in pio.templates:
+
+def template() -> dict[str, Any]:
+    """The pages' template as JSON: plotly_white's layout, and its defaults for the trace types
+    the pages draw only (its defaults for 24 trace types would be written into every figure)."""
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        import plotly.io as pio
+
         white = pio.templates["plotly_white"].to_plotly_json()
-        data = {kind: white["data"][kind] for kind in ("scatter", "bar", "histogram", "box") if kind in white["data"]}
-        pio.templates[TEMPLATE] = {"layout": white["layout"], "data": data}
-    return TEMPLATE
+        data = {kind: white["data"][kind] for kind in TRACE_TYPES if kind in white["data"]}
+        _TEMPLATE = {"layout": white["layout"], "data": data}
+    return _TEMPLATE
 
 
-def figure(rows: int = 1, cols: int = 1, titles: Optional[Sequence[str]] = None, height: int = 360, **kwargs):
-    """A plotly figure with the common look; subplots when rows × cols > 1."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    blank = go.Figure(layout={"template": _template()})  # plotly's default template is never applied
-    if rows * cols > 1 or titles or kwargs:
-        fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles or []), figure=blank, **kwargs)
-    else:
-        fig = blank
-    fig.update_layout(
-        height=height, margin=dict(l=60, r=20, t=50, b=50),
-        legend=dict(orientation="h", yanchor="bottom", y=1.06, xanchor="left", x=0),
-        hoverlabel=dict(align="left"),
-    )
-    return fig
+TRACE_TYPES = ("scatter", "bar", "histogram", "box")
 
 
-def figure_div(fig, div_id: str) -> str:
+def trace(kind: str, **props: Any) -> dict[str, Any]:
+    """A plotly trace as JSON, e.g. ``trace("scatter", x=…, y=…, mode="lines")``; nested
+    properties are dicts (``marker=dict(color=…)``)."""
+    assert kind in TRACE_TYPES, kind
+    return {"type": kind, **props}
+
+
+def _deep_update(target: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _deep_update(target[key], value)
+        else:
+            target[key] = value
+
+
+def _axis_props(props: dict[str, Any]) -> dict[str, Any]:
+    """``title_text`` (plotly's shorthand, the only one the pages use) as ``title.text``."""
+    if "title_text" in props:
+        props = dict(props)
+        props["title"] = {"text": props.pop("title_text")}
+    return props
+
+
+class Figure:
+    """A plotly figure kept as plain JSON (``data``: traces, ``layout``), with the few calls of
+    plotly's Figure the pages use: subplots in a grid, traces added to a cell, axes updated by
+    cell, vertical lines. Written with ``validate=False``: plotly.graph_objects checked every
+    property on each call, which was most of a page's build time (0.7 s of pages per sweep point).
+
+    Cells are numbered row by row from the top left, as make_subplots does: cell k has axes
+    ``x{k}`` and ``y{k}`` (k = 1 has ``x`` and ``y``); a figure with a secondary y axis has one
+    cell, whose second y axis is ``y2``.
+    """
+
+    def __init__(self, rows: int = 1, cols: int = 1, titles: Sequence[str] = (), height: int = 360,
+                 shared_xaxes: bool = False, shared_yaxes: bool = False, secondary_y: bool = False,
+                 horizontal_spacing: Optional[float] = None, vertical_spacing: Optional[float] = None):
+        self.rows, self.cols, self.secondary_y = rows, cols, secondary_y
+        self.data: list[dict[str, Any]] = []
+        self.layout: dict[str, Any] = {
+            "template": template(), "height": height, "margin": dict(l=60, r=20, t=50, b=50),
+            "legend": dict(orientation="h", yanchor="bottom", y=1.06, xanchor="left", x=0),
+            "hoverlabel": dict(align="left"),
+        }
+        if secondary_y:
+            assert rows == cols == 1, "a secondary y axis only on a one-cell figure"
+            self.layout.update(xaxis={"anchor": "y", "domain": [0.0, 0.94]}, yaxis={"anchor": "x", "domain": [0.0, 1.0]},
+                               yaxis2={"anchor": "x", "overlaying": "y", "side": "right"})
+            return
+        if rows * cols == 1 and not titles:
+            return
+        h = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
+        v = 0.3 / rows if vertical_spacing is None else vertical_spacing
+        width, height_frac = (1 - h * (cols - 1)) / cols, (1 - v * (rows - 1)) / rows
+        annotations = []
+        for r in range(1, rows + 1):
+            for c in range(1, cols + 1):
+                k = self._cell(r, c)
+                x0 = (c - 1) * (width + h)
+                y1 = 1 - (r - 1) * (height_frac + v)
+                xaxis = {"anchor": f"y{k or ''}", "domain": [x0, x0 + width]}
+                yaxis = {"anchor": f"x{k or ''}", "domain": [y1 - height_frac, y1]}
+                if shared_xaxes and r < rows:  # every column's x axes follow its bottom one
+                    xaxis.update(matches=f"x{self._cell(rows, c) or ''}", showticklabels=False)
+                if shared_yaxes and c > 1:  # every row's y axes follow its first one
+                    yaxis.update(matches=f"y{self._cell(r, 1) or ''}", showticklabels=False)
+                self.layout[f"xaxis{k or ''}"], self.layout[f"yaxis{k or ''}"] = xaxis, yaxis
+                i = (r - 1) * cols + (c - 1)
+                if i < len(titles):
+                    annotations.append({"font": {"size": 16}, "showarrow": False, "text": titles[i],
+                                        "x": x0 + width / 2, "xanchor": "center", "xref": "paper",
+                                        "y": y1, "yanchor": "bottom", "yref": "paper"})
+        if annotations:
+            self.layout["annotations"] = annotations
+
+    def _cell(self, row: int, col: int) -> int:
+        """The cell's axis number; 0 for the first (whose axes are ``x`` and ``y``)."""
+        k = (row - 1) * self.cols + col
+        return 0 if k == 1 else k
+
+    def _cells(self, row: Optional[int], col: Optional[int]) -> list[int]:
+        return [self._cell(r, c) for r in range(1, self.rows + 1) for c in range(1, self.cols + 1)
+                if (row is None or r == row) and (col is None or c == col)]
+
+    def add_trace(self, trace: dict[str, Any], row: Optional[int] = None, col: Optional[int] = None,
+                  secondary_y: bool = False) -> None:
+        if secondary_y:
+            trace = {**trace, "yaxis": "y2"}
+        elif row is not None and col is not None:
+            k = self._cell(row, col) or ""
+            trace = {**trace, "xaxis": f"x{k}", "yaxis": f"y{k}"}
+        self.data.append(trace)
+
+    def update_layout(self, **props: Any) -> None:
+        _deep_update(self.layout, props)
+
+    def update_xaxes(self, row: Optional[int] = None, col: Optional[int] = None, **props: Any) -> None:
+        for k in self._cells(row, col):
+            _deep_update(self.layout.setdefault(f"xaxis{k or ''}", {}), _axis_props(props))
+
+    def update_yaxes(self, row: Optional[int] = None, col: Optional[int] = None,
+                     secondary_y: Optional[bool] = None, **props: Any) -> None:
+        names = [f"yaxis{k or ''}" for k in self._cells(row, col)]
+        if self.secondary_y:
+            names = {None: ["yaxis", "yaxis2"], False: ["yaxis"], True: ["yaxis2"]}[secondary_y]
+        for name in names:
+            _deep_update(self.layout.setdefault(name, {}), _axis_props(props))
+
+    def add_vline(self, x: float, line: Optional[dict[str, Any]] = None, row: Optional[int] = None,
+                  col: Optional[int] = None, annotation_text: Optional[str] = None) -> None:
+        """A vertical line across the cell (or every cell), with a label at its top right."""
+        for k in self._cells(row, col):
+            xref, yref = f"x{k or ''}", f"y{k or ''} domain"
+            self.layout.setdefault("shapes", []).append(
+                {"type": "line", "x0": x, "x1": x, "xref": xref, "y0": 0, "y1": 1, "yref": yref, "line": line or {}})
+            if annotation_text:
+                self.layout.setdefault("annotations", []).append(
+                    {"showarrow": False, "text": annotation_text, "x": x, "xanchor": "left", "xref": xref,
+                     "y": 1, "yanchor": "top", "yref": yref})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"data": self.data, "layout": self.layout}
+
+
+def figure(rows: int = 1, cols: int = 1, titles: Optional[Sequence[str]] = None, height: int = 360, **kwargs: Any) -> Figure:
+    """A figure with the pages' look; subplots when rows × cols > 1 (see :class:`Figure`)."""
+    return Figure(rows, cols, titles or (), height, **kwargs)
+
+
+def figure_div(fig: Figure, div_id: str) -> str:
     """The figure as a ``<div>`` plus its ``Plotly.newPlot`` script; plotly.js is not included."""
     import plotly.io as pio
 
-    div = pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id, config=PLOT_CONFIG,
-                      default_height=f"{fig.layout.height or 360}px")
+    div = pio.to_html(fig.to_dict(), include_plotlyjs=False, full_html=False, div_id=div_id, config=PLOT_CONFIG,
+                      default_height=f"{fig.layout.get('height') or 360}px", validate=False)
     return f'<div class="figure" data-plot="{esc(div_id)}">{div}</div>'
 
 

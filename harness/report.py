@@ -288,12 +288,10 @@ def _latency_cdfs(run: RunResult):
     data = {k: run.values(k) for k, _ in panels}
     if not any(v.size for v in data.values()):
         return None
-    import plotly.graph_objects as go
-
     fig = plots.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=340)
     for i, (key, label) in enumerate(panels, start=1):
         x, y = plots.cdf_points(data[key] * 1000)
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line=dict(color=plots.color(i - 1), shape="hv"), name=label,
+        fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines", line=dict(color=plots.color(i - 1), shape="hv"), name=label,
                                  hovertemplate=f"{label} %{{x:.1f}} ms<br>fraction ≤ %{{y:.3f}}<extra></extra>"), 1, i)
         fig.update_xaxes(title_text="ms", row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
@@ -307,10 +305,8 @@ def _itl_figure(run: RunResult):
     gaps = run.values("itl_s")
     if gaps.size == 0:
         return None
-    import plotly.graph_objects as go
-
     fig = plots.figure(1, 2, ["ITL histogram (ms)", "ITL by position in the output (ms)"], height=340)
-    fig.add_trace(go.Histogram(x=gaps * 1000, nbinsx=60, marker_color=plots.color(0), name="ITL",
+    fig.add_trace(plots.trace("histogram", x=gaps * 1000, nbinsx=60, marker=dict(color=plots.color(0)), name="ITL",
                                hovertemplate="%{x} ms: %{y} gaps<extra></extra>"), 1, 1)
     fig.update_xaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="token gaps", row=1, col=1)
@@ -324,8 +320,8 @@ def _itl_figure(run: RunResult):
         warnings.simplefilter("ignore", RuntimeWarning)  # positions no request reached
         p50 = np.nanpercentile(padded, 50, axis=0) * 1000
         p90 = np.nanpercentile(padded, 90, axis=0) * 1000
-    fig.add_trace(go.Scatter(x=pos, y=p50, mode="lines", name="p50", line=dict(color=plots.color(0))), 1, 2)
-    fig.add_trace(go.Scatter(x=pos, y=p90, mode="lines", name="p90", line=dict(color=plots.color(1), dash="dot")), 1, 2)
+    fig.add_trace(plots.trace("scatter", x=pos, y=p50, mode="lines", name="p50", line=dict(color=plots.color(0))), 1, 2)
+    fig.add_trace(plots.trace("scatter", x=pos, y=p90, mode="lines", name="p90", line=dict(color=plots.color(1), dash="dot")), 1, 2)
     fig.update_xaxes(title_text="output token", row=1, col=2)
     return ("itl", "Inter-token latency", fig,
             "Gaps between consecutive output tokens, pooled over all requests (token-weighted); right: median and p90 of the gap before each output token.")
@@ -335,8 +331,6 @@ def _timeline(run: RunResult):
     df = run.requests
     if df.empty or df["start_s"].isna().all():
         return None
-    import plotly.graph_objects as go
-
     df = df.sort_values(["start_s", "request_id"]).reset_index(drop=True)
     ok_mask = df["error"].isna() | (df["error"].astype(str) == "")
     start = pd.to_numeric(df["start_s"], errors="coerce").to_numpy(float)
@@ -368,14 +362,14 @@ def _timeline(run: RunResult):
             continue
         hover = dict(hovertext=errors[mask], hovertemplate=template.replace("<extra>", "<br>%{hovertext}<extra>")) \
             if key == "failed" else dict(hovertemplate=template)
-        fig.add_trace(go.Bar(
+        fig.add_trace(plots.trace("bar",
             y=y[mask], x=np.maximum(width[mask], 0), base=base[mask], orientation="h", name=label,
             marker=dict(color=PHASE_COLORS[key], line=dict(width=0)), customdata=custom[mask], **hover,
         ))
     sched = pd.to_numeric(df["scheduled_s"], errors="coerce").to_numpy(float)
     if np.isfinite(sched).any():
         m = np.isfinite(sched)
-        fig.add_trace(go.Scatter(x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
+        fig.add_trace(plots.trace("scatter", x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
                                  marker=dict(symbol="line-ns-open", size=6, color="#52606d"), hoverinfo="skip"))
     fig.update_layout(barmode="overlay", bargap=0.15)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
@@ -401,8 +395,6 @@ def _throughput_over_time(run: RunResult):
     times = token_times(ok) if not ok.empty else np.empty(0)
     if times.size == 0:
         return None
-    import plotly.graph_objects as go
-
     span = max(float(times.max()), 1e-3)
     width = max(plots.nice_bin(span), 0.01)
     edges = np.arange(0, span + width, width)
@@ -410,12 +402,12 @@ def _throughput_over_time(run: RunResult):
         edges = np.array([0.0, width])
     counts, _ = np.histogram(times, bins=edges)
     mids = (edges[:-1] + edges[1:]) / 2
-    fig = plots.figure(height=340, specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
-                         marker_color=plots.color(0), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
+    fig = plots.figure(height=340, secondary_y=True)
+    fig.add_trace(plots.trace("bar", x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
+                         marker=dict(color=plots.color(0)), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
     inflight = mean_in_flight(run.requests, edges)
     if inflight is not None:
-        fig.add_trace(go.Scatter(x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=plots.color(1)),
+        fig.add_trace(plots.trace("scatter", x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=plots.color(1)),
                                  name="requests in flight (mean per bin)",
                                  hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>"), secondary_y=True)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
@@ -442,18 +434,16 @@ def _memory_over_time(run: RunResult):
     mem = run.memory
     if mem is None or mem.empty or "t_s" not in mem:
         return None
-    import plotly.graph_objects as go
-
     fig = plots.figure(height=320)
     t = pd.to_numeric(mem["t_s"], errors="coerce")
-    fig.add_trace(go.Scatter(x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
+    fig.add_trace(plots.trace("scatter", x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
                              name="RSS (MiB)", line=dict(color=plots.color(0))))
     gpu = pd.to_numeric(mem.get("gpu_used_bytes"), errors="coerce") if "gpu_used_bytes" in mem else None
     if gpu is not None and gpu.notna().any():  # runs from before gpu.parquet
-        fig.add_trace(go.Scatter(x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=plots.color(2))))
+        fig.add_trace(plots.trace("scatter", x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=plots.color(2))))
     for i, (name, gt, values) in enumerate(gpu_memory_series(run.gpu)):
-        fig.add_trace(go.Scatter(x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=plots.color(2 + i))))
-    fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), annotation_text="measured phase", annotation_position="top right")
+        fig.add_trace(plots.trace("scatter", x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=plots.color(2 + i))))
+    fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), annotation_text="measured phase")
     fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up")
     fig.update_yaxes(title_text="MiB", rangemode="tozero")
     return ("memory", "Memory over time", fig,
@@ -479,8 +469,6 @@ def _gpu_over_time(run: RunResult):
     gpu = run.gpu
     if gpu is None or gpu.empty or not gpu[["util_pct", "power_w"]].notna().any().any():
         return None
-    import plotly.graph_objects as go
-
     fig = plots.figure(2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12)
     names = {d.get("index"): d.get("name") for d in (run.summary.gpu or {}).get("devices") or []}
     for i, (device, rows) in enumerate(gpu.sort_values("t_s").groupby("device")):
@@ -489,7 +477,7 @@ def _gpu_over_time(run: RunResult):
         for row, key, unit in ((1, "util_pct", "%"), (2, "power_w", "W")):
             values = pd.to_numeric(rows[key], errors="coerce")
             if values.notna().any():
-                fig.add_trace(go.Scatter(x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
+                fig.add_trace(plots.trace("scatter", x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
                                          showlegend=not drawn, line=dict(color=plots.color(i)),
                                          hovertemplate=f"{label}: %{{y:.1f}} {unit} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
                 drawn = True
@@ -510,21 +498,19 @@ def _chat_figures(run: RunResult):
     ok = run.completed
     if ok.empty or pd.to_numeric(ok["turn"], errors="coerce").max() < 1:
         return None
-    import plotly.graph_objects as go
-
     ok = ok[pd.to_numeric(ok["ttft_s"], errors="coerce").notna()]
     fig = plots.figure(1, 2, ["TTFT by turn (ms)", "TTFT against context length (ms)"], height=360)
     turns = sorted(int(t) for t in ok["turn"].unique())
     for i, turn in enumerate(turns):
         rows = ok[ok["turn"] == turn]
         ttft_ms = rows["ttft_s"].astype(float) * 1000
-        fig.add_trace(go.Box(x=[turn] * len(rows), y=ttft_ms, name=f"turn {turn}", marker_color=plots.color(i),
+        fig.add_trace(plots.trace("box", x=[turn] * len(rows), y=ttft_ms, name=f"turn {turn}", marker=dict(color=plots.color(i)),
                              boxpoints="all", jitter=0.3, pointpos=0, showlegend=False), 1, 1)
-        fig.add_trace(go.Scatter(x=rows["prompt_tokens"], y=ttft_ms, mode="markers", name=f"turn {turn}",
+        fig.add_trace(plots.trace("scatter", x=rows["prompt_tokens"], y=ttft_ms, mode="markers", name=f"turn {turn}",
                                  marker=dict(color=plots.color(i), size=7),
                                  hovertemplate="%{x} context tokens: TTFT %{y:.1f} ms<extra>turn " + str(turn) + "</extra>"), 1, 2)
     med = ok.groupby("turn")["ttft_s"].median() * 1000
-    fig.add_trace(go.Scatter(x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")), 1, 1)
+    fig.add_trace(plots.trace("scatter", x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")), 1, 1)
     fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
     fig.update_xaxes(title_text="context length (prompt tokens)", row=1, col=2)
     return ("ttft-turn", "Chat: TTFT against turn and context length", fig,

@@ -99,7 +99,7 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
 def test_latency_throughput_joins_a_sweep_in_order_of_load(runs):
     loaded = compare.load_runs([runs / "static-c4", runs / "serial-c2", runs / "static-c2"])
     _, _, fig, _ = compare._latency_vs_throughput(loaded)
-    lines = {(t.name, t.xaxis): list(t.text) for t in fig.data}
+    lines = {(t["name"], t["xaxis"]): list(t["text"]) for t in fig.data}
     assert lines[("transformers static", "x")] == ["c=2", "c=4"]  # one line through the sweep, sorted
     assert lines[("transformers serial", "x")] == ["c=2"]
     assert len(fig.data) == 4  # two setups × (TTFT, TPOT)

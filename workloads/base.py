@@ -16,6 +16,10 @@ from core.errors import ConfigError
 
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
 
+# A warm-up request only has to run the engine's paths once (prefill, a few decode steps):
+# its output is capped, whatever the workload's output_len.
+WARMUP_OUTPUT_TOKENS = 16
+
 
 @dataclass
 class WorkloadConfig:
@@ -35,7 +39,7 @@ class WorkloadConfig:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    warmup_requests: int = 1
+    warmup_requests: int = 1  # each with at most WARMUP_OUTPUT_TOKENS output tokens
     # Closed loop: at least this many sessions per unit of concurrency (a sweep over
     # concurrency then runs each point for as many rounds); null: the count as configured.
     min_rounds: Optional[int] = None

@@ -13,6 +13,7 @@ from typing import Optional
 from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.base import (
+    WARMUP_OUTPUT_TOKENS,
     SessionSpec,
     TurnSpec,
     Workload,
@@ -80,11 +81,13 @@ class ChatWorkload(Workload):
             background = corpus.text(corpus.random_start(system_rng), cfg.system_prompt_len)
             system = "You are a helpful reading assistant. Background text:\n\n" + background
 
-        def sessions(rng, n_sessions: int, n_turns: int, first_id: int) -> list[SessionSpec]:
+        def sessions(rng, n_sessions: int, n_turns: int, first_id: int, max_output: Optional[int] = None) -> list[SessionSpec]:
             made = []
             for s in range(n_sessions):
                 user_lens = sample_lengths(rng, n_turns, cfg.user_len, cfg.user_len_dist, cfg.user_len_spread)
                 out_lens = sample_lengths(rng, n_turns, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
+                if max_output is not None:
+                    out_lens = [min(o, max_output) for o in out_lens]
                 turns = []
                 for t, (n_user, n_out) in enumerate(zip(user_lens, out_lens)):
                     instruction = INSTRUCTIONS[int(rng.integers(len(INSTRUCTIONS)))]
@@ -94,5 +97,5 @@ class ChatWorkload(Workload):
             return made
 
         measured = sessions(text_rng, session_count(cfg, cfg.sessions), cfg.turns, 0)
-        warmup = sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests)
+        warmup = sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)

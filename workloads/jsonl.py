@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.base import SessionSpec, TurnSpec, Workload, WorkloadPlan, seeded_streams
+from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, seeded_streams
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     DataConfig,
@@ -109,6 +109,6 @@ class JsonlWorkload(Workload):
                 stamps.append(float(stamp))
         if not sessions:
             raise none_left(cfg, path, considered)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, 16))
+        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
         arrivals = timestamps_to_arrivals(stamps, cfg.time_scale) if timed else None
         return data_plan(cfg, sessions, warmup, arrival_rng, seed, source_info(cfg, path, "jsonl", len(records)), arrivals)

@@ -25,6 +25,7 @@ from core.errors import ConfigError
 from core.sequences import common_prefix
 from workloads import workload_registry
 from workloads.base import (
+    WARMUP_OUTPUT_TOKENS,
     SessionSpec,
     TurnSpec,
     Workload,
@@ -106,7 +107,7 @@ class SharedPrefixWorkload(Workload):
             s.turns[0].prompt_token_ids = renderer.render(_messages(s.system, [s.turns[0].user]))
         if cfg.turns == 1 and "theoretical_cache_hit" not in info:
             info["theoretical_cache_hit"] = round(theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, 16))
+        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
         plan = make_plan(cfg, sessions, warmup, arrival_rng, seed)
         plan.info = info
         return plan

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.base import SessionSpec, TurnSpec, Workload, WorkloadPlan, _positive, seeded_streams
+from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, _positive, seeded_streams
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     OUTPUT_LEN_SOURCES,
@@ -111,7 +111,7 @@ class ShareGPTWorkload(Workload):
                 sessions.append(session)
         if not sessions:
             raise none_left(cfg, path, considered)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, 16))
+        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
         fmt = "sharegpt-" + ("multi-turn" if cfg.multi_turn else "single-turn")
         return data_plan(cfg, sessions, warmup, arrival_rng, seed, source_info(cfg, path, fmt, len(records)))
 

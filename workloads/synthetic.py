@@ -5,10 +5,12 @@ Input lengths are counted after the chat template is applied (the tokens the eng
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.base import (
+    WARMUP_OUTPUT_TOKENS,
     SessionSpec,
     TurnSpec,
     Workload,
@@ -58,9 +60,11 @@ class SyntheticWorkload(Workload):
                 f"{minimum - 1} tokens; use at least {minimum}"
             )
 
-        def sessions(rng, n: int, first_id: int) -> list[SessionSpec]:
+        def sessions(rng, n: int, first_id: int, max_output: Optional[int] = None) -> list[SessionSpec]:
             inputs = sample_lengths(rng, n, cfg.input_len, cfg.input_len_dist, cfg.input_len_spread, minimum)
             outputs = sample_lengths(rng, n, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
+            if max_output is not None:
+                outputs = [min(o, max_output) for o in outputs]
             made = []
             for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
                 text, ids = renderer.fit_text(corpus, rng, n_in, user_only)
@@ -68,5 +72,5 @@ class SyntheticWorkload(Workload):
             return made
 
         measured = sessions(text_rng, session_count(cfg, cfg.num_requests), 0)
-        warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests)
+        warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)

@@ -26,7 +26,7 @@ import numpy as np
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.base import SessionSpec, TurnSpec, Workload, WorkloadPlan, seeded_streams
+from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, seeded_streams
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     DataConfig,
@@ -189,7 +189,7 @@ class TraceWorkload(Workload):
             stamps.append(req.timestamp_s)
         if not sessions:
             raise none_left(cfg, path, considered)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, 16))
+        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
         source = source_info(cfg, path, cfg.format, len(requests))
         plan = data_plan(cfg, sessions, warmup, arrival_rng, seed, source, timestamps_to_arrivals(stamps, cfg.time_scale))
         # what the trace's sharing would give an unbounded cache, beside the engine's measured share

@@ -4,6 +4,7 @@ import pytest
 
 from core.errors import ConfigError
 from workloads import workload_registry
+from workloads.base import WARMUP_OUTPUT_TOKENS
 from workloads.corpus import TokenizedCorpus
 from workloads.prompts import PromptRenderer, chat_messages
 
@@ -70,3 +71,9 @@ def test_warmup_is_separate_from_measured_requests(parts):
     assert len(plan.warmup) == 2 and plan.num_requests == 3
     measured = {s.turns[0].user for s in plan.sessions}
     assert not measured & {s.turns[0].user for s in plan.warmup}
+
+
+def test_warmup_output_is_capped_and_measured_output_is_not(parts):
+    plan = build(parts, num_requests=2, output_len=300, warmup_requests=1)
+    assert [s.turns[0].output_len for s in plan.warmup] == [WARMUP_OUTPUT_TOKENS]
+    assert [s.turns[0].output_len for s in plan.sessions] == [300, 300]
