@@ -8,6 +8,7 @@ plotly, which writes ``<``, ``>`` and ``/`` as JSON escapes, so nothing can clos
 """
 from __future__ import annotations
 
+import base64
 import html
 import math
 from typing import Any, Iterable, Optional, Sequence
@@ -274,7 +275,37 @@ class Figure:
                      "y": 1, "yanchor": "top", "yref": yref})
 
     def to_dict(self) -> dict[str, Any]:
-        return {"data": self.data, "layout": self.layout}
+        return {"data": [_binary_arrays(t) for t in self.data], "layout": self.layout}
+
+
+# plotly.js's typed arrays: numbers as base64 bytes, about a third the size of JSON lists
+_TYPED = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4",
+          "float32": "f4", "float64": "f8"}
+
+
+def _typed_array(value: Any) -> Any:
+    """A numeric numpy array, pandas Series or Index as a plotly.js typed array spec
+    (``{"dtype", "bdata"[, "shape"]}``); anything else unchanged. int64 becomes int32 when it fits."""
+    if isinstance(value, (pd.Series, pd.Index)):
+        value = value.to_numpy()
+    if not isinstance(value, np.ndarray) or value.size == 0:
+        return value
+    if value.dtype == np.int64:
+        info = np.iinfo(np.int32)
+        value = value.astype(np.int32) if info.min <= value.min() and value.max() <= info.max else value.astype(np.float64)
+    code = _TYPED.get(str(value.dtype))
+    if code is None:
+        return value
+    spec = {"dtype": code, "bdata": base64.b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii")}
+    if value.ndim > 1:
+        spec["shape"] = ", ".join(str(n) for n in value.shape)
+    return spec
+
+
+def _binary_arrays(trace: dict[str, Any]) -> dict[str, Any]:
+    """The trace with its numeric arrays (and those one level down, e.g. marker.color) as typed arrays."""
+    return {k: {kk: _typed_array(vv) for kk, vv in v.items()} if isinstance(v, dict) else _typed_array(v)
+            for k, v in trace.items()}
 
 
 def figure(rows: int = 1, cols: int = 1, titles: Optional[Sequence[str]] = None, height: int = 360, **kwargs: Any) -> Figure:
