@@ -153,6 +153,12 @@ class Backend(ABC):
         process of the engine's own. In-process engines override it; servers import nothing here.
         """
 
+    def begin_load(self) -> bool:
+        """Start loading without waiting, where the engine loads in a process of its own (a
+        server): it loads while the harness reads the tokenizer. True if it began; ``load``
+        then finishes it. In-process engines load in ``load`` alone."""
+        return False
+
     @abstractmethod
     def load(self) -> None:
         """Load the model into the engine (may take long; not timed as part of a request)."""

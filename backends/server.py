@@ -509,35 +509,57 @@ class ServerBackend(HTTPBackend):
         self.registry_name = config.name
         self.server: Optional[ManagedServer] = None
         self._version = "unknown"
+        self._log_path: Optional[Path] = None  # set at the first launch, kept for a relaunch
+        self._files_dir: Optional[Path] = None
+        self._values: dict[str, Any] = {}  # the placeholders of the current launch
+
+    def begin_load(self) -> bool:
+        """Launch the server and return at once: it loads while the harness reads the tokenizer
+        and builds the workload. ``load`` then waits for it to be healthy."""
+        if self.server is None:
+            self._launch(attempt=0)
+        return True
+
+    def _launch(self, attempt: int) -> None:
+        cfg, preset = self.config, self.preset
+        if self._log_path is None:
+            run_dir = Path(self.run_dir) if self.run_dir else Path(tempfile.mkdtemp(prefix="harness-server-"))
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._log_path = run_dir / "server.log"
+            self._files_dir = self._write_files(run_dir / FILES_DIR) if preset.files else None
+            self._version = self._probe_version()
+        port, note = choose_port(cfg.port if attempt == 0 else 0)
+        if note:
+            log.warning("%s", note)
+        self._values = placeholder_values(cfg, self.model, port, files_dir=self._files_dir)
+        argv = server_argv(cfg, preset, self.model, port, values=self._values)
+        env = {key: fill_placeholders([value], self._values)[0] for key, value in preset.env.items()}
+        self.server = ManagedServer(
+            argv, port=port, log_path=self._log_path, env=env, health_path=preset.health_path,
+            name=self.engine_name, stop_grace_s=preset.stop_grace_s,
+            cleanup_commands=[fill_placeholders(c, self._values) for c in preset.cleanup_commands],
+        )
+        log.info("starting the %s server on %s (log: %s)", self.engine_name, self.server.url_root, self._log_path)
+        self.server.start(notes=(note,) if note else ())
 
     def load(self) -> None:
         cfg, preset = self.config, self.preset
-        run_dir = Path(self.run_dir) if self.run_dir else Path(tempfile.mkdtemp(prefix="harness-server-"))
-        log_path = run_dir / "server.log"
-        files_dir = self._write_files(run_dir / FILES_DIR) if preset.files else None
-        self._version = self._probe_version()
         for attempt in range(3):
-            port, note = choose_port(cfg.port if attempt == 0 else 0)
-            if note:
-                log.warning("%s", note)
-            values = placeholder_values(cfg, self.model, port, files_dir=files_dir)
-            argv = server_argv(cfg, preset, self.model, port, values=values)
-            env = {key: fill_placeholders([value], values)[0] for key, value in preset.env.items()}
-            self.server = ManagedServer(
-                argv, port=port, log_path=log_path, env=env, health_path=preset.health_path,
-                name=self.engine_name, stop_grace_s=preset.stop_grace_s,
-                cleanup_commands=[fill_placeholders(c, values) for c in preset.cleanup_commands],
-            )
-            log.info("starting the %s server on %s (log: %s)", self.engine_name, self.server.url_root, log_path)
-            self.server.start(notes=(note,) if note else ())
+            if self.server is None:
+                self._launch(attempt)
+            assert self.server is not None
             try:
                 self.server.wait_healthy(cfg.startup_timeout_s)
                 break
             except ServerStartError as exc:
+                port = self.server.port
                 self.server.stop()
+                self.server = None
                 if not (exc.port_clash and attempt < 2):
                     raise
                 log.warning("port %d was taken before the server bound it; trying another", port)
+        assert self.server is not None
+        values = self._values
         try:
             for step in preset.setup_commands:
                 self.server.run_step(fill_placeholders(step, values), cfg.startup_timeout_s)

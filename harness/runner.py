@@ -1,9 +1,11 @@
 """A load point: one workload, at one load, run against an engine session → a typed result.
 
-Order: validate the config (before any model loads) → build the workload from the session's
-tokenizer → check it fits the engine → load the engine if the session has not yet (in
-server mode: launch its server) → warm up (not counted) → scrape the engine's metrics → the
-measured phase → scrape again → tables, summary and report, also after an error or Ctrl-C.
+Order: validate the config (before any model loads) → open the session (in server mode its
+server is launched first, and loads while the tokenizer is read) → build the workload from the
+session's tokenizer → check it fits the engine (a server already launched is stopped if not) →
+load the engine, or wait for the server, if the session has not yet → warm up (not counted) →
+scrape the engine's metrics → the measured phase → scrape again → tables, summary and report,
+also after an error or Ctrl-C.
 
 ``run_benchmark(cfg, run_dir)`` is one point on its own session, opened and closed for it.
 """

@@ -44,6 +44,7 @@ class EngineSession:
         self.corpus: Optional[TokenizedCorpus] = None
         self.load_s: Optional[float] = None  # None until loaded; the engine's import included
         self.import_s = 0.0  # the engine's libraries, imported in open() before the tokenizer
+        self._load_began: Optional[float] = None  # when a server's launch began (in open())
         self.points_served = 0
         self._loop_runner: Optional[_LoopRunner] = None
 
@@ -62,13 +63,21 @@ class EngineSession:
         t = time.perf_counter()
         _one_line(self.backend.import_engine, f"backend {self.cfg.backend.name} could not import its engine")
         self.import_s = time.perf_counter() - t
-        tokenizer = _one_line(self.backend.get_tokenizer,
-                              f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
-                              "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
-        self.renderer = PromptRenderer(tokenizer)
-        if model.hf_dir is not None:  # never convert a GGUF just for this
-            self.renderer.max_context = _context_length(_safe(model.hf_config) or {})
-        self.corpus = TokenizedCorpus(tokenizer)
+        try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            t = time.perf_counter()
+            if self.backend.begin_load():  # a server: it starts while the tokenizer is read
+                self._load_began = t
+            tokenizer = _one_line(self.backend.get_tokenizer,
+                                  f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
+                                  "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
+            self.renderer = PromptRenderer(tokenizer)
+            if model.hf_dir is not None:  # never convert a GGUF just for this
+                self.renderer.max_context = _context_length(_safe(model.hf_config) or {})
+            self.corpus = TokenizedCorpus(tokenizer)
+        except BaseException:
+            self.close()  # a server already started is stopped
+            raise
         return self
 
     @property
@@ -81,9 +90,9 @@ class EngineSession:
             return 0.0
         self.open()
         assert self.backend is not None and self.model is not None
-        self.workdir.mkdir(parents=True, exist_ok=True)
         log.info("loading %s on %s", self.model.name, self.cfg.backend.name)
-        t = time.perf_counter()
+        # timed from the server's launch where it began in open(), else from now
+        t = self._load_began if self._load_began is not None else time.perf_counter()
         try:
             self.backend.load()  # in server mode: launch the server and wait for its health
         except BaseException as exc:
@@ -102,7 +111,7 @@ class EngineSession:
     def close(self) -> None:
         """Release the engine (stop its server) and the session's event loop; safe to call twice."""
         backend, self.backend = self.backend, None
-        self.load_s = None
+        self.load_s = self._load_began = None
         try:
             if backend is not None:
                 backend.close()

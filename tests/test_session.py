@@ -1,7 +1,11 @@
 """The engine session: one load serves several load points; the config hash and engine key."""
+import pytest
+
+from backends.server import ServerBackend
 from conftest import make_config
+from core.errors import ConfigError
 from harness.config import config_sha256, engine_key
-from harness.runner import run_point
+from harness.runner import run_benchmark, run_point
 from harness.session import EngineSession, SessionCache
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=40", "workload.output_len=4", "workload.num_requests=3"]
@@ -50,3 +54,35 @@ def test_open_reads_the_models_context_for_the_workloads(tmp_path):
     """Data workloads refuse prompts longer than this before any engine loads."""
     with EngineSession(make_config(*FAST), tmp_path) as session:
         assert session.renderer.max_context == 8192 and not session.loaded
+
+
+def test_a_server_is_launched_in_open_and_loads_while_the_tokenizer_is_read(tmp_path):
+    session = EngineSession(make_config("backend=reference", *FAST), tmp_path)
+    try:
+        session.open()
+        server = session.backend.server
+        assert server is not None and server.poll() is None and not session.loaded  # launched, not waited for
+        assert session.ensure_loaded() > 0 and session.backend.server is server  # the same launch, now healthy
+    finally:
+        session.close()
+    assert server.poll() is not None  # stopped with the session
+
+
+def test_a_workload_refused_after_the_launch_stops_the_server(tmp_path, monkeypatch):
+    """Data workloads check prompts against the model's context after open(): the server
+    launched meanwhile must not outlive the refusal."""
+    long_prompts = tmp_path / "long.jsonl"
+    long_prompts.write_text('{"prompt": "' + "word " * 9000 + '"}\n')
+    launched = []
+    begin = ServerBackend.begin_load
+
+    def spy(self):
+        began = begin(self)
+        launched.append(self.server)
+        return began
+
+    monkeypatch.setattr(ServerBackend, "begin_load", spy)
+    with pytest.raises(ConfigError, match="context"):
+        run_benchmark(make_config("backend=reference", "model=tiny-random", "workload=jsonl",
+                                  f"workload.path={long_prompts}"), tmp_path / "run")
+    assert len(launched) == 1 and launched[0].poll() is not None
