@@ -153,6 +153,10 @@ class Backend(ABC):
         process of the engine's own. In-process engines override it; servers import nothing here.
         """
 
+    # seconds an engine whose load began in begin_load sat ready before load() was called
+    # (the harness was still reading the tokenizer): not part of its load time
+    ready_unused_s: float = 0.0
+
     def begin_load(self) -> bool:
         """Start loading without waiting, where the engine loads in a process of its own (a
         server): it loads while the harness reads the tokenizer. True if it began; ``load``

@@ -487,6 +487,34 @@ def _descendants(pid: int) -> list[Any]:
         return []
 
 
+class _HealthWatch:
+    """``wait_healthy`` on a thread of its own from the launch, so the moment the server became
+    healthy is known even when the harness was still reading the tokenizer then."""
+
+    def __init__(self, server: ManagedServer, timeout_s: float):
+        self.server = server
+        self.healthy_at: Optional[float] = None
+        self.error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(timeout_s,), name="server-health", daemon=True)
+        self._thread.start()
+
+    def _run(self, timeout_s: float) -> None:
+        try:
+            self.server.wait_healthy(timeout_s)
+            self.healthy_at = time.perf_counter()
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for it
+            self.error = exc
+
+    def result(self) -> float:
+        """When the server became healthy (perf_counter); its ServerStartError if it did not."""
+        while self._thread.is_alive():
+            self._thread.join(0.1)  # in steps: Ctrl-C still reaches this thread
+        if self.error is not None:
+            raise self.error
+        assert self.healthy_at is not None
+        return self.healthy_at
+
+
 # --- the backend --------------------------------------------------------------------------------
 
 
@@ -512,12 +540,14 @@ class ServerBackend(HTTPBackend):
         self._log_path: Optional[Path] = None  # set at the first launch, kept for a relaunch
         self._files_dir: Optional[Path] = None
         self._values: dict[str, Any] = {}  # the placeholders of the current launch
+        self._health: Optional[_HealthWatch] = None  # the health of the launch begun in begin_load
 
     def begin_load(self) -> bool:
         """Launch the server and return at once: it loads while the harness reads the tokenizer
         and builds the workload. ``load`` then waits for it to be healthy."""
         if self.server is None:
             self._launch(attempt=0)
+            self._health = _HealthWatch(self.server, self.config.startup_timeout_s)
         return True
 
     def _launch(self, attempt: int) -> None:
@@ -544,12 +574,16 @@ class ServerBackend(HTTPBackend):
 
     def load(self) -> None:
         cfg, preset = self.config, self.preset
+        asked_at = time.perf_counter()
         for attempt in range(3):
             if self.server is None:
                 self._launch(attempt)
             assert self.server is not None
             try:
-                self.server.wait_healthy(cfg.startup_timeout_s)
+                if self._health is not None and self._health.server is self.server:
+                    self.ready_unused_s = max(0.0, asked_at - self._health.result())
+                else:
+                    self.server.wait_healthy(cfg.startup_timeout_s)
                 break
             except ServerStartError as exc:
                 port = self.server.port

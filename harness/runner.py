@@ -2,7 +2,7 @@
 
 Order: validate the config (before any model loads) → open the session (in server mode its
 server is launched first, and loads while the tokenizer is read) → build the workload from the
-session's tokenizer → check it fits the engine (a server already launched is stopped if not) →
+session's tokenizer → check it fits the engine (refused in one line, before any request) →
 load the engine, or wait for the server, if the session has not yet → warm up (not counted) →
 scrape the engine's metrics → the measured phase → scrape again → tables, summary and report,
 also after an error or Ctrl-C.
@@ -63,8 +63,11 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
     """One load point on an engine session of its own."""
     cfg.validate()
-    with EngineSession(cfg, run_dir) as session:
+    session = EngineSession(cfg, run_dir)  # opened by run_point, after its own checks
+    try:
         return run_point(session, cfg, run_dir, progress=progress)
+    finally:
+        session.close()
 
 
 def run_point(
@@ -80,19 +83,19 @@ def run_point(
     cfg.validate()
     check_run_dir_free(run_dir)
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
-    session.open()
-    assert session.backend is not None and session.renderer is not None and session.corpus is not None
-    plan = workload.build(session.renderer, session.corpus, cfg.seed)
-    session.backend.check_workload(plan)
-
-    backend = session.backend
-    sampler = mem.MemorySampler(cfg.memory.sample_interval_s, engine_process=backend.engine_process).start()
+    # from before open(): a server launched there loads while the tokenizer is read
+    sampler = mem.MemorySampler(cfg.memory.sample_interval_s, engine_process=lambda: session.engine_process()).start()
     reused = session.loaded
     try:
+        session.open()
+        assert session.backend is not None and session.renderer is not None and session.corpus is not None
+        plan = workload.build(session.renderer, session.corpus, cfg.seed)
+        session.backend.check_workload(plan)
         load_s = session.ensure_loaded()
     except BaseException:
         sampler.stop()
         raise
+    backend = session.backend
     if not reused and on_loaded is not None:
         on_loaded()
     session.points_served += 1

@@ -60,14 +60,15 @@ class EngineSession:
         self.backend = _one_line(lambda: create_backend(self.cfg.backend, model),
                                  f"backend {self.cfg.backend.name} cannot use model {model.name} ({model.source})")
         self.backend.run_dir = self.workdir
-        t = time.perf_counter()
-        _one_line(self.backend.import_engine, f"backend {self.cfg.backend.name} could not import its engine")
-        self.import_s = time.perf_counter() - t
+        backend = self.backend
         try:
+            t = time.perf_counter()
+            _one_line(backend.import_engine, f"backend {self.cfg.backend.name} could not import its engine")
+            self.import_s = time.perf_counter() - t
             self.workdir.mkdir(parents=True, exist_ok=True)
             t = time.perf_counter()
-            if self.backend.begin_load():  # a server: it starts while the tokenizer is read
-                self._load_began = t
+            if _one_line(backend.begin_load, f"backend {self.cfg.backend.name} could not start its server"):
+                self._load_began = t  # a server: it loads while the tokenizer is read
             tokenizer = _one_line(self.backend.get_tokenizer,
                                   f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
                                   "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
@@ -104,7 +105,7 @@ class EngineSession:
                     f"backend {self.cfg.backend.name} could not load {self.model.name}: {type(exc).__name__}: {detail}"
                 ) from exc
             raise
-        self.load_s = self.import_s + time.perf_counter() - t
+        self.load_s = self.import_s + time.perf_counter() - t - self.backend.ready_unused_s
         self._loop_runner = _LoopRunner(self.cfg.client.event_loop)
         return self.load_s
 
@@ -134,6 +135,11 @@ class EngineSession:
         """Run a coroutine on the session's event loop (Ctrl-C cancels it, then raises KeyboardInterrupt)."""
         assert self._loop_runner is not None, "ensure_loaded() first"
         return self._loop_runner.run(coro)
+
+    def engine_process(self) -> Optional[int]:
+        """The PID the engine runs in (``Backend.engine_process``); None before open() or after close()."""
+        backend = self.backend
+        return backend.engine_process() if backend is not None else None
 
     def fatal_error(self) -> Optional[str]:
         """Why the engine can no longer serve (e.g. its server exited), or None."""
@@ -198,7 +204,7 @@ class SessionCache:
         """The open session if it can serve ``cfg`` (same engine, alive, reuse allowed), else a new one."""
         current = self.session
         if current is not None:
-            alive = not current.loaded or current.fatal_error() is None
+            alive = current.backend is None or current.fatal_error() is None  # a server may run before its load
             if reuse and current.key == engine_key(cfg) and alive:
                 return current
             log.info("closing the %s engine: the next point needs %s", current.cfg.backend.name,

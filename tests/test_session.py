@@ -1,4 +1,6 @@
 """The engine session: one load serves several load points; the config hash and engine key."""
+import time
+
 import pytest
 
 from backends.server import ServerBackend
@@ -60,9 +62,16 @@ def test_a_server_is_launched_in_open_and_loads_while_the_tokenizer_is_read(tmp_
     session = EngineSession(make_config("backend=reference", *FAST), tmp_path)
     try:
         session.open()
+        launched = session._load_began  # when open() launched the server, before the tokenizer
         server = session.backend.server
         assert server is not None and server.poll() is None and not session.loaded  # launched, not waited for
-        assert session.ensure_loaded() > 0 and session.backend.server is server  # the same launch, now healthy
+        healthy_at = session.backend._health.result()  # the watch started with the launch
+        time.sleep(1.0)  # the harness is still busy (reading a large tokenizer, building a workload)
+        load_s = session.ensure_loaded()
+        assert session.backend.server is server  # the same launch, now serving
+        # the load is the launch until healthy (plus load()'s own steps), not the harness's delay after it
+        assert session.backend.ready_unused_s >= 1.0
+        assert healthy_at - launched - 0.1 <= load_s <= healthy_at - launched + 0.5
     finally:
         session.close()
     assert server.poll() is not None  # stopped with the session
