@@ -206,7 +206,7 @@ class Figure:
         if rows * cols == 1 and not titles:
             return
         h = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
-        v = 0.3 / rows if vertical_spacing is None else vertical_spacing
+        v = (0.5 if titles else 0.3) / rows if vertical_spacing is None else vertical_spacing  # room for titles
         width, height_frac = (1 - h * (cols - 1)) / cols, (1 - v * (rows - 1)) / rows
         annotations = []
         for r in range(1, rows + 1):

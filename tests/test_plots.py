@@ -14,9 +14,10 @@ def test_a_grid_numbers_its_cells_row_by_row_and_titles_them():
     assert layout["height"] == 400 and layout["template"] is plots.template()
     assert [layout[k]["anchor"] for k in ("xaxis", "xaxis2", "xaxis3", "xaxis4")] == ["y", "y2", "y3", "y4"]
     assert layout["xaxis"]["domain"] == pytest.approx([0, 0.45]) and layout["xaxis2"]["domain"] == pytest.approx([0.55, 1])
-    assert layout["yaxis"]["domain"] == pytest.approx([0.575, 1]) and layout["yaxis3"]["domain"] == pytest.approx([0, 0.425])
+    # rows 0.25 apart (0.5 / rows: room for the titles, as make_subplots leaves)
+    assert layout["yaxis"]["domain"] == pytest.approx([0.625, 1]) and layout["yaxis3"]["domain"] == pytest.approx([0, 0.375])
     assert [a["text"] for a in layout["annotations"]] == ["a", "b", "c"]  # the fourth cell has no title
-    assert layout["annotations"][2]["y"] == pytest.approx(0.425)
+    assert layout["annotations"][2]["y"] == pytest.approx(0.375)
 
 
 def test_traces_and_axes_go_to_their_cell():
