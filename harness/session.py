@@ -69,7 +69,7 @@ class EngineSession:
             t = time.perf_counter()
             if _one_line(backend.begin_load, f"backend {self.cfg.backend.name} could not start its server"):
                 self._load_began = t  # a server: it loads while the tokenizer is read
-            tokenizer = _one_line(self.backend.get_tokenizer,
+            tokenizer = _one_line(backend.get_tokenizer,
                                   f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
                                   "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
             self.renderer = PromptRenderer(tokenizer)
@@ -95,7 +95,7 @@ class EngineSession:
         # timed from the server's launch where it began in open(), else from now
         t = self._load_began if self._load_began is not None else time.perf_counter()
         try:
-            self.backend.load()  # in server mode: launch the server and wait for its health
+            self.backend.load()  # in server mode: wait for the server launched in open() to be healthy
         except BaseException as exc:
             self.close()
             if isinstance(exc, Exception) and not isinstance(exc, HarnessError):
