@@ -96,8 +96,6 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
 class ReferenceBackend(Backend):
     """Server mode only: :func:`create_backend` builds a ServerBackend from the preset."""
 
-    requires = ("aiohttp",)
-
     @classmethod
     def server_preset(cls, config: BackendConfig, model: ModelFiles) -> ServerPreset:
         assert isinstance(config, ReferenceConfig)

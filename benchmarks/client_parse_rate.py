@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import subprocess
 import sys
@@ -28,8 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 SERVER = r'''
-import json, sys
-from aiohttp import web
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[3])
+from harness.http_server import Response, StreamResponse, json_response, start_server
 tokens, port = int(sys.argv[1]), int(sys.argv[2])
 def ev(obj): return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
@@ -39,17 +39,19 @@ body += chunk * (tokens - 1)
 body += ev({**base, "choices": [{"index": 0, "delta": {"content": " the"}, "logprobs": None, "finish_reason": "length"}]})
 body += ev({**base, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": tokens + 8}})
 body += b"data: [DONE]\n\n"
-async def chat(request):
-    await request.read()
-    r = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await r.prepare(request)
-    await r.write(body)
-    await r.write_eof()
-    return r
-async def models(request): return web.json_response({"data": [{"id": "m"}]})
-app = web.Application(); app.router.add_post("/v1/chat/completions", chat); app.router.add_get("/v1/models", models)
-app.router.add_get("/health", lambda r: web.Response(text="ok"))
-web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+async def handle(request):
+    if request.path == "/v1/chat/completions":
+        r = StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await r.prepare(request)
+        await r.write(body)
+        return r
+    if request.path == "/v1/models":
+        return json_response({"data": [{"id": "m"}]})
+    return Response(text="ok")
+async def main():
+    await start_server(handle, "127.0.0.1", port)
+    await asyncio.Event().wait()
+asyncio.run(main())
 '''
 
 
@@ -152,7 +154,7 @@ def main() -> None:
     model = resolve_model(ModelConfig(name="smollm2-135m"))
     tokenizer = AutoTokenizer.from_pretrained(model.hf_dir)
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(a.tokens), str(port)])
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(a.tokens), str(port), str(REPO)])
     try:
         time.sleep(2)
         url_root = f"http://127.0.0.1:{port}"

@@ -28,6 +28,7 @@ Models come from the model store (``--model``, its HF folder is the peers' token
     .venv/bin/python benchmarks/four_clients.py [--clients harness vllm guidellm aiperf]
         [--ttft-streams 1 32 128] [--parse-streams 1 8 32] [--requests-per-stream 2]
         [--min-requests 32] [--parse-requests 32] [--no-ttft] [--no-parse]
+        [--harness-overrides client.workers=2 …]
 
 Figures on a shared or small machine mix in CPU contention: the server and the client share
 the cores. Compare clients within one run.
@@ -187,7 +188,7 @@ def parse_server(tokens: int) -> Server:
     from client_parse_rate import SERVER
 
     port = free_port()
-    return Server([sys.executable, "-c", SERVER, str(tokens), str(port)], port)
+    return Server([sys.executable, "-c", SERVER, str(tokens), str(port), str(REPO)], port)
 
 
 # --- the clients: each runs one point and returns its per-request records ----------------
@@ -215,7 +216,7 @@ def harness_client(p: Point) -> list[Request]:
          f"model={MODEL}", "workload=synthetic", f"workload.num_requests={p.requests - p.streams}",
          f"workload.concurrency={p.streams}", f"workload.warmup_requests={p.streams}",
          f"workload.input_len={p.input_len}", f"workload.output_len={p.output_len}", "backend.ignore_eos=true",
-         f"output_root={out}", "report=false", "progress=false", "save_output_text=false"],
+         f"output_root={out}", "report=false", "progress=false", "save_output_text=false", *HARNESS_OVERRIDES],
         p, "harness", env={"PYTHONPATH": str(REPO)})
     (run_dir,) = [d for d in out.iterdir() if (d / "requests.parquet").exists()]
     df = pd.read_parquet(run_dir / "requests.parquet")
@@ -276,6 +277,7 @@ CLIENT_RUNS: dict[str, Callable[[Point], list[Request]]] = {
     "harness": harness_client, "vllm": vllm_client, "guidellm": guidellm_client, "aiperf": aiperf_client,
 }
 MODEL = "smollm2-135m"
+HARNESS_OVERRIDES: list[str] = []  # --harness-overrides
 
 
 def kept(requests: list[Request], streams: int) -> list[Request]:
@@ -364,7 +366,10 @@ def main() -> None:
     p.add_argument("--no-ttft", action="store_true")
     p.add_argument("--no-parse", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the clients' output folders (printed)")
+    p.add_argument("--harness-overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="more Hydra overrides for the harness's runs, e.g. client.workers=2")
     args = p.parse_args()
+    HARNESS_OVERRIDES[:] = args.harness_overrides
     if args.setup:
         setup()
         return

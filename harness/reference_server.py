@@ -7,7 +7,8 @@ trtllm-serve, DeepSpeed-MII and Ollama: see :data:`DIALECTS`).
 
     python -m harness.reference_server --port 8000 --ttft-ms 50 --itl-ms 10 --tokens 64
 
-The schedule of a request that arrives at t₀ (when its headers were read), in seconds:
+The schedule of a request that arrives at t₀ (the read that brought its first bytes, stamped
+by the HTTP layer, harness/http_server.py, before any parsing or routing), in seconds:
 
     due(k) = t₀ + ttft + k · itl + jitter(k),   k = 0 … n − 1,   jitter(k) ~ U(−j, +j)
 
@@ -52,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from aiohttp import web
+from harness.http_server import Request, Response, StreamResponse, json_response, start_server
 
 
 
@@ -207,7 +208,8 @@ class PreciseTimer:
         future = self._loop.create_future()
         with self._cv:
             heapq.heappush(self._heap, (deadline, next(self._seq), future))
-            self._cv.notify()
+            if self._heap[0][2] is future:  # a later deadline: the thread's own wait covers it
+                self._cv.notify()
         await future
 
     def _run(self) -> None:
@@ -216,19 +218,26 @@ class PreciseTimer:
                 if not self._heap:
                     self._cv.wait()
                     continue
-                delay = self._heap[0][0] - self._lead_s - time.perf_counter()
+                now = time.perf_counter()
+                delay = self._heap[0][0] - self._lead_s - now
                 if delay > 0:
                     self._cv.wait(delay)
                     continue
-                deadline, _, future = heapq.heappop(self._heap)
-                self._loop.call_soon_threadsafe(self._wake, future, deadline, time.perf_counter())
+                # every deadline due by now goes in one hand-over: streams started together
+                # share deadlines, and each wake-up of the loop costs a self-pipe write
+                due = []
+                while self._heap and self._heap[0][0] - self._lead_s <= now:
+                    deadline, _, future = heapq.heappop(self._heap)
+                    due.append((future, deadline))
+                self._loop.call_soon_threadsafe(self._wake, due, now)
 
-    def _wake(self, future: asyncio.Future, deadline: float, handed_at: float) -> None:
+    def _wake(self, due: list[tuple[asyncio.Future, float]], handed_at: float) -> None:
         now = time.perf_counter()
         # step the estimate a tenth of the way: one slow hand-over does not move it much
         delay = min(now - handed_at, self.MAX_LEAD_S)
         self._lead_s += (delay - self._lead_s) * 0.1
-        self._due(future, deadline)
+        for future, deadline in due:
+            self._due(future, deadline)
 
     def _due(self, future: asyncio.Future, deadline: float) -> None:
         if time.perf_counter() < deadline:  # woken early on purpose: check again after the loop's other work
@@ -327,36 +336,46 @@ class ReferenceServer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-tokenizer")
         self._expected_key = os.environ.get(settings.api_key_env, "") if settings.api_key_env else None
         self.received: list[dict[str, Any]] = []  # GET /reference/requests
+        self._routes = self.routes()
         if settings.tokenizer:
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer)
 
-    def app(self) -> web.Application:
-        app = web.Application()
+    def routes(self) -> dict[str, tuple[str, Any]]:
+        """Path → (method, handler)."""
+        routes: dict[str, tuple[str, Any]] = {
+            "/v1/models": ("GET", self.models),
+            "/reference/requests": ("GET", self.requests_received),
+            "/v1/chat/completions": ("POST", self.chat),
+            "/v1/completions": ("POST", self.completions),
+        }
         if self.dialect.health:
-            app.router.add_get(self.dialect.health, self.health)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/reference/requests", self.requests_received)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.completions)
+            routes[self.dialect.health] = ("GET", self.health)
         if self.s.metrics:
-            app.router.add_get("/metrics", self.prometheus)
-        app.on_startup.append(self._on_startup)
-        return app
+            routes["/metrics"] = ("GET", self.prometheus)
+        return routes
 
-    async def _on_startup(self, app: web.Application) -> None:
-        loop = asyncio.get_running_loop()
-        self.timer = PreciseTimer(loop) if self.s.timer == "thread" else LoopTimer()
+    def start_timer(self) -> None:
+        self.timer = PreciseTimer(asyncio.get_running_loop()) if self.s.timer == "thread" else LoopTimer()
+
+    async def handle(self, request: Request) -> Any:
+        route = self._routes.get(request.path)
+        if route is None:
+            return Response(status=404, text="404: Not Found")
+        method, handler = route
+        if request.method != method:
+            return Response(status=405, text="405: Method Not Allowed", headers={"Allow": method})
+        return await handler(request)
 
     # --- endpoints ---
 
-    async def health(self, request: web.Request) -> web.Response:
+    async def health(self, request: Request) -> Response:
         if time.perf_counter() - self.started < self.s.startup_delay_s:
-            return web.json_response({"status": "starting"}, status=503)
-        return web.Response(text="ok")
+            return json_response({"status": "starting"}, status=503)
+        return Response(text="ok")
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def models(self, request: Request) -> Response:
         self._log(request)
         if time.perf_counter() - self.started < self.s.startup_delay_s:
             return self._error(503, "starting", "server_error")
@@ -366,38 +385,38 @@ class ReferenceServer:
                 return redirect
         if not self._authorized(request):
             return self._error(401, "invalid API key", "authentication_error")
-        return web.json_response(
+        return json_response(
             {"object": "list", "data": [{"id": self.s.model_name, "object": "model", "owned_by": "reference"}]}
         )
 
-    async def requests_received(self, request: web.Request) -> web.Response:
-        return web.json_response(self.received)
+    async def requests_received(self, request: Request) -> Response:
+        return json_response(self.received)
 
-    def _log(self, request: web.Request) -> None:
+    def _log(self, request: Request) -> None:
         self.received.append({"method": request.method, "path": request.path, "host": request.host,
                               "authorization": "Authorization" in request.headers})
 
     @staticmethod
-    def _redirect(request: web.Request) -> Optional[web.Response]:
+    def _redirect(request: Request) -> Optional[Response]:
         """307 to this server under the other loopback name: the same server, another origin."""
         host, _, port = request.host.rpartition(":")
         if host != "127.0.0.1":  # already under the other name: served
             return None
-        return web.Response(status=307, headers={"Location": f"http://localhost:{port}{request.path_qs}"})
+        return Response(status=307, headers={"Location": f"http://localhost:{port}{request.path_qs}"})
 
-    async def prometheus(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics.render(), content_type="text/plain")
+    async def prometheus(self, request: Request) -> Response:
+        return Response(text=self.metrics.render(), content_type="text/plain")
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: Request) -> StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def completions(self, request: Request) -> StreamResponse:
         return await self._generate(request, chat=False)
 
     # --- one request ---
 
-    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        arrival = time.perf_counter()
+    async def _generate(self, request: Request, chat: bool) -> StreamResponse:
+        arrival = request.arrival  # when its first bytes were read
         self._log(request)
         self.requests += 1
         index = self.requests
@@ -421,11 +440,11 @@ class ReferenceServer:
             return self._error(500, "reference server: injected error (--error-rate)", "server_error")
         if fault == "bad-unicode":  # json.dumps would escape it validly: written by hand
             body = '{"error": {"message": "injected \\ud800 error", "type": "server_error", "code": 500}}'
-            return web.Response(status=500, text=body, content_type="application/json")
+            return Response(status=500, text=body, content_type="application/json")
         if fault == "huge-error-body":
-            return web.Response(status=500, body=b"x" * int(self.s.fault_size_mib * 2**20), content_type="text/plain")
+            return Response(status=500, body=b"x" * int(self.s.fault_size_mib * 2**20), content_type="text/plain")
         if fault == "not-sse":
-            return web.Response(status=200, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+            return Response(status=200, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
         if fault == "redirect":
             redirect = self._redirect(request)
             if redirect is not None:
@@ -482,9 +501,9 @@ class ReferenceServer:
     def _finish_reason(self, body: dict, n: int) -> str:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
-    async def _stream(self, request, body, chat, index, n, due, prompt_tokens, arrival, fault) -> web.StreamResponse:
+    async def _stream(self, request, body, chat, index, n, due, prompt_tokens, arrival, fault) -> StreamResponse:
         dialect = self.dialect.on(chat)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
@@ -601,7 +620,7 @@ class ReferenceServer:
         self._served(arrival, prev_t, n_prompt, n)
         return response
 
-    async def _mid_stream(self, fault: str, request: web.Request, response: web.StreamResponse,
+    async def _mid_stream(self, fault: str, request: Request, response: StreamResponse,
                           event: Any, choice: Any) -> bool:
         """One mid-stream fault; True when the stream ends with it."""
         if fault == "drop":
@@ -624,7 +643,7 @@ class ReferenceServer:
             return True
         return False
 
-    async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival) -> web.Response:
+    async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival) -> Response:
         if due:
             await self.timer.sleep_until(due[-1])
         text = "".join(word(index, k) for k in range(n))
@@ -636,7 +655,7 @@ class ReferenceServer:
             choice = {"index": 0, "text": text, "finish_reason": finish}
         t = time.perf_counter()
         self._served(arrival, t if n else None, n_prompt, n)
-        return web.json_response({
+        return json_response({
             "id": f"cmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": body.get("model") or self.s.model_name, "choices": [choice],
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n},
@@ -650,7 +669,7 @@ class ReferenceServer:
         self.metrics.generation_tokens += n
         self.metrics.requests_ok += 1
 
-    def _error(self, status: int, message: str, kind: str) -> web.Response:
+    def _error(self, status: int, message: str, kind: str) -> Response:
         """An error body in the dialect's form."""
         if self.dialect.errors == "flat":
             body: dict[str, Any] = {"error": message, "error_type": kind}
@@ -658,9 +677,9 @@ class ReferenceServer:
             body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
         else:
             body = {"error": {"message": message, "type": kind, "code": status}}
-        return web.json_response(body, status=status)
+        return json_response(body, status=status)
 
-    def _authorized(self, request: web.Request) -> bool:
+    def _authorized(self, request: Request) -> bool:
         if self._expected_key is None:
             return True
         return request.headers.get("Authorization", "") == f"Bearer {self._expected_key}"
@@ -710,11 +729,8 @@ def parse_args(argv: Optional[list[str]] = None) -> tuple[str, int, Settings]:
 
 async def serve(host: str, port: int, settings: Settings) -> None:
     server = ReferenceServer(settings)
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
+    server.start_timer()
+    _listener, bound = await start_server(server.handle, host, port)
     s = settings
     print(f"reference server ({s.dialect}) listening on http://{host}:{bound} · ttft {s.ttft_ms} ms · "
           f"itl {s.itl_ms} ms · tokens {s.tokens} · jitter {s.jitter_ms} ms · errors {s.error_rate}", flush=True)

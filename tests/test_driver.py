@@ -68,3 +68,23 @@ def test_dataset_history_and_replies_replace_the_engines(real_tokenizer):
     assert first == [{"role": "system", "content": "Be brief."}, *earlier, {"role": "user", "content": "first question"}]
     assert second[-2] == {"role": "assistant", "content": "the dataset's answer"}
     assert second[1:3] == earlier
+
+
+def test_the_collector_leaves_what_was_alive_before_the_run_alone_while_it_runs(real_tokenizer):
+    """A full collection over the engine's and tokenizer's objects would stop every stream's stamps."""
+    import gc
+
+    frozen_during = []
+
+    class Watching(TextBackend):
+        async def stream(self, request):
+            frozen_during.append(gc.get_freeze_count())
+            async for event in super().stream(request):
+                yield event
+
+    before = gc.get_freeze_count()
+    plan = WorkloadPlan("chat", [SessionSpec(0, [TurnSpec("a question", 3)])], [], exact_output_len=True,
+                        concurrency=1, open_loop=False)
+    asyncio.run(Driver(Watching(), PromptRenderer(real_tokenizer), plan, on_record=lambda r: None).run(plan.sessions, False))
+    assert frozen_during and frozen_during[0] > before
+    assert gc.get_freeze_count() == before  # thawed when the point ends
