@@ -1,11 +1,13 @@
-"""A small HTTP/1.1 server on an asyncio protocol, for the reference server.
+"""A small HTTP/1.1 server on raw non-blocking sockets, for the reference server.
 
-The reference server is the harness's timing instrument: a request's schedule starts when its
-first bytes were read, and its tokens must leave at their deadlines even with 128 streams on
-a small machine. A general framework stamps a request when its handler starts, after its own
-parsing and routing, and under a burst of requests that start lags the read by tens of
-milliseconds. Here each request carries ``arrival``, the ``time.perf_counter()`` of the read
-that brought its first bytes, and the per-request path is a few dictionary look-ups.
+The reference server is the harness's timing instrument: a request's schedule starts when it
+reached the server, and its tokens must leave at their deadlines even with 128 streams on a
+small machine. A general framework stamps a request when its handler starts, after its own
+parsing and routing; under a burst of requests that lags the arrival by tens of milliseconds,
+and every client's TTFT error carries the wait. Here each request carries ``arrival``: when
+the kernel received the bytes of the read that brought its first bytes (``SO_TIMESTAMPNS``,
+on the ``time.perf_counter()`` clock), so a server busy with other requests does not move
+it; where the kernel gives no stamp, the ``time.perf_counter()`` of that read.
 
 What it serves: requests with a Content-Length body (no chunked request bodies), keep-alive
 and pipelining (one request at a time per connection, in order), ``Expect: 100-continue``,
@@ -16,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
+import sys
 import time
 from collections import deque
 from http import HTTPStatus
@@ -23,6 +28,12 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 256 * 2**20
+READ_BYTES = 256 * 1024
+HIGH_WATER_BYTES = 64 * 1024  # unsent bytes above which a streamed write waits to drain
+LOW_WATER_BYTES = 16 * 1024
+# Linux: the kernel's receive time of each read (a struct timespec on CLOCK_REALTIME)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform.startswith("linux") else None
+STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 class Headers(dict):
@@ -40,13 +51,13 @@ class Headers(dict):
 
 class Request:
     def __init__(self, method: str, target: str, headers: Headers, body: bytes, arrival: float,
-                 transport: asyncio.Transport, keep_alive: bool = True):
+                 transport: "_Socket", keep_alive: bool = True):
         self.method = method
         self.path_qs = target
         self.path = target.split("?", 1)[0]
         self.headers = headers
         self.body = body
-        self.arrival = arrival  # perf_counter of the read that brought the request's first bytes
+        self.arrival = arrival  # when the read that brought its first bytes was received (perf_counter clock)
         self.transport = transport
         self.host = headers.get("host", "")
         self.keep_alive = keep_alive
@@ -124,12 +135,127 @@ def _head(status: int, headers: dict[str, str], keep_alive: bool) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-class _Connection(asyncio.Protocol):
+class _Socket:
+    """One accepted connection's socket, read with the kernel's receive stamps: the transport
+    under a :class:`_Connection` (``write``, ``close`` once written, ``abort``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: "_Connection"):
+        self._loop, self._sock, self._protocol = loop, sock, protocol
+        self._fd = sock.fileno()
+        self._out = bytearray()  # what the kernel has not taken yet
+        self._paused = self._closing = self._closed = False
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each event leaves at once
+        self._stamped = False
+        if SO_TIMESTAMPNS is not None and STAMP_SPACE:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self._stamped = True
+            except OSError:
+                pass
+        protocol.connection_made(self)
+        loop.add_reader(self._fd, self._read)
+
+    def _read(self) -> None:
+        try:
+            if self._stamped:
+                data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, STAMP_SPACE)
+            else:
+                data, ancillary = self._sock.recv(READ_BYTES), []
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._finish()
+            return
+        if not data:  # the client closed its side
+            self._finish()
+            return
+        self._protocol.data_received(data, _received_at(ancillary))
+
+    def write(self, data: bytes) -> None:
+        if self._closing or self._closed:
+            raise ConnectionResetError("the client closed the connection")
+        if not self._out:
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._finish()
+                raise ConnectionResetError("the client closed the connection") from None
+            if sent == len(data):
+                return
+            data = data[sent:]
+            self._loop.add_writer(self._fd, self._flush)
+        self._out += data
+        if not self._paused and len(self._out) > HIGH_WATER_BYTES:
+            self._paused = True
+            self._protocol.pause_writing()
+
+    def _flush(self) -> None:
+        try:
+            sent = self._sock.send(self._out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._finish()
+            return
+        del self._out[:sent]
+        if self._paused and len(self._out) <= LOW_WATER_BYTES:
+            self._paused = False
+            self._protocol.resume_writing()
+        if not self._out:
+            self._loop.remove_writer(self._fd)
+            if self._closing:
+                self._finish()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._closed
+
+    def close(self) -> None:
+        """Close once what is queued has been sent."""
+        if self._closing or self._closed:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        if not self._out:
+            self._finish()
+
+    def abort(self) -> None:
+        """Close now, dropping what is queued (a connection that drops mid-stream)."""
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        self._sock.close()
+        self._loop.call_soon(self._protocol.connection_lost, None)
+
+
+def _received_at(ancillary: list) -> float:
+    """The kernel's receive time of a read, on the ``time.perf_counter()`` clock; else now."""
+    wall_ns, now = time.time_ns(), time.perf_counter()
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack_from("@qq", data)
+            age = (wall_ns - seconds * 1_000_000_000 - nanoseconds) / 1e9
+            if 0.0 <= age < 1.0:  # else the wall clock stepped: this read's own time
+                return now - age
+    return now
+
+
+class _Connection:
+    """One client connection: reads requests, answers them one at a time, in order."""
+
     def __init__(self, handler: Handler):
         self._handler = handler
-        self._transport: Optional[asyncio.Transport] = None
+        self._transport: Optional[_Socket] = None
         self._buffer = bytearray()
-        self._first_read = 0.0  # when the bytes now at the buffer's start were read
+        self._first_read = 0.0  # when the bytes now at the buffer's start were received
         self._head: Optional[tuple[str, str, Headers, int, bool]] = None  # a parsed head waiting for its body
         self._continued = False
         self._pending: deque[Request] = deque()
@@ -139,17 +265,16 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = True  # of the request being answered
         self.reply_started = False  # its head is written
 
-    # --- asyncio.Protocol ---
+    # --- from the socket ---
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: _Socket) -> None:
+        self._transport = transport
 
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+    def data_received(self, data: bytes, received_at: float) -> None:
         if not self._buffer:
-            self._first_read = now
+            self._first_read = received_at
         self._buffer += data
-        self._parse(now)
+        self._parse(received_at)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._closed = True
@@ -278,8 +403,36 @@ class _Connection(asyncio.Protocol):
                 return
 
 
-async def start_server(handler: Handler, host: str, port: int) -> tuple[asyncio.AbstractServer, int]:
+class Server:
+    """The listening socket: each connection it accepts is served by ``handler``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, handler: Handler):
+        self._loop, self._sock, self._handler = loop, sock, handler
+        self.port: int = sock.getsockname()[1]
+        sock.setblocking(False)
+        loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(128):  # a burst of connections is taken in one wake-up
+            try:
+                sock, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: the client's connect fails, the server goes on
+                print(f"http server: accept failed: {exc}", file=sys.stderr, flush=True)
+                return
+            _Socket(self._loop, sock, _Connection(self._handler))
+
+    def close(self) -> None:
+        """Stop accepting; connections already open go on."""
+        if self._sock.fileno() >= 0:
+            self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+
+
+async def start_server(handler: Handler, host: str, port: int) -> tuple[Server, int]:
     """Serve ``handler`` on host:port (0: any free port); the server and the port it bound."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(handler), host, port)
-    return server, server.sockets[0].getsockname()[1]
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
+    server = Server(asyncio.get_running_loop(), sock, handler)
+    return server, server.port

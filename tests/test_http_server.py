@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import urllib.request
 
@@ -50,6 +51,29 @@ def test_arrival_is_when_the_first_bytes_were_read_not_when_the_handler_ran():
     sent_head, head = asyncio.run(main())
     assert head.startswith(b"HTTP/1.1 200 OK")
     assert seen and 0 <= seen[0] - sent_head < 0.1  # stamped at the first read, not 200 ms later
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive stamps (SO_TIMESTAMPNS) are Linux's")
+def test_arrival_is_the_kernels_receive_time_even_when_the_server_was_busy():
+    seen: list[float] = []
+
+    async def handler(request: Request):
+        seen.append(request.arrival)
+        return json_response({"ok": True})
+
+    async def main():
+        server, port = await _serve(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")  # into the kernel at once
+        sent = time.perf_counter()
+        time.sleep(0.2)  # the server shares this loop: it cannot read for 200 ms
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+        server.close()
+        return sent
+
+    sent = asyncio.run(main())
+    assert seen and abs(seen[0] - sent) < 0.02  # not 200 ms later, when the server read it
 
 
 def test_keep_alive_and_pipelined_requests_are_answered_in_order():
