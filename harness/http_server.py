@@ -31,6 +31,8 @@ MAX_BODY_BYTES = 256 * 2**20
 READ_BYTES = 256 * 1024
 HIGH_WATER_BYTES = 64 * 1024  # unsent bytes above which a streamed write waits to drain
 LOW_WATER_BYTES = 16 * 1024
+LINGER_S = 2.0  # after a refusal, how long the client's further bytes are read and dropped
+ACCEPT_RETRY_S = 1.0  # after accept() failed (no file descriptors left)
 # Linux: the kernel's receive time of each read (a struct timespec on CLOCK_REALTIME)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform.startswith("linux") else None
 STAMP_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
@@ -51,7 +53,7 @@ class Headers(dict):
 
 class Request:
     def __init__(self, method: str, target: str, headers: Headers, body: bytes, arrival: float,
-                 transport: "_Socket", keep_alive: bool = True):
+                 transport: "_Socket", keep_alive: bool = True, version: str = "HTTP/1.1"):
         self.method = method
         self.path_qs = target
         self.path = target.split("?", 1)[0]
@@ -61,6 +63,7 @@ class Request:
         self.transport = transport
         self.host = headers.get("host", "")
         self.keep_alive = keep_alive
+        self.version = version
         self._connection: Optional[_Connection] = None
 
     async def json(self) -> Any:
@@ -94,6 +97,7 @@ class StreamResponse:
         self.status = status
         self.headers = dict(headers or {})
         self._connection: Optional[_Connection] = None
+        self._chunked = True
         self.finished = False
 
     async def prepare(self, request: Request) -> None:
@@ -101,7 +105,11 @@ class StreamResponse:
         assert connection is not None
         self._connection = connection
         connection.reply_started = True
-        headers = {**self.headers, "Transfer-Encoding": "chunked"}
+        self._chunked = request.version != "HTTP/1.0"  # HTTP/1.0 knows no chunks: the end is the close
+        if self._chunked:
+            headers = {**self.headers, "Transfer-Encoding": "chunked"}
+        else:
+            headers, connection.keep_alive = dict(self.headers), False
         connection.write(_head(self.status, headers, connection.keep_alive))
 
     async def write(self, data: bytes) -> None:
@@ -109,7 +117,7 @@ class StreamResponse:
             return
         connection = self._connection
         assert connection is not None, "prepare() first"
-        connection.write(b"%x\r\n%b\r\n" % (len(data), data))
+        connection.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
         await connection.drain()
 
     async def write_eof(self) -> None:
@@ -117,8 +125,9 @@ class StreamResponse:
             return
         self.finished = True
         assert self._connection is not None, "prepare() first"
-        self._connection.write(b"0\r\n\r\n")
-        await self._connection.drain()
+        if self._chunked:
+            self._connection.write(b"0\r\n\r\n")
+            await self._connection.drain()
 
 
 Handler = Callable[[Request], Awaitable[Union[Response, StreamResponse]]]
@@ -143,7 +152,7 @@ class _Socket:
         self._loop, self._sock, self._protocol = loop, sock, protocol
         self._fd = sock.fileno()
         self._out = bytearray()  # what the kernel has not taken yet
-        self._paused = self._closing = self._closed = False
+        self._paused = self._closing = self._closed = self._lingering = False
         sock.setblocking(False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each event leaves at once
@@ -159,7 +168,11 @@ class _Socket:
 
     def _read(self) -> None:
         try:
-            if self._stamped:
+            if self._stamped and self._protocol.between_requests:
+                # a read's stamp is its last TCP segment's: a request's first segment is peeked alone
+                _, ancillary, _, _ = self._sock.recvmsg(1, STAMP_SPACE, socket.MSG_PEEK)
+                data = self._sock.recv(READ_BYTES)
+            elif self._stamped:
                 data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, STAMP_SPACE)
             else:
                 data, ancillary = self._sock.recv(READ_BYTES), []
@@ -170,6 +183,8 @@ class _Socket:
             return
         if not data:  # the client closed its side
             self._finish()
+            return
+        if self._lingering:  # a refused request's rest: read and dropped, so the client gets the reply
             return
         self._protocol.data_received(data, _received_at(ancillary))
 
@@ -208,19 +223,33 @@ class _Socket:
         if not self._out:
             self._loop.remove_writer(self._fd)
             if self._closing:
-                self._finish()
+                self._finish_or_linger()
 
     def is_closing(self) -> bool:
         return self._closing or self._closed
 
-    def close(self) -> None:
-        """Close once what is queued has been sent."""
+    def close(self, linger: bool = False) -> None:
+        """Close once what is queued has been sent. ``linger``: then send FIN and drop what the
+        client still sends, for up to ``LINGER_S``, so that a client still sending its request
+        reads the reply before the connection closes (closing with unread bytes sends RST)."""
         if self._closing or self._closed:
             return
-        self._closing = True
-        self._loop.remove_reader(self._fd)
+        self._closing, self._lingering = True, linger
+        if not linger:
+            self._loop.remove_reader(self._fd)
         if not self._out:
+            self._finish_or_linger()
+
+    def _finish_or_linger(self) -> None:
+        if not self._lingering:
             self._finish()
+            return
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._finish()
+            return
+        self._loop.call_later(LINGER_S, self._finish)
 
     def abort(self) -> None:
         """Close now, dropping what is queued (a connection that drops mid-stream)."""
@@ -256,7 +285,7 @@ class _Connection:
         self._transport: Optional[_Socket] = None
         self._buffer = bytearray()
         self._first_read = 0.0  # when the bytes now at the buffer's start were received
-        self._head: Optional[tuple[str, str, Headers, int, bool]] = None  # a parsed head waiting for its body
+        self._head: Optional[tuple[str, str, Headers, int, bool, str]] = None  # a parsed head waiting for its body
         self._continued = False
         self._pending: deque[Request] = deque()
         self._task: Optional[asyncio.Task] = None
@@ -270,8 +299,13 @@ class _Connection:
     def connection_made(self, transport: _Socket) -> None:
         self._transport = transport
 
+    @property
+    def between_requests(self) -> bool:
+        """The next bytes start a request (nothing of one is buffered or half-parsed)."""
+        return not self._buffer and self._head is None
+
     def data_received(self, data: bytes, received_at: float) -> None:
-        if not self._buffer:
+        if self.between_requests:
             self._first_read = received_at
         self._buffer += data
         self._parse(received_at)
@@ -321,16 +355,17 @@ class _Connection:
                     self._refuse(400, str(exc))
                     return
                 self._continued = False
-            method, target, headers, length, keep_alive = self._head
+            method, target, headers, length, keep_alive, version = self._head
             if len(self._buffer) < length:
-                if headers.get("expect", "").lower() == "100-continue" and not self._continued:
+                if (headers.get("expect", "").lower() == "100-continue" and not self._continued
+                        and not self._answering):  # never inside the reply to an earlier request
                     self._continued = True
                     self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return
             body = bytes(self._buffer[:length])
             del self._buffer[:length]
             assert self._transport is not None
-            request = Request(method, target, headers, body, self._first_read, self._transport, keep_alive)
+            request = Request(method, target, headers, body, self._first_read, self._transport, keep_alive, version)
             request._connection = self
             self._head = None
             self._first_read = now  # what is left in the buffer came with this read
@@ -342,7 +377,7 @@ class _Connection:
             self._task = asyncio.get_running_loop().create_task(self._serve())
 
     @staticmethod
-    def _read_head(head: str) -> tuple[str, str, Headers, int, bool]:
+    def _read_head(head: str) -> tuple[str, str, Headers, int, bool, str]:
         lines = head.split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -364,16 +399,24 @@ class _Connection:
             raise ValueError(f"Content-Length must be 0 … {MAX_BODY_BYTES}")
         connection = headers.get("connection", "").lower()
         keep_alive = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
-        return method, target, headers, length, keep_alive
+        return method, target, headers, length, keep_alive, version
+
+    @property
+    def _answering(self) -> bool:
+        return bool(self._pending) or (self._task is not None and not self._task.done())
 
     def _refuse(self, status: int, message: str) -> None:
+        assert self._transport is not None
+        self._buffer.clear()
+        if self._answering:  # an earlier request's reply is under way: a status here would land inside it
+            self._closed = True
+            self._transport.abort()
+            return
         body = json.dumps({"error": {"message": message, "code": status}}).encode()
         self.keep_alive = False
         self.write(_head(status, {"Content-Type": "application/json", "Content-Length": str(len(body))}, False) + body)
         self._closed = True
-        self._buffer.clear()
-        assert self._transport is not None
-        self._transport.close()
+        self._transport.close(linger=True)
 
     async def _serve(self) -> None:
         while self._pending and not self._closed:
@@ -382,6 +425,7 @@ class _Connection:
             try:
                 reply = await self._handler(request)
             except (ConnectionError, asyncio.CancelledError):
+                self._transport.abort()  # type: ignore[union-attr]  # (already closed, or the client waits in vain)
                 return
             except Exception as exc:  # noqa: BLE001 - a handler's bug answers 500, as a framework's would
                 if self.reply_started:  # too late for a status: the client sees the stream cut
@@ -410,7 +454,18 @@ class Server:
         self._loop, self._sock, self._handler = loop, sock, handler
         self.port: int = sock.getsockname()[1]
         sock.setblocking(False)
-        loop.add_reader(sock.fileno(), self._accept)
+        if SO_TIMESTAMPNS is not None:
+            # on from the start: the kernel stamps packets only while some socket asks, and a
+            # new connection's first request may arrive before the connection is accepted
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass
+        self._watch()
+
+    def _watch(self) -> None:
+        if self._sock.fileno() >= 0:
+            self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def _accept(self) -> None:
         for _ in range(128):  # a burst of connections is taken in one wake-up
@@ -418,8 +473,11 @@ class Server:
                 sock, _ = self._sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # e.g. out of file descriptors: the client's connect fails, the server goes on
-                print(f"http server: accept failed: {exc}", file=sys.stderr, flush=True)
+            except OSError as exc:  # e.g. out of file descriptors: the connection waits in the backlog
+                print(f"http server: accept failed ({exc}); trying again in {ACCEPT_RETRY_S:g} s",
+                      file=sys.stderr, flush=True)
+                self._loop.remove_reader(self._sock.fileno())
+                self._loop.call_later(ACCEPT_RETRY_S, self._watch)
                 return
             _Socket(self._loop, sock, _Connection(self._handler))
 
