@@ -5,8 +5,9 @@ one's per-request records (never only its summary percentiles) to print two tabl
 
 1. **TTFT error** = client TTFT − server truth, p50 (p99) in ms, at ``--ttft-streams``
    concurrent streams. The server is the harness's reference server
-   (harness/reference_server.py): the first token is due ``--ttft-ms`` after it reads the
-   request, then one every ``--itl-ms``, ``--tokens`` tokens; the truth is the schedule. It
+   (harness/reference_server.py): the first token is due ``--ttft-ms`` after the request
+   reached it (the kernel's receive stamp of its first bytes), then one every ``--itl-ms``,
+   ``--tokens`` tokens; the truth is the schedule. It
    runs with ``--dialect ollama``, whose first event is the first token (the openai dialect
    sends a role-only chunk at once, which `vllm bench serve` would stamp as the first token).
    Below the table: the server's own mean TTFT (its /metrics, write time − arrival), so the
@@ -395,7 +396,7 @@ def main() -> None:
         if not args.no_ttft:
             cells, notes = measure("ttft", args, clients, model_dir, work)
             out.append(table(f"TTFT error (client TTFT − server truth), ms, p50 (p99); first token {args.ttft_ms:g} ms "
-                             f"after the server reads the request, one every {args.itl_ms:g} ms, {args.tokens} tokens:",
+                             f"after the request reaches the server, one every {args.itl_ms:g} ms, {args.tokens} tokens:",
                              args.ttft_streams, clients, cells))
             out += [""] + [f"- {n}" for n in notes]
         if not args.no_parse:
