@@ -29,7 +29,19 @@ async def _exchange(port: int, data: bytes, until: bytes, timeout: float = 5.0) 
     return got
 
 
-def test_arrival_is_when_the_first_bytes_were_read_not_when_the_handler_ran():
+def _answer(handler, request_bytes: bytes, until: bytes) -> bytes:
+    """What a server with ``handler`` sends back for ``request_bytes`` (read until ``until`` or the close)."""
+    async def main():
+        server, port = await _serve(handler)
+        got = await _exchange(port, request_bytes, until)
+        server.close()
+        return got
+
+    return asyncio.run(main())
+
+
+def _arrival_against_send(send) -> float:
+    """Serve one request that ``send(writer)`` writes (returning its send time): arrival − send."""
     seen: list[float] = []
 
     async def handler(request: Request):
@@ -39,41 +51,38 @@ def test_arrival_is_when_the_first_bytes_were_read_not_when_the_handler_ran():
     async def main():
         server, port = await _serve(handler)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        sent_head = time.perf_counter()
-        writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\n")  # the head alone,
-        await asyncio.sleep(0.2)  # as httpx sends it; the body comes 200 ms later
-        writer.write(b"{  }")
+        sent = await send(writer)
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         writer.close()
         server.close()
-        return sent_head, head
+        assert head.startswith(b"HTTP/1.1 200 OK")
+        return sent
 
-    sent_head, head = asyncio.run(main())
-    assert head.startswith(b"HTTP/1.1 200 OK")
-    assert seen and 0 <= seen[0] - sent_head < 0.1  # stamped at the first read, not 200 ms later
+    sent = asyncio.run(main())
+    return seen[0] - sent
+
+
+def test_arrival_is_when_the_first_bytes_were_read_not_when_the_handler_ran():
+    async def head_then_body(writer) -> float:
+        sent = time.perf_counter()
+        writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\n")  # the head alone,
+        await asyncio.sleep(0.2)  # as httpx sends it; the body comes 200 ms later
+        writer.write(b"{  }")
+        return sent
+
+    assert 0 <= _arrival_against_send(head_then_body) < 0.1  # the head's read, not the body's
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive stamps (SO_TIMESTAMPNS) are Linux's")
 def test_arrival_is_the_kernels_receive_time_even_when_the_server_was_busy():
-    seen: list[float] = []
-
-    async def handler(request: Request):
-        seen.append(request.arrival)
-        return json_response({"ok": True})
-
-    async def main():
-        server, port = await _serve(handler)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async def then_block(writer) -> float:
         writer.write(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")  # into the kernel at once
         sent = time.perf_counter()
         time.sleep(0.2)  # the server shares this loop: it cannot read for 200 ms
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-        writer.close()
-        server.close()
         return sent
 
-    sent = asyncio.run(main())
-    assert seen and abs(seen[0] - sent) < 0.1, seen[0] - sent  # not 200 ms later, when the server read it
+    lag = _arrival_against_send(then_block)
+    assert abs(lag) < 0.1, lag  # not 200 ms later, when the server read it
 
 
 def test_keep_alive_and_pipelined_requests_are_answered_in_order():
@@ -82,13 +91,7 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order():
             await asyncio.sleep(0.05)
         return Response(text=request.path)
 
-    async def main():
-        server, port = await _serve(handler)
-        got = await _exchange(port, b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /fast HTTP/1.1\r\nHost: h\r\n\r\n", b"/fast")
-        server.close()
-        return got
-
-    got = asyncio.run(main())
+    got = _answer(handler, b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /fast HTTP/1.1\r\nHost: h\r\n\r\n", b"/fast")
     assert got.index(b"/slow") < got.index(b"/fast")
     assert got.count(b"HTTP/1.1 200 OK") == 2 and b"Content-Length: 5" in got
 
@@ -120,13 +123,7 @@ def test_an_http10_client_gets_a_streamed_reply_unchunked_and_ended_by_the_close
         await response.write(b"data: 0\n\n")
         return response
 
-    async def main():
-        server, port = await _serve(handler)
-        got = await _exchange(port, b"GET /s HTTP/1.0\r\n\r\n", b"never: read to the close")
-        server.close()
-        return got
-
-    got = asyncio.run(main())
+    got = _answer(handler, b"GET /s HTTP/1.0\r\n\r\n", b"never: read to the close")
     assert got.endswith(b"\r\n\r\ndata: 0\n\n") and b"chunked" not in got and b"Connection: close" in got
 
 
@@ -139,13 +136,7 @@ def test_a_malformed_request_gets_one_clear_error_and_the_connection_closes(requ
     async def handler(request: Request):
         return Response(text="should not run")
 
-    async def main():
-        server, port = await _serve(handler)
-        got = await _exchange(port, request_bytes, b"}")
-        server.close()
-        return got
-
-    got = asyncio.run(main())
+    got = _answer(handler, request_bytes, b"}")
     assert got.startswith(b"HTTP/1.1 " + status) and words in got and b"Connection: close" in got
 
 
@@ -198,11 +189,5 @@ def test_a_handler_that_fails_before_its_reply_answers_500():
     async def handler(request: Request):
         raise RuntimeError("boom")
 
-    async def main():
-        server, port = await _serve(handler)
-        got = await _exchange(port, b"GET /x HTTP/1.1\r\n\r\n", b"}")
-        server.close()
-        return got
-
-    got = asyncio.run(main())
+    got = _answer(handler, b"GET /x HTTP/1.1\r\n\r\n", b"}")
     assert got.startswith(b"HTTP/1.1 500") and b"RuntimeError: boom" in got
