@@ -290,7 +290,6 @@ class _Connection:
         self._pending: deque[Request] = deque()
         self._task: Optional[asyncio.Task] = None
         self._paused: Optional[asyncio.Future] = None
-        self._closed = False
         self.keep_alive = True  # of the request being answered
         self.reply_started = False  # its head is written
 
@@ -298,6 +297,10 @@ class _Connection:
 
     def connection_made(self, transport: _Socket) -> None:
         self._transport = transport
+
+    @property
+    def _closed(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
 
     @property
     def between_requests(self) -> bool:
@@ -311,7 +314,6 @@ class _Connection:
         self._parse(received_at)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
-        self._closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self.resume_writing()  # a writer waiting to drain finds the connection closed at its next write
@@ -327,9 +329,8 @@ class _Connection:
     # --- writing, for the replies ---
 
     def write(self, data: bytes) -> None:
-        if self._closed or self._transport is None or self._transport.is_closing():
-            raise ConnectionResetError("the client closed the connection")
-        self._transport.write(data)
+        assert self._transport is not None
+        self._transport.write(data)  # ConnectionResetError once closed
 
     async def drain(self) -> None:
         if self._paused is not None and not self._paused.done():
@@ -409,13 +410,11 @@ class _Connection:
         assert self._transport is not None
         self._buffer.clear()
         if self._answering:  # an earlier request's reply is under way: a status here would land inside it
-            self._closed = True
             self._transport.abort()
             return
         body = json.dumps({"error": {"message": message, "code": status}}).encode()
         self.keep_alive = False
         self.write(_head(status, {"Content-Type": "application/json", "Content-Length": str(len(body))}, False) + body)
-        self._closed = True
         self._transport.close(linger=True)
 
     async def _serve(self) -> None:
@@ -442,7 +441,6 @@ class _Connection:
             except ConnectionError:
                 return
             if not self.keep_alive:
-                self._closed = True
                 self._transport.close()  # type: ignore[union-attr]
                 return
 

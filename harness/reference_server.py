@@ -7,8 +7,9 @@ trtllm-serve, DeepSpeed-MII and Ollama: see :data:`DIALECTS`).
 
     python -m harness.reference_server --port 8000 --ttft-ms 50 --itl-ms 10 --tokens 64
 
-The schedule of a request that arrives at t₀ (the read that brought its first bytes, stamped
-by the HTTP layer, harness/http_server.py, before any parsing or routing), in seconds:
+The schedule of a request that arrives at t₀ (when the kernel received its first bytes, as
+the HTTP layer, harness/http_server.py, stamps it: not when the server got round to it), in
+seconds:
 
     due(k) = t₀ + ttft + k · itl + jitter(k),   k = 0 … n − 1,   jitter(k) ~ U(−j, +j)
 
@@ -416,7 +417,7 @@ class ReferenceServer:
     # --- one request ---
 
     async def _generate(self, request: Request, chat: bool) -> StreamResponse:
-        arrival = request.arrival  # when its first bytes were read
+        arrival = request.arrival  # when the kernel received its first bytes
         self._log(request)
         self.requests += 1
         index = self.requests
