@@ -15,7 +15,7 @@ from core.registry import Registry
 if TYPE_CHECKING:
     from core.model import ModelFiles
 
-backend_registry: Registry[Backend] = Registry("backend", package="backends", config_group="backend")
+backend_registry: Registry[Backend] = Registry("backend", package="backends.engines", config_group="backend")
 
 
 def check_backend_available(config: BackendConfig) -> None:
@@ -24,7 +24,7 @@ def check_backend_available(config: BackendConfig) -> None:
     interpreter (and a custom command's program, or the engine's own) must exist."""
     entry = backend_registry.get(config.name)
     if config.mode == "server":
-        from backends.server import check_server_config
+        from backends.server.backend import check_server_config
 
         check_server_config(config)
         if not config.server_command:
@@ -38,7 +38,7 @@ def create_backend(config: BackendConfig, model: "ModelFiles") -> Backend:
     (``backend.mode=server``: a ServerBackend from the engine's ``server_preset``)."""
     entry = backend_registry.get(config.name)
     if config.mode == "server":
-        from backends.server import ServerBackend
+        from backends.server.backend import ServerBackend
 
         return ServerBackend(config, model, entry.cls.server_preset(config, model))
     return entry.cls(config, model)

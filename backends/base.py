@@ -35,7 +35,7 @@ class BackendConfig:
     """Fields every backend config has; each backend subclasses it.
 
     ``mode``: ``inprocess`` runs the engine inside the harness; ``server`` launches the
-    engine's own OpenAI-compatible server as a child process (``backends/server.py``) and
+    engine's own OpenAI-compatible server as a child process (``backends/server/backend.py``) and
     drives it over HTTP. The fields below ``mode`` are for server mode and ``backend=openai``.
     """
 
@@ -109,8 +109,8 @@ class Backend(ABC):
     def server_preset(cls, config: BackendConfig, model: "ModelFiles") -> "ServerPreset":
         """How to launch this engine's OpenAI-compatible server (``backend.mode=server``).
 
-        Engines with a server override this and return a :class:`backends.server.ServerPreset`
-        (``backends/server_presets.py`` has one function per engine).
+        Engines with a server override this and return a :class:`backends.server.backend.ServerPreset`
+        (``backends/server/presets.py`` has one function per engine).
         """
         raise ConfigError(f"backend {config.name} has no server mode (use backend.mode=inprocess)")
 
@@ -210,7 +210,7 @@ class Backend(ABC):
 
     def engine_process(self) -> Optional[int]:
         """The PID the engine's processes descend from, for per-process GPU memory
-        (harness/processes.py): this process for an in-process engine (its child processes
+        (harness/telemetry/processes.py): this process for an in-process engine (its child processes
         count too); None when the engine is no local process (a remote server)."""
         return os.getpid()
 
@@ -218,7 +218,7 @@ class Backend(ABC):
         """The engine's own Prometheus metrics as text, or None where it exposes none.
 
         The runner scrapes before and after the measured phase and stores the difference
-        (``harness/prometheus.py``) next to the client's figures.
+        (``harness/telemetry/prometheus.py``) next to the client's figures.
         """
         return None
 
@@ -247,4 +247,4 @@ def _text(value: Any) -> Optional[str]:
 
 
 if TYPE_CHECKING:
-    from backends.server import ServerPreset
+    from backends.server.backend import ServerPreset

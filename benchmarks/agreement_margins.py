@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness import agreement as agree
-    from harness.results import load_run
+    from harness.reports import agreement as agree
+    from harness.results.store import load_run
     from workloads.prompts import PromptRenderer, chat_messages
 
     base = load_run(args.runs[0])

@@ -3,10 +3,10 @@
 A server process answers every chat completion at once with a prebuilt stream of ``--tokens``
 one-token chunks (" the", as OpenAI-compatible servers send them, then usage and [DONE]), so
 the client's parsing is the bottleneck. For each number of concurrent streams, the harness's
-client (backends/openai.py) runs ``--requests`` requests; tokens/s = streamed tokens / wall time.
+client (backends/http/client.py) runs ``--requests`` requests; tokens/s = streamed tokens / wall time.
 With ``--vllm-bench``, `vllm bench serve` runs against the same server in the same run (its
 own output throughput is the same figure). With ``--workers 1 2``, the whole driver
-(harness/driver.py, harness/loadgen.py: ``client.workers``) runs the same requests through
+(harness/client/driver.py, harness/client/workers.py: ``client.workers``) runs the same requests through
 ``backend=openai`` with that many client processes: tokens/s over the measured phase, and the
 client's event-loop lag p99 (``summary.harness.loop_lag_s``; the workers' loops when more than one).
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 SERVER = r'''
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[3])
-from harness.http_server import Response, StreamResponse, json_response, start_server
+from refserver.http_server import Response, StreamResponse, json_response, start_server
 tokens, port = int(sys.argv[1]), int(sys.argv[2])
 def ev(obj): return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
@@ -56,7 +56,7 @@ asyncio.run(main())
 
 
 async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> float:
-    from backends.openai import OpenAIClient
+    from backends.http.client import OpenAIClient
     from core.types import GenerationRequest, RequestDone, SamplingParams
 
     client = OpenAIClient(url, model_name="m", tokenizer=tokenizer)
@@ -84,10 +84,10 @@ async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> floa
 def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers: int,
                 event_loop: str) -> tuple[float, float]:
     """(streamed tokens/s, loop lag p99 in ms) through the driver with ``workers`` client processes."""
-    from backends.openai import OpenAIBackend, OpenAIConfig
-    from harness.client_load import ClientLoad
-    from harness.driver import Driver
-    from harness.loadgen import new_loop
+    from backends.http.client import OpenAIBackend, OpenAIConfig
+    from harness.client.client_load import ClientLoad
+    from harness.client.driver import Driver
+    from harness.client.workers import new_loop
     from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
     from workloads.prompts import PromptRenderer
 
@@ -146,10 +146,10 @@ def main() -> None:
     a = p.parse_args()
     from transformers import AutoTokenizer
 
-    from backends.server import free_port
+    from backends.server.backend import free_port
     from core.model import ModelFiles  # noqa: F401 - the store's types
     from harness.config import ModelConfig
-    from harness.model_store import resolve_model
+    from harness.run.model_store import resolve_model
 
     model = resolve_model(ModelConfig(name="smollm2-135m"))
     tokenizer = AutoTokenizer.from_pretrained(model.hf_dir)

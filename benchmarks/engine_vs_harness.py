@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from harness.cli import compose_config
-from harness.results import load_requests
-from harness.runner import run_benchmark
+from harness.results.store import load_requests
+from harness.run.point import run_benchmark
 
 ENGINE_RATE = {
     "llamacpp": ("backend.batched=false", lambda s: s["llama_n_eval"] / s["llama_t_eval_ms"] * 1000),
@@ -43,7 +43,7 @@ def bare_llama_loop(prompts: list[list[int]], n: int) -> list[tuple[float, float
     import numpy as np
 
     from harness.config import ModelConfig
-    from harness.model_store import resolve_model
+    from harness.run.model_store import resolve_model
 
     llm = llama_cpp.Llama(str(resolve_model(ModelConfig()).gguf_file), n_ctx=4096, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)

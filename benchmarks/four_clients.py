@@ -5,7 +5,7 @@ one's per-request records (never only its summary percentiles) to print two tabl
 
 1. **TTFT error** = client TTFT − server truth, p50 (p99) in ms, at ``--ttft-streams``
    concurrent streams. The server is the harness's reference server
-   (harness/reference_server.py): the first token is due ``--ttft-ms`` after the request
+   (refserver/app.py): the first token is due ``--ttft-ms`` after the request
    reached it (the kernel's receive stamp of its first bytes), then one every ``--itl-ms``,
    ``--tokens`` tokens; the truth is the schedule. It
    runs with ``--dialect ollama``, whose first event is the first token (the openai dialect
@@ -176,7 +176,7 @@ class Server:
 
 
 def reference_server(args: argparse.Namespace) -> Server:
-    from backends.server import free_port
+    from backends.server.backend import free_port
 
     port = free_port()
     return Server([sys.executable, "-m", "harness.reference_server", "--port", str(port), "--dialect", "ollama",
@@ -185,7 +185,7 @@ def reference_server(args: argparse.Namespace) -> Server:
 
 
 def parse_server(tokens: int) -> Server:
-    from backends.server import free_port
+    from backends.server.backend import free_port
     from client_parse_rate import SERVER
 
     port = free_port()
@@ -384,7 +384,7 @@ def main() -> None:
         clients.remove("vllm")
 
     from harness.config import ModelConfig
-    from harness.model_store import resolve_model
+    from harness.run.model_store import resolve_model
 
     model_dir = str(resolve_model(ModelConfig(name=MODEL)).hf_dir)
     versions = {"harness": "this checkout", "vllm": vllm_version(), "guidellm": peer_version("guidellm"),

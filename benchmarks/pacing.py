@@ -5,7 +5,7 @@ when it actually went out (``start_s``), on the same clock. Send error = start_s
 This script runs a constant-arrival synthetic workload against the reference server
 (backend=reference, one-token replies right away, so the server costs little) at each rate,
 with ``client.pacing=sleep`` (asyncio's timer alone: the harness before this change) and
-``client.pacing=spin`` (harness/pacing.py), and optionally several client workers, and
+``client.pacing=spin`` (harness/client/pacing.py), and optionally several client workers, and
 prints the send error's p50 / p99 / max and the rate achieved.
 
     .venv/bin/python benchmarks/pacing.py [--rates 100 1000 5000] [--seconds 2] [--workers 1 2]
@@ -27,9 +27,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cli import CONF_DIR, register_everything  # noqa: E402
-from harness.results import load_requests  # noqa: E402
-from harness.runner import run_point, to_run_config  # noqa: E402
-from harness.session import EngineSession  # noqa: E402
+from harness.results.store import load_requests  # noqa: E402
+from harness.run.point import run_point, to_run_config  # noqa: E402
+from harness.run.session import EngineSession  # noqa: E402
 
 
 def config(rate: float, requests: int, pacing: str, workers: int, args: argparse.Namespace):

@@ -1,6 +1,6 @@
 """The harness's timing error and overhead, measured against the reference server.
 
-The reference server (harness/reference_server.py) sends token k of a request at
+The reference server (refserver/app.py) sends token k of a request at
 arrival + ttft + k · itl exactly (to its timer's precision). The harness runs a synthetic
 workload against it through the whole server-mode path (backend=reference: launch, client,
 runner) at each concurrency, and this script prints, over every request and token:
@@ -35,8 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cli import CONF_DIR, register_everything  # noqa: E402
-from harness.results import load_requests  # noqa: E402
-from harness.runner import run_benchmark, to_run_config  # noqa: E402
+from harness.results.store import load_requests  # noqa: E402
+from harness.run.point import run_benchmark, to_run_config  # noqa: E402
 
 
 def config(concurrency: int, requests: int, args: argparse.Namespace):

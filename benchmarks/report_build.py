@@ -27,7 +27,7 @@ OVERRIDES = [
 
 def make_run(out: Path) -> Path:
     from conftest import make_config
-    from harness.runner import run_benchmark
+    from harness.run.point import run_benchmark
 
     run_dir = out / "run-1000"
     t = time.perf_counter()
@@ -52,7 +52,7 @@ def main() -> None:
     times = []
     for _ in range(args.repeats):
         t = time.perf_counter()
-        from harness.report import write_report
+        from harness.reports.run_report import write_report
 
         path = write_report(run_dir)
         times.append(time.perf_counter() - t)

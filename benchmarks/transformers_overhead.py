@@ -18,9 +18,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backends import GenerationRequest, TokenChunk, backend_registry
-from backends.transformers import TransformersConfig
+from backends.engines.transformers import TransformersConfig
 from harness.config import ModelConfig
-from harness.model_store import resolve_model
+from harness.run.model_store import resolve_model
 from workloads.prompts import PromptRenderer
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

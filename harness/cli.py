@@ -1,9 +1,9 @@
 """``python -m harness``: the Hydra CLI. One run, a multirun sweep (``-m``), or an SLO search.
 
 - a plain run is one load point on an engine session of its own (``repeat=N``: N runs);
-- ``-m`` runs each point through :func:`harness.sweep.run_sweep_point`, which shares one
+- ``-m`` runs each point through :func:`harness.run.sweep.run_sweep_point`, which shares one
   loaded engine between consecutive points of the same engine settings;
-- ``slo_search.enabled=true`` probes loads against one engine (harness/slo_search.py).
+- ``slo_search.enabled=true`` probes loads against one engine (harness/run/slo_search.py).
 """
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ def register_everything() -> None:
 
 def compose_config(*overrides: str):
     """A validated RunConfig from Hydra overrides, composed as ``python -m harness`` does
-    (for scripts and tests that call :func:`harness.runner.run_benchmark` directly)."""
+    (for scripts and tests that call :func:`harness.run.point.run_benchmark` directly)."""
     from hydra import compose, initialize_config_dir
 
-    from harness.runner import to_run_config
+    from harness.run.point import to_run_config
 
     register_everything()
     check_group_choices(list(overrides))
@@ -74,7 +74,7 @@ def check_group_choices(args: list[str]) -> None:
 
 def _discard_if_empty(run_dir: Path) -> None:
     """Nothing was measured: leave no folder behind, unless it holds an engine's server log."""
-    from harness.results import CLAIM
+    from harness.results.store import CLAIM
 
     only_hydra = {".hydra", "harness.log"}
     try:
@@ -101,15 +101,15 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
-    from harness.results import RunSummary, load_summary
-    from harness.runner import to_run_config
-    from harness.summary import format_summary
-    from harness.sweep import format_sweep, read_sweep, run_sweep_point
+    from harness.results.store import RunSummary, load_summary
+    from harness.run.point import to_run_config
+    from harness.results.summary import format_summary
+    from harness.run.sweep import format_sweep, read_sweep, run_sweep_point
 
     try:
         run_cfg = to_run_config(cfg)
         if run_cfg.slo_search.enabled:
-            from harness.slo_search import run_slo_search
+            from harness.run.slo_search import run_slo_search
 
             run_slo_search(run_cfg, run_dir)
             print(format_sweep(read_sweep(run_dir)))
@@ -136,10 +136,10 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
 
 def _sweep_point(cfg: DictConfig, hc: Any) -> None:
     """One point of a multirun: a failure is recorded and printed in one line, the sweep goes on."""
-    from harness.results import RunSummary, is_run_dir, load_summary
-    from harness.runner import to_run_config
-    from harness.summary import format_summary
-    from harness.sweep import new_entry, record_point, run_sweep_point
+    from harness.results.store import RunSummary, is_run_dir, load_summary
+    from harness.run.point import to_run_config
+    from harness.results.summary import format_summary
+    from harness.run.sweep import new_entry, record_point, run_sweep_point
 
     run_dir, sweep_dir = Path(hc.runtime.output_dir), Path(hc.sweep.dir)
     index, overrides = int(hc.job.num), list(hc.overrides.task)
@@ -170,7 +170,7 @@ class SweepCallback(Callback):
     launching process whatever the launcher."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.sweep import locked_sweep
+        from harness.run.sweep import locked_sweep
 
         with locked_sweep(Path(config.hydra.sweep.dir)) as data:
             data.setdefault("kind", "multirun")
@@ -178,7 +178,7 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _exit_code
-        from harness.sweep import SESSIONS, format_sweep, read_sweep, refresh_compare
+        from harness.run.sweep import SESSIONS, format_sweep, read_sweep, refresh_compare
 
         SESSIONS.close()
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -238,13 +238,13 @@ def main() -> None:
     try:
         hydra_main()
     except KeyboardInterrupt:
-        from harness.sweep import SESSIONS
+        from harness.run.sweep import SESSIONS
 
         SESSIONS.close()
         print("\ninterrupted: what was measured is kept (sweep.json lists the points so far)", file=sys.stderr)
         sys.exit(130)
     finally:
-        from harness.sweep import SESSIONS
+        from harness.run.sweep import SESSIONS
 
         SESSIONS.close()
     sys.exit(_exit_code)

@@ -16,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from core.errors import ConfigError
-from harness.saturation import SaturationConfig
+from harness.client.saturation import SaturationConfig
 
 
 @dataclass
@@ -95,7 +95,7 @@ class ClientConfig:
     """The load generator that drives HTTP backends (``backend.mode=server``, ``backend=openai``).
 
     ``workers``: client processes, each with its own event loop and connection pool
-    (harness/loadgen.py); null picks one (:func:`harness.loadgen.auto_workers`). In-process
+    (harness/client/workers.py); null picks one (:func:`harness.client.workers.auto_workers`). In-process
     engines always run in the harness's own process (1).
     """
 
@@ -181,7 +181,7 @@ class RunConfig:
     resume: bool = False  # skip points whose run folder under output_root is complete (same config)
     progress: bool = True
     save_output_text: bool = True
-    report: bool = True  # write report.html (harness/report.py) into the run folder
+    report: bool = True  # write report.html (harness/reports/run_report.py) into the run folder
 
     def validate(self) -> None:
         check_finite(self)

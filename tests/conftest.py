@@ -38,7 +38,7 @@ def run_harness_cli(*args: str, cwd: Path, env: dict | None = None, timeout: flo
 @pytest.fixture(scope="session")
 def tiny_model():
     from harness.config import ModelConfig
-    from harness.model_store import resolve_model
+    from harness.run.model_store import resolve_model
 
     return resolve_model(ModelConfig(name="tiny-random"))
 
@@ -46,7 +46,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def real_model():
     from harness.config import ModelConfig
-    from harness.model_store import resolve_model
+    from harness.run.model_store import resolve_model
 
     return resolve_model(ModelConfig(name="smollm2-135m"))
 

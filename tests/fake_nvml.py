@@ -1,4 +1,4 @@
-"""A stand-in for nvidia-ml-py's ``pynvml``: exactly the calls harness/gpu.py makes, on GPUs
+"""A stand-in for nvidia-ml-py's ``pynvml``: exactly the calls harness/telemetry/gpu.py makes, on GPUs
 whose power, utilisation, memory and processes a test sets. The energy counter integrates the
 power over the fake's clock (power changes count from the last reading on), so a test knows
 the energy of any interval. Install it with ``monkeypatch.setitem(sys.modules, "pynvml", fake)``.

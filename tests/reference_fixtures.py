@@ -1,4 +1,4 @@
-"""Helpers to run the reference server (harness/reference_server.py) inside tests."""
+"""Helpers to run the reference server (refserver/app.py) inside tests."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from backends.base import GenerationRequest, RequestDone, SamplingParams, TokenChunk
-from backends.server import ManagedServer, free_port
+from backends.server.backend import ManagedServer, free_port
 from workloads.prompts import PromptRenderer
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from backends import RequestDone, TokenChunk, backend_registry, create_backend
 from backends.base import GenerationRequest, SamplingParams
-from backends.server import ServerBackend
+from backends.server.backend import ServerBackend
 from reference_fixtures import reply_ids
 from workloads.prompts import PromptRenderer
 
@@ -156,7 +156,7 @@ class Stream:
 
     @property
     def ids(self) -> list[int]:
-        """The reply's ids as the harness records them (harness/driver.py)."""
+        """The reply's ids as the harness records them (harness/client/driver.py)."""
         if self.done is not None and self.done.token_ids is not None:
             return list(self.done.token_ids)
         return [t for c in self.chunks for t in c.token_ids]

@@ -1,7 +1,7 @@
 """The fault-injection suite: every ending and every misbehaving server keeps what was measured.
 
 - A server that misbehaves: the reference server's ``--error-kind`` modes
-  (``harness/reference_server.py: FAULTS``), each run end to end through ``backend=reference``.
+  (``refserver/app.py: FAULTS``), each run end to end through ``backend=reference``.
 - Secrets: the API key against a server that redirects to another origin.
 - Signal drills: Ctrl-C, SIGTERM, SIGHUP (and SIGKILL in server mode) on a run in progress.
 - An engine that dies mid-run; two runs started together on one folder.
@@ -19,12 +19,12 @@ import pandas as pd
 import psutil
 import pytest
 
-from backends.openai import HTTPStatusError, OpenAIClient, check_server
+from backends.http.client import HTTPStatusError, OpenAIClient, check_server
 from conftest import as_foreground_job, make_config, run_harness_cli
 from core.errors import HarnessError
-from harness.reference_server import FAULTS
-from harness.results import load_requests, load_summary
-from harness.runner import run_benchmark
+from refserver.app import FAULTS
+from harness.results.store import load_requests, load_summary
+from harness.run.point import run_benchmark
 from reference_fixtures import chat_request, collect, reference_server, run
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4", "progress=false"]

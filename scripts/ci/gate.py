@@ -4,7 +4,7 @@
         --fail-on-regression 10 --summary "$GITHUB_STEP_SUMMARY" --out results/ci/vllm-compare
 
 Points are paired by their overrides (sweep.json). Each pair goes through
-``harness.compare`` (the baseline point first); a point is a regression when its
+``harness.reports.compare.runs`` (the baseline point first); a point is a regression when its
 ``--metric`` is worse than the baseline's by more than the threshold and the bootstrap 95 %
 CI excludes zero. The job summary gets a markdown table, one row per point, then each
 comparison in full. Without a baseline (the first run on the default branch, or an expired
@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness import metric_registry as registry  # noqa: E402
-from harness.compare import CompareError, compare_runs, comparison_markdown  # noqa: E402
-from harness.sweep import SWEEP_JSON, varying_overrides  # noqa: E402
+from harness.results import metrics as registry  # noqa: E402
+from harness.reports.compare.runs import CompareError, compare_runs, comparison_markdown  # noqa: E402
+from harness.run.sweep import SWEEP_JSON, varying_overrides  # noqa: E402
 
 EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 2
 IGNORED_OVERRIDES = ("hydra.", "output_root=", "progress=", "report=")

@@ -1,0 +1,1 @@
+"""One module per engine; each registers its backend in ``backends.registry`` by name."""

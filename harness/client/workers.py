@@ -1,0 +1,496 @@
+"""The multi-process load generator for HTTP backends (``client.workers`` > 1).
+
+One event loop parses every stream of a run; at high concurrency its work delays every
+chunk's stamp. Here the driver (this process) forks N worker processes, each with its own
+event loop (``client.event_loop``) and its own connection pool, and assigns them sessions:
+
+- **Sessions stay in one worker.** A session's turns carry its chat history, so the session,
+  not the request, is what is assigned.
+- **Closed loop: the concurrency is exact.** The cap C is split into slots, worker w holding
+  ``C // N`` (+1 for the first ``C % N``); a worker starts a session only on a free slot of
+  its own, so at most C sessions are in flight. Sessions are handed out in plan order as
+  slots free (each worker holds one spare so a freed slot starts at once): the order is the
+  single-process one, and a slow worker gets fewer sessions.
+- **Open loop: the schedule is the plan's.** Sessions are dealt round-robin in arrival
+  order; each worker paces its own at ``t0 + arrival_s`` (harness/client/pacing.py). A cap in an
+  open loop is split into slots the same way (in flight never exceeds it; a session may wait
+  for its own worker's slot while another worker has one free).
+- **One clock.** ``time.perf_counter`` is CLOCK_MONOTONIC on Linux (``time.get_clock_info``
+  says so; :func:`check_shared_clock` checks it before forking): one system-wide clock, so
+  the driver picks t0, sends it to every worker, and every stamp in every record is relative
+  to it, whichever process took it.
+- **Exact merge.** Each finished request's record is sent to the driver as it completes and
+  written there (``requests.jsonl``, one row each), as in one process; nothing is averaged.
+  The workers' loop-lag samples and CPU seconds come back at the end and are pooled.
+- **The ending.** Workers ignore SIGINT and SIGHUP: the driver decides. On Ctrl-C/SIGTERM
+  (or an over-saturated open loop) it sends ``stop``; each worker cancels its requests in
+  flight, sends their records (marked cancelled) and says ``bye``. The driver reads until
+  every worker has said bye (at most ``STOP_GRACE_S``), then joins them and kills any left.
+  A worker whose driver vanished sees its pipe close and exits; on Linux the kernel also
+  kills it with the driver (PR_SET_PDEATHSIG).
+
+Workers are forked, not spawned: they inherit the loaded backend, the tokenizer and the plan
+at no cost (a spawned worker would import transformers again). They use only the backend's
+HTTP client, never its server handle.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import warnings
+from collections import deque
+from typing import TYPE_CHECKING, Any, Optional
+
+from core.errors import ConfigError, HarnessError
+from harness.client.pacing import pace_until
+
+if TYPE_CHECKING:
+    from harness.client.driver import Driver
+    from workloads.base import SessionSpec
+
+log = logging.getLogger("harness")
+
+# up to this many streams in flight one event loop keeps up (issue 12: TTFT error p50 ~2 ms
+# at 32 streams on one loop, ~10 ms at 128); beyond, one worker per this many streams
+STREAMS_PER_WORKER = 32
+MAX_AUTO_WORKERS = 8
+READY_TIMEOUT_S = 60.0
+START_LEAD_S = 0.02  # t0 is this far after "go" is sent: every worker is waiting for it by then
+STOP_GRACE_S = 10.0  # after "stop", how long the workers may take to send what they have
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(concurrency: Optional[int], cores: Optional[int] = None) -> int:
+    """``client.workers=null``: 1 up to ``STREAMS_PER_WORKER`` streams in flight (one loop
+    keeps up, and a process more only costs start-up), else one per ``STREAMS_PER_WORKER``
+    streams, leaving a core to the driver and the rest of the machine (a local server):
+    ``min(cores - 1, ceil(streams / 32), 8)``, at least 1. An open loop without a cap has no
+    known number of streams: 1 (set ``client.workers`` for high rates)."""
+    if not concurrency or concurrency <= STREAMS_PER_WORKER:
+        return 1
+    cores = usable_cores() if cores is None else cores
+    return max(1, min(cores - 1, -(-concurrency // STREAMS_PER_WORKER), MAX_AUTO_WORKERS))
+
+
+def resolve_workers(requested: Optional[int], http: bool, concurrency: Optional[int]) -> int:
+    """The workers a run uses: 1 for an in-process engine; else the setting, or the default."""
+    if not http:
+        if requested is not None and requested > 1:
+            raise ConfigError(f"client.workers={requested} needs an HTTP backend (backend.mode=server or "
+                              "backend=openai): an in-process engine runs in the harness's own process")
+        return 1
+    return requested if requested is not None else auto_workers(concurrency)
+
+
+def check_shared_clock() -> None:
+    """Stamps from several processes are comparable only on one system-wide monotonic clock."""
+    info = time.get_clock_info("perf_counter")
+    if sys.platform.startswith("linux") and "CLOCK_MONOTONIC" in info.implementation:
+        return
+    if sys.platform == "darwin" and "mach_absolute_time" in info.implementation:
+        return  # system-wide too
+    raise ConfigError(f"client.workers > 1 needs a system-wide monotonic perf_counter; here it is "
+                      f"{info.implementation}: set client.workers=1")
+
+
+def slots(cap: int, workers: int) -> list[int]:
+    """The cap split over the workers: ``cap // workers`` each, one more for the first ``cap % workers``."""
+    return [cap // workers + (1 if w < cap % workers else 0) for w in range(workers)]
+
+
+def new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """A new event loop of ``client.event_loop``'s kind."""
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            raise ConfigError("client.event_loop=uvloop needs uvloop, which is not installed: "
+                              "pip install -e '.[client]' (or pip install uvloop)") from None
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+# --- the driver's side ----------------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self, index: int, process: Any, conn: Any, slots: int):
+        self.index, self.process, self.conn, self.slots = index, process, conn, slots
+        self.ready = False
+        self.gone = False  # said bye, or its pipe closed
+
+
+async def run_workers(driver: "Driver", sessions: list["SessionSpec"], open_loop: bool) -> float:
+    """Run ``sessions`` in ``driver.workers`` processes; returns T as ``Driver.run`` does."""
+    from harness.client.driver import _request_ids
+
+    check_shared_clock()
+    cap = driver.cap(open_loop)
+    n = min(driver.workers, len(sessions), cap or len(sessions))  # each worker has a session and a slot
+    if n < driver.workers:
+        log.info("client.workers=%d: %d are enough for %d sessions at concurrency %s",
+                 driver.workers, n, len(sessions), cap)
+    shares = slots(cap, n) if cap else [0] * n
+    pairs = list(zip(range(len(sessions)), _request_ids(sessions)))
+    if open_loop:
+        order = sorted(pairs, key=lambda p: sessions[p[0]].arrival_s or 0.0)
+        initial = [[p for i, p in enumerate(order) if i % n == w] for w in range(n)]
+        queue: deque = deque()
+    else:
+        queue = deque(pairs)
+        initial = [[queue.popleft() for _ in range(min(share + 1, len(queue)))] for share in shares]
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+    workers = _fork(driver, sessions, initial, shares, open_loop, loop, events)
+    log.info("client: %d worker processes (%s loop)", n, driver.event_loop)
+    try:
+        await _wait_ready(workers, events)
+        driver.t0 = time.perf_counter() + START_LEAD_S
+        for w in workers:
+            w.conn.send(("go", driver.t0))
+            if not queue:
+                w.conn.send(("end",))
+        monitor = asyncio.create_task(driver._monitor(sessions)) if driver._monitoring else None
+        try:
+            await _serve(driver, workers, events, queue, monitor)
+        finally:
+            if monitor is not None:
+                monitor.cancel()
+    except asyncio.CancelledError:
+        await _stop(workers, events, driver, "interrupted")
+        raise
+    finally:
+        _reap(workers, loop)
+    return time.perf_counter() - driver.t0
+
+
+def _fork(driver, sessions, initial, shares, open_loop, loop, events) -> list[_Worker]:
+    ctx = multiprocessing.get_context("fork")
+    workers: list[_Worker] = []
+    # set, HF tokenizers neither warn in each forked worker nor risk a deadlock there
+    parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        _fork_each(ctx, driver, sessions, initial, shares, open_loop, loop, events, workers)
+    finally:
+        if parallelism is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = parallelism
+    return workers
+
+
+def _fork_each(ctx, driver, sessions, initial, shares, open_loop, loop, events, workers: list[_Worker]) -> None:
+    for index, share in enumerate(shares):
+        mine, theirs = ctx.Pipe(duplex=True)
+        inherited = [w.conn for w in workers] + [mine]  # driver ends the worker must not hold
+        process = ctx.Process(target=_worker_main, name=f"harness-client-{index}", daemon=True,
+                              args=(driver, sessions, initial[index], share, open_loop, theirs, inherited))
+        # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
+        # threads use (its own loop, the HTTP client, the tokenizer with parallelism off)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            process.start()
+        theirs.close()
+        worker = _Worker(index, process, mine, share)
+        loop.add_reader(mine.fileno(), _on_readable, worker, events)
+        workers.append(worker)
+
+
+def _on_readable(worker: _Worker, events: asyncio.Queue) -> None:
+    try:
+        while worker.conn.poll():
+            events.put_nowait((worker, worker.conn.recv()))
+    except (EOFError, OSError):
+        asyncio.get_running_loop().remove_reader(worker.conn.fileno())
+        events.put_nowait((worker, ("eof",)))
+
+
+async def _wait_ready(workers: list[_Worker], events: asyncio.Queue) -> None:
+    deadline = time.perf_counter() + READY_TIMEOUT_S
+    while not all(w.ready for w in workers):
+        try:
+            worker, msg = await asyncio.wait_for(events.get(), max(0.0, deadline - time.perf_counter()))
+        except asyncio.TimeoutError:
+            raise HarnessError(f"client workers not ready within {READY_TIMEOUT_S:g} s") from None
+        if msg[0] == "ready":
+            worker.ready = True
+        elif msg[0] == "eof":
+            raise HarnessError(f"client worker {worker.index} exited at start (code {worker.process.exitcode})")
+
+
+async def _serve(driver: "Driver", workers: list[_Worker], events: asyncio.Queue, queue: deque,
+                 monitor: Optional[asyncio.Task]) -> None:
+    """Forward records, hand out sessions as slots free, until every worker said bye."""
+    waiter: Optional[asyncio.Task] = None
+    try:
+        while not all(w.gone for w in workers):
+            waiter = waiter or asyncio.create_task(events.get())
+            wait_for = {waiter} if monitor is None else {waiter, monitor}
+            await asyncio.wait(wait_for, return_when=asyncio.FIRST_COMPLETED)
+            if monitor is not None and monitor.done() and driver.saturated is None:
+                driver.saturated = monitor.result()
+                await _stop(workers, events, driver, "saturated")
+                return
+            if not waiter.done():
+                continue
+            worker, msg = waiter.result()
+            waiter = None
+            _handle(driver, worker, msg)
+            if msg[0] == "done":
+                driver._sessions_done += 1
+                if queue:
+                    worker.conn.send(("session", queue.popleft()))
+                    if not queue:
+                        for w in workers:
+                            if not w.gone:
+                                w.conn.send(("end",))
+    finally:
+        if waiter is not None:
+            waiter.cancel()
+
+
+def _handle(driver: "Driver", worker: _Worker, msg: tuple) -> None:
+    kind = msg[0]
+    if kind == "record":
+        record = msg[1]
+        driver.on_record(record)
+        if driver._monitoring and record.ok:
+            wait = record.start_s - record.scheduled_s if record.scheduled_s is not None else 0.0
+            driver.saturation.observe_ttft(time.perf_counter() - driver.t0, wait + record.ttft_s)
+    elif kind == "load":
+        driver.worker_loads.append((msg[1], msg[2]))
+    elif kind == "bye":
+        worker.gone = True
+    elif kind == "eof":
+        if not worker.gone:
+            worker.gone = True
+            log.warning("client worker %d exited (code %s) before it finished: its requests in flight are "
+                        "not recorded", worker.index, worker.process.exitcode)
+    elif kind == "error":
+        raise HarnessError(f"client worker {worker.index} failed: {msg[1]}")
+
+
+async def _stop(workers: list[_Worker], events: asyncio.Queue, driver: "Driver", why: str) -> None:
+    """Ask every worker to cancel what is in flight, and keep what they send, within STOP_GRACE_S."""
+    for w in workers:
+        if not w.gone:
+            try:
+                w.conn.send(("stop", why))
+            except OSError:
+                w.gone = True
+    deadline = time.perf_counter() + STOP_GRACE_S
+    while not all(w.gone for w in workers):
+        try:
+            worker, msg = await asyncio.wait_for(events.get(), max(0.0, deadline - time.perf_counter()))
+        except asyncio.TimeoutError:
+            log.warning("client workers did not finish within %g s of stop", STOP_GRACE_S)
+            return
+        if msg[0] != "done":
+            _handle(driver, worker, msg)
+
+
+def _reap(workers: list[_Worker], loop: asyncio.AbstractEventLoop) -> None:
+    """No worker outlives the run: join each, kill what is left."""
+    for w in workers:
+        try:
+            loop.remove_reader(w.conn.fileno())
+        except (OSError, ValueError):
+            pass
+    deadline = time.perf_counter() + 2.0
+    for w in workers:
+        w.process.join(max(0.0, deadline - time.perf_counter()))
+    for w in workers:
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(5.0)
+        w.conn.close()
+
+
+# --- a worker -------------------------------------------------------------------------------
+
+
+def _worker_main(driver: "Driver", sessions: list["SessionSpec"], initial: list[tuple[int, int]], share: int,
+                 open_loop: bool, conn: Any, inherited: list[Any]) -> None:
+    for other in inherited:
+        other.close()  # else a worker's pipe would not close when the driver dies
+    # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
+    # a full GC pass over it would stall this loop for tens of ms and copy every page it touches.
+    gc.freeze()
+    _die_with_parent()
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the driver decides when to stop
+    try:
+        signal.set_wakeup_fd(-1)  # the driver's loop's wake-up pipe
+    except (ValueError, OSError):
+        pass
+    loop = new_loop(driver.event_loop)
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(_Work(driver, sessions, initial, share, open_loop, conn).run())
+    except BaseException as exc:  # noqa: BLE001 - the driver must hear why
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"[:300]))
+        except OSError:
+            pass
+    finally:
+        conn.close()
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class _Work:
+    """One worker's event loop: its sessions, its slots, its end."""
+
+    def __init__(self, driver: "Driver", sessions: list["SessionSpec"], initial: list[tuple[int, int]],
+                 share: int, open_loop: bool, conn: Any):
+        self.driver, self.sessions, self.conn, self.open_loop = driver, sessions, conn, open_loop
+        self.initial = initial
+        self.semaphore = asyncio.Semaphore(share) if share else None
+        self.tasks: set[asyncio.Task] = set()
+        self.ended = False
+        self.stopped: Optional[str] = None
+        self.t0: Optional[float] = None
+        self.wake = asyncio.Event()
+
+    async def run(self) -> None:
+        from harness.client.client_load import ClientLoad
+        from backends.http.client import HTTPBackend
+
+        driver = self.driver
+        backend = driver.backend
+        if isinstance(backend, HTTPBackend):
+            if backend.client is not None:
+                # the driver's connection pool, as forked: never used here, and never collected
+                # (its clean-up would log errors about the driver's loop); the worker exits
+                # with os._exit and opens a pool of its own on this loop
+                _INHERITED.append(dict(vars(backend.client)))
+            driver.backend = _ClientOnly(backend)  # type: ignore[assignment]
+        driver.on_record = self._send_record
+        driver._monitoring = False  # the driver's process watches saturation
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.conn.fileno(), self._on_control)
+        self.conn.send(("ready",))
+        while self.t0 is None and self.stopped is None:
+            await self._wait()
+        if self.stopped is not None:
+            return self._bye()
+        driver.t0 = self.t0
+        await pace_until(self.t0, True)
+        load = ClientLoad()
+        load.start()
+        cpu0 = _cpu_s()
+        if self.open_loop:
+            pacer = asyncio.create_task(self._pace())
+            self.tasks.add(pacer)
+        else:
+            for pair in self.initial:
+                self._start(pair)
+        while self.stopped is None and (self.tasks or not self.ended):
+            await self._wait()
+        if self.stopped is not None:
+            if self.stopped == "saturated":
+                driver.saturated = "saturated"  # marks the cancelled records (Driver._on_cancel)
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        load.stop()
+        self.conn.send(("load", load.lags, _cpu_s() - cpu0))
+        self._bye()
+
+    def _bye(self) -> None:
+        try:
+            self.conn.send(("bye",))
+        except OSError:
+            pass
+
+    async def _wait(self) -> None:
+        await self.wake.wait()
+        self.wake.clear()
+
+    def _on_control(self) -> None:
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                kind = msg[0]
+                if kind == "go":
+                    self.t0 = msg[1]
+                elif kind == "session":
+                    self._start(msg[1])
+                elif kind == "end":
+                    self.ended = True
+                elif kind == "stop":
+                    self.stopped = msg[1]
+        except (EOFError, OSError):  # the driver is gone: nobody to send records to
+            asyncio.get_running_loop().remove_reader(self.conn.fileno())
+            os._exit(1)
+        self.wake.set()
+
+    def _start(self, pair: tuple[int, int]) -> None:
+        index, first_id = pair
+        task = asyncio.create_task(self._session(index, first_id))
+        self.tasks.add(task)
+
+    async def _session(self, index: int, first_id: int) -> None:
+        try:
+            await self.driver._session(self.sessions[index], first_id, self.semaphore, self.open_loop)
+        finally:
+            self.tasks.discard(asyncio.current_task())
+            self.wake.set()
+            if self.stopped is None:
+                self.conn.send(("done", index))
+
+    async def _pace(self) -> None:
+        try:
+            for pair in self.initial:  # in arrival order
+                await pace_until(self.t0 + (self.sessions[pair[0]].arrival_s or 0.0), self.driver.spin)
+                self._start(pair)
+        finally:
+            self.tasks.discard(asyncio.current_task())
+            self.ended = True
+            self.wake.set()
+
+    def _send_record(self, record: Any) -> None:
+        self.conn.send(("record", record))
+
+
+_INHERITED: list[Any] = []
+
+
+class _ClientOnly:
+    """The backend's HTTP client alone: a forked worker must not poll the server process
+    (not its child) and so take it for dead; the driver's process watches the server."""
+
+    def __init__(self, backend: Any):
+        self._backend = backend
+
+    def stream(self, request: Any) -> Any:
+        from backends.http.client import HTTPBackend
+
+        return HTTPBackend.stream(self._backend, request)
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system

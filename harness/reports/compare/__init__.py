@@ -1,0 +1,1 @@
+"""Comparing run folders: loading and labels, comparability, differences and the gate, pages."""

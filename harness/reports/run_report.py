@@ -1,0 +1,606 @@
+"""report.html: one self-contained, offline HTML page per run folder.
+
+``write_report(run_dir)`` reads what the run left (summary.json, requests.parquet or the
+.jsonl of a run that died, config.yaml, env.json, workload.json, memory.parquet, gpu.parquet —
+any of the last five may be missing) and writes ``report.html`` next to them:
+
+- a header (backend and mode, engine version, model, workload, hardware, date) and the
+  run's warnings at the top (failed requests, lengths that differ from the requested ones,
+  a large harness overhead, an interrupted or failed run);
+- the summary table and key throughputs; the client's own state (event-loop lag, CPU use,
+  and whether it may have been the bottleneck);
+- TTFT, TPOT and E2E CDFs; inter-token latency; a per-request timeline (queue wait,
+  prefill until the first token, decode until the last); output tokens/s and requests in
+  flight over time; memory over time; GPU utilisation and power over time (where NVML
+  sampled them); for chat runs, TTFT against turn and context length;
+- the failed and the slowest requests with excerpts of their prompts and outputs, and the
+  run's config and environment. Every piece of text from the run is HTML-escaped.
+
+``python -m harness.report RUN_DIR…`` (re)builds the report of existing run folders.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from harness.results import metrics as registry
+from harness.reports import figures as plots
+from harness.reports.figures import esc, fmt
+from harness.results.store import REPORT, RunResult, RunSummary, load_run
+from harness.results.summary import cache_hit_figures
+
+REPORT_NAME = REPORT
+PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "failed": "#e15759"}
+
+
+# --- text about the run -------------------------------------------------------------------
+
+
+def backend_text(summary: RunSummary) -> str:
+    """``transformers (inprocess · batching=static, device=cpu …)``."""
+    b = summary.backend
+    info = b.get("info") or {}
+    details = ", ".join(f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list)))
+    return f"{b.get('name')} ({b.get('mode')}{' · ' + details if details else ''})"
+
+
+def engine_text(summary: RunSummary) -> str:
+    b = summary.backend
+    return f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip()
+
+
+def model_text(summary: RunSummary) -> str:
+    m = summary.model
+    source = m.get("source")
+    return f"{m.get('name')}" + (f" ({source})" if source and source != m.get("name") else "")
+
+
+def load_text(summary: RunSummary) -> str:
+    """Closed loop with its concurrency, or open loop with its rate."""
+    wl = summary.workload
+    rate = wl.get("rate")
+    if wl.get("open_loop") and rate is None and wl.get("data"):
+        return f"open loop at the data's timestamps, at most {wl.get('concurrency')} in flight"
+    if wl.get("open_loop"):
+        return f"open loop, rate {rate if rate is not None else '?'}/s, at most {wl.get('concurrency')} in flight"
+    return f"closed loop, concurrency {wl.get('concurrency')}"
+
+
+def workload_text(summary: RunSummary) -> str:
+    wl = summary.workload
+    sha = (wl.get("sha256") or "")[:12]
+    data = wl.get("data")
+    source = f" · data {data.get('path')} ({data.get('format')}, sha256 {str(data.get('sha256'))[:12]}…)" if data else ""
+    return (
+        f"{wl.get('name')} · {wl.get('requests_planned')} requests in {wl.get('sessions')} sessions · "
+        f"{load_text(summary)} · sha256 {sha}…{source}"
+    )
+
+
+def hardware_text(env: dict[str, Any]) -> str:
+    """CPU model and cores, RAM, GPUs (from env.json)."""
+    if not env:
+        return "unknown (no env.json)"
+    cpu = env.get("cpu") or {}
+    parts = [f"{cpu.get('model', '?')} · {cpu.get('logical_cores', '?')} logical cores"]
+    if env.get("ram_bytes"):
+        parts.append(f"{plots.fmt_bytes(env['ram_bytes'])} RAM")
+    gpus = env.get("gpus") or []
+    parts.append(", ".join(f"{g.get('name')} ({plots.fmt_bytes(g.get('memory_bytes'))})" for g in gpus) if gpus else "no GPU")
+    return " · ".join(parts)
+
+
+def run_date(run_dir: Path) -> str:
+    """summary.json's ``started_at``; else the folder's name (``YYYYmmdd-HHMMSS-…``); else its mtime."""
+    try:
+        started = json.loads((run_dir / "summary.json").read_text()).get("started_at")
+        if started:
+            return datetime.fromisoformat(started).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    except (OSError, ValueError):
+        pass
+    match = re.search(r"(\d{8})-(\d{6})", run_dir.name)
+    if match:
+        try:
+            return datetime.strptime("".join(match.groups()), "%Y%m%d%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            pass
+    path = run_dir / "summary.json"
+    return datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S") if path.exists() else "?"
+
+
+# --- the page -----------------------------------------------------------------------------
+
+
+def write_report(run_dir: Path) -> Path:
+    """Build ``report.html`` in the run folder and return its path."""
+    run_dir = Path(run_dir)
+    html, _ = build_report(load_run(run_dir))
+    path = run_dir / REPORT_NAME
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
+    tmp.replace(path)
+    return path
+
+
+def build_report(run: RunResult) -> tuple[str, list[str]]:
+    """The report's HTML and the ids of the plots in it."""
+    summary = run.summary
+    figures: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
+    for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _memory_over_time, _gpu_over_time,
+                 _chat_figures):
+        made = make(run)
+        if made is not None:
+            figures.append(made)
+
+    status = summary.status or "?"
+    parts = [
+        f'<h1>{esc(run.name)} <span class="pill {esc(status)}">{esc(status)}</span></h1>',
+        f'<p class="sub">LLM inference benchmark report · {esc(run_date(run.run_dir))}</p>',
+        plots.banner(summary.warnings, "Warnings", "warning"),
+        plots.meta_list(_header_items(run)),
+        plots.section("Summary", _summary_html(summary)),
+        _client_html(summary),
+    ]
+    plot_ids = []
+    for div_id, title, fig, note in figures:
+        plot_ids.append(div_id)
+        parts.append(plots.section(title, plots.figure_div(fig, div_id), note))
+    if not figures:
+        parts.append(plots.section("Charts", '<p class="note">No completed request: nothing to plot.</p>'))
+    parts.append(_requests_html(run))
+    parts.append(_details_html(run))
+    return plots.page(f"Report · {run.name}", "\n".join(p for p in parts if p)), plot_ids
+
+
+def _header_items(run: RunResult) -> list[tuple[str, str]]:
+    s, env = run.summary, run.env
+    git = ((env.get("harness") or {}).get("git") or {})
+    sha = (git.get("sha") or "?")[:10] + (" (uncommitted changes)" if git.get("dirty") else "")
+    engine = engine_text(s)
+    if s.engine.get("reused"):
+        engine += f" · engine reused (loaded once in {fmt(s.engine.get('session_load_s'), 1, unit=' s')} for {s.engine.get('points_served')} points so far)"
+    items = [
+        ("backend", backend_text(s)),
+        ("engine", engine),
+        ("model", model_text(s)),
+        ("workload", workload_text(s)),
+        ("hardware", hardware_text(env)),
+        ("date", run_date(run.run_dir)),
+        ("harness", f"{(env.get('harness') or {}).get('version', '?')} @ {sha} · Python {env.get('python', '?')} · seed {s.seed}"),
+        ("folder", str(run.run_dir)),
+    ]
+    if s.repeat:
+        items.insert(4, ("repeat", f"{s.repeat.get('index')} of {s.repeat.get('of')}"))
+    if s.error:
+        items.insert(0, ("error", f"{s.status}: {s.error}"))
+    return items
+
+
+def _summary_html(summary: RunSummary) -> str:
+    rows = []
+    for key, metric in registry.REQUEST_METRICS.items():
+        if not metric.in_console:
+            continue
+        d = summary.latency.get(key) or {}
+        row = {"metric": f"{metric.label} ({metric.unit})", "count": d.get("count", 0)}
+        for c in (*registry.STATS, "max"):
+            row[c] = fmt(d.get(c), metric.digits, metric.scale)
+        rows.append(row)
+    table = plots.table(rows, ["metric", "count", *registry.STATS, "max"], text_columns=["metric"])
+    req = summary.requests
+    items = [
+        ("requests ok / sent", f"{req.get('completed', 0)} / {req.get('sent', 0)}"),
+        ("failed", str(req.get("failed", 0))),
+        ("duration", fmt(summary.duration_s, 2, unit=" s")),
+    ]
+    for key in registry.shown_run_metrics(summary.throughput):
+        metric = registry.RUN_METRICS[key]
+        unit = " %" if metric.unit == "%" else (f" {metric.unit}" if metric.source else "")
+        items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale, unit)))
+    for key, metric in registry.REQUEST_METRICS.items():
+        if not metric.in_console:  # per-request rates: their mean as a card
+            items.append((f"{metric.label} (mean)", fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale)))
+    cache = summary.prefix_cache
+    if cache.get("reported_by_engine"):
+        items.append(("prompt tokens from prefix cache", fmt(cache.get("cached_share"), 1, 100, " %")))
+    hit = cache_hit_figures(summary)
+    if hit is not None:
+        if hit["target"] is not None:
+            items.append(("prefix-cache hit: target", fmt(hit["target"], 1, 100, " %")))
+        items.append(("prefix-cache hit: theoretical", fmt(hit["theoretical"], 1, 100, " %")))
+    mem = summary.memory
+    for key, label in (("rss_peak_bytes", "peak RSS"), ("gpu_peak_allocated_bytes", "GPU peak allocated"),
+                       ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"),
+                       ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"), ("weights_bytes", "weights")):
+        if mem.get(key):
+            items.append((label, plots.fmt_bytes(mem[key])))
+    html = plots.cards(items) + table
+    turns = summary.per_turn
+    if len(turns) > 1:
+        cached = cache.get("reported_by_engine")
+        turn_rows = [
+            {"turn": t.get("turn"), "requests": t.get("requests"), "context tokens (mean)": fmt(t.get("prompt_tokens_mean"), 1),
+             **({"cached %": fmt(t.get("cached_share"), 1, 100)} if cached else {}),
+             "TTFT mean ms": fmt(t.get("ttft_mean_s"), 1, 1000), "TTFT p50 ms": fmt(t.get("ttft_p50_s"), 1, 1000),
+             "TTFT p90 ms": fmt(t.get("ttft_p90_s"), 1, 1000), "E2E mean ms": fmt(t.get("e2e_mean_s"), 1, 1000)}
+            for t in turns
+        ]
+        html += '<p class="note">Per turn (chat):</p>' + plots.table(turn_rows, list(turn_rows[0]))
+    return html + _engine_stages_html(summary)
+
+
+def _engine_stages_html(summary: RunSummary) -> str:
+    """Each stage time the engine reported, named by the interval it covers, beside the
+    harness's measure of the same interval (an engine's clock starts only where it first sees
+    the request, so its queue time can read 0 while requests waited)."""
+    rows = []
+    for stage in summary.engine_stages.values():
+        for who, label, interval in (("engine", stage["label"], stage["interval"]),
+                                     ("harness", stage["harness_label"], stage["harness_interval"])):
+            d = stage.get(who) or {}
+            rows.append({"measured by": who, "stage time": label, "interval it covers": interval,
+                         "mean ms": fmt(d.get("mean"), 2, 1000), "p50 ms": fmt(d.get("p50"), 2, 1000),
+                         "p90 ms": fmt(d.get("p90"), 2, 1000), "max ms": fmt(d.get("max"), 2, 1000)})
+    if not rows:
+        return ""
+    return ('<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
+            "interval:</p>" + plots.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"]))
+
+
+def _client_html(summary: RunSummary) -> str:
+    """The client's own state through the measured phase (harness/client/client_load.py) and, when it
+    may have been the bottleneck, why; empty for runs that did not record it."""
+    from harness.client.client_load import INTERVAL_S
+    from harness.results.summary import CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, client_warnings
+
+    lag, cores = summary.harness.get("loop_lag_s") or {}, summary.harness.get("cpu_cores")
+    if not lag.get("count") and not plots.is_num(cores):
+        return ""
+    items = [(f"event-loop lag {k} (ms)", fmt(lag.get(k), 1, 1000)) for k in ("p50", "p99", "max")]
+    items.append(("client CPU (% of a core)", fmt(cores, 0, 100, " %")))
+    found = client_warnings(summary)
+    verdict = plots.banner(found, "The client may be the bottleneck", "warning") if found else \
+        '<p class="note">The client kept up: its event loop was not held back and it did not use up its core.</p>'
+    inside = " (an in-process engine runs in this process: its work counts too)" \
+        if summary.backend.get("mode") == "inprocess" else ""
+    note = (f"Event-loop lag: every {INTERVAL_S * 1000:.0f} ms a task asks to wake at t and records woken − t "
+            f"({lag.get('count', 0)} samples); chunk stamps wait as long, and about 1 ms is asyncio's own floor. "
+            f"Client CPU: this process's CPU time over the phase's wall time{inside}; one event loop can use one core. "
+            f"Warning beyond an event-loop lag p99 of {LOOP_LAG_WARN_S * 1000:.0f} ms, or "
+            f"{CLIENT_CPU_WARN_CORES:.0%} of a core while the loop lags.")
+    return plots.section("The client", plots.cards(items) + verdict, note)
+
+
+# --- figures: each returns (div id, title, figure, note) or None when there is nothing to draw
+
+
+def _latency_cdfs(run: RunResult):
+    panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
+    data = {k: run.values(k) for k, _ in panels}
+    if not any(v.size for v in data.values()):
+        return None
+    fig = plots.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=340)
+    for i, (key, label) in enumerate(panels, start=1):
+        x, y = plots.cdf_points(data[key] * 1000)
+        fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines", line=dict(color=plots.color(i - 1), shape="hv"), name=label,
+                                 hovertemplate=f"{label} %{{x:.1f}} ms<br>fraction ≤ %{{y:.3f}}<extra></extra>"), 1, i)
+        fig.update_xaxes(title_text="ms", row=1, col=i)
+    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
+    fig.update_layout(showlegend=False)
+    return ("latency-cdf", "Latency distributions (CDF)", fig,
+            "Fraction of completed requests at or below each latency. TTFT includes queueing and prefill.")
+
+
+def _itl_figure(run: RunResult):
+    ok = run.completed
+    gaps = run.values("itl_s")
+    if gaps.size == 0:
+        return None
+    fig = plots.figure(1, 2, ["ITL histogram (ms)", "ITL by position in the output (ms)"], height=340)
+    fig.add_trace(plots.trace("histogram", x=gaps * 1000, nbinsx=60, marker=dict(color=plots.color(0)), name="ITL",
+                               hovertemplate="%{x} ms: %{y} gaps<extra></extra>"), 1, 1)
+    fig.update_xaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(title_text="token gaps", row=1, col=1)
+    lists = [np.asarray(lst, dtype=float) for lst in ok["itl_s"] if lst is not None and len(lst)]
+    longest = max(len(a) for a in lists)
+    padded = np.full((len(lists), longest), np.nan)
+    for i, a in enumerate(lists):
+        padded[i, : len(a)] = a
+    pos = np.arange(2, longest + 2)  # the gap before output token k (k ≥ 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # positions no request reached
+        p50 = np.nanpercentile(padded, 50, axis=0) * 1000
+        p90 = np.nanpercentile(padded, 90, axis=0) * 1000
+    fig.add_trace(plots.trace("scatter", x=pos, y=p50, mode="lines", name="p50", line=dict(color=plots.color(0))), 1, 2)
+    fig.add_trace(plots.trace("scatter", x=pos, y=p90, mode="lines", name="p90", line=dict(color=plots.color(1), dash="dot")), 1, 2)
+    fig.update_xaxes(title_text="output token", row=1, col=2)
+    return ("itl", "Inter-token latency", fig,
+            "Gaps between consecutive output tokens, pooled over all requests (token-weighted); right: median and p90 of the gap before each output token.")
+
+
+def _timeline(run: RunResult):
+    df = run.requests
+    if df.empty or df["start_s"].isna().all():
+        return None
+    df = df.sort_values(["start_s", "request_id"]).reset_index(drop=True)
+    ok_mask = df["error"].isna() | (df["error"].astype(str) == "")
+    start = pd.to_numeric(df["start_s"], errors="coerce").to_numpy(float)
+    end = pd.to_numeric(df["end_s"], errors="coerce").to_numpy(float)
+    ttft = pd.to_numeric(df["ttft_s"], errors="coerce").to_numpy(float)
+    queue = np.nan_to_num(pd.to_numeric(df["queue_wait_s"], errors="coerce").to_numpy(float), nan=0.0)
+    queue = np.minimum(queue, np.where(np.isnan(ttft), queue, ttft))
+    y = np.arange(len(df))
+    # hover figures as numbers (compact in the page), the few error texts as escaped text
+    custom = np.column_stack([
+        pd.to_numeric(df[c], errors="coerce").to_numpy(float) * k
+        for c, k in (("request_id", 1), ("session_id", 1), ("turn", 1), ("prompt_tokens", 1), ("output_tokens", 1),
+                     ("start_s", 1), ("queue_wait_s", 1000), ("ttft_s", 1000), ("e2e_s", 1000))
+    ]).astype(np.float32)
+    template = ("request %{customdata[0]} · session %{customdata[1]} · turn %{customdata[2]}<br>"
+                "%{customdata[3]} prompt → %{customdata[4]} output tokens<br>start %{customdata[5]:.3f} s · "
+                "queue %{customdata[6]:.1f} ms · TTFT %{customdata[7]:.1f} ms · E2E %{customdata[8]:.1f} ms<extra></extra>")
+    errors = np.asarray([esc("error: " + plots.excerpt(e, 200)) for e in df["error"]], dtype=object)
+    segments = [
+        ("queue wait", "queue", start, queue, ok_mask),
+        ("prefill (to first token)", "prefill", start + queue, ttft - queue, ok_mask),
+        ("decode (to last token)", "decode", start + ttft, end - start - ttft, ok_mask),
+        ("failed", "failed", start, end - start, ~ok_mask),
+    ]
+    fig = plots.figure(height=int(min(900, max(320, 160 + 3 * len(df)))))
+    for label, key, base, width, mask in segments:
+        mask = np.asarray(mask) & np.isfinite(base) & np.isfinite(width)
+        if not mask.any():
+            continue
+        hover = dict(hovertext=errors[mask], hovertemplate=template.replace("<extra>", "<br>%{hovertext}<extra>")) \
+            if key == "failed" else dict(hovertemplate=template)
+        fig.add_trace(plots.trace("bar",
+            y=y[mask], x=np.maximum(width[mask], 0), base=base[mask], orientation="h", name=label,
+            marker=dict(color=PHASE_COLORS[key], line=dict(width=0)), customdata=custom[mask], **hover,
+        ))
+    sched = pd.to_numeric(df["scheduled_s"], errors="coerce").to_numpy(float)
+    if np.isfinite(sched).any():
+        m = np.isfinite(sched)
+        fig.add_trace(plots.trace("scatter", x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
+                                 marker=dict(symbol="line-ns-open", size=6, color="#52606d"), hoverinfo="skip"))
+    fig.update_layout(barmode="overlay", bargap=0.15)
+    fig.update_xaxes(title_text="time since the measured phase began (s)")
+    fig.update_yaxes(title_text="request (by send time)", autorange="reversed")
+    return ("timeline", "Per-request timeline", fig,
+            "Each row is a request: grey while it waited for the engine, orange until its first token, blue until its last; red: failed.")
+
+
+def token_times(ok: pd.DataFrame) -> np.ndarray:
+    """When each output token arrived: start + TTFT, then + each inter-token gap."""
+    out = []
+    for start, ttft, itl in zip(ok["start_s"], ok["ttft_s"], ok["itl_s"]):
+        if not (plots.is_num(start) and plots.is_num(ttft)):
+            continue
+        first = start + ttft
+        gaps = np.asarray(itl if itl is not None else [], dtype=float)
+        out.append(np.concatenate([[first], first + np.cumsum(gaps)]))
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def _throughput_over_time(run: RunResult):
+    ok = run.completed
+    times = token_times(ok) if not ok.empty else np.empty(0)
+    if times.size == 0:
+        return None
+    span = max(float(times.max()), 1e-3)
+    width = max(plots.nice_bin(span), 0.01)
+    edges = np.arange(0, span + width, width)
+    if edges.size < 2:
+        edges = np.array([0.0, width])
+    counts, _ = np.histogram(times, bins=edges)
+    mids = (edges[:-1] + edges[1:]) / 2
+    fig = plots.figure(height=340, secondary_y=True)
+    fig.add_trace(plots.trace("bar", x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
+                         marker=dict(color=plots.color(0)), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
+    inflight = mean_in_flight(run.requests, edges)
+    if inflight is not None:
+        fig.add_trace(plots.trace("scatter", x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=plots.color(1)),
+                                 name="requests in flight (mean per bin)",
+                                 hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>"), secondary_y=True)
+    fig.update_xaxes(title_text="time since the measured phase began (s)")
+    fig.update_yaxes(title_text="output tokens/s", secondary_y=False)
+    fig.update_yaxes(title_text="requests in flight", secondary_y=True, rangemode="tozero", showgrid=False,
+                     **({"dtick": 1} if inflight is not None and inflight.max() <= 12 else {}))
+    return ("throughput-time", "Output tokens/s over time", fig,
+            "Tokens delivered per time bin (every output token at its own time), and the number of requests in flight.")
+
+
+def mean_in_flight(df: pd.DataFrame, edges: np.ndarray) -> Optional[np.ndarray]:
+    """Time-weighted mean number of requests in flight in each bin: Σ overlap([start, end], bin) / width."""
+    start = pd.to_numeric(df["start_s"], errors="coerce").to_numpy(float)
+    end = pd.to_numeric(df["end_s"], errors="coerce").to_numpy(float)
+    keep = np.isfinite(start) & np.isfinite(end)
+    if not keep.any():
+        return None
+    lo, hi = edges[:-1], edges[1:]
+    overlap = np.clip(np.minimum(end[keep, None], hi) - np.maximum(start[keep, None], lo), 0, None)
+    return overlap.sum(axis=0) / (hi - lo)
+
+
+def _memory_over_time(run: RunResult):
+    mem = run.memory
+    if mem is None or mem.empty or "t_s" not in mem:
+        return None
+    fig = plots.figure(height=320)
+    t = pd.to_numeric(mem["t_s"], errors="coerce")
+    fig.add_trace(plots.trace("scatter", x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
+                             name="RSS (MiB)", line=dict(color=plots.color(0))))
+    gpu = pd.to_numeric(mem.get("gpu_used_bytes"), errors="coerce") if "gpu_used_bytes" in mem else None
+    if gpu is not None and gpu.notna().any():  # runs from before gpu.parquet
+        fig.add_trace(plots.trace("scatter", x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=plots.color(2))))
+    for i, (name, gt, values) in enumerate(gpu_memory_series(run.gpu)):
+        fig.add_trace(plots.trace("scatter", x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=plots.color(2 + i))))
+    fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), annotation_text="measured phase")
+    fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up")
+    fig.update_yaxes(title_text="MiB", rangemode="tozero")
+    return ("memory", "Memory over time", fig,
+            "Resident memory of the harness process and its children; where NVML sampled the GPUs, their memory used "
+            "(Σ over the visible GPUs) and the part held by the engine's processes.")
+
+
+def gpu_memory_series(gpu: Optional[pd.DataFrame]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(name, t, bytes) of GPU memory over time, Σ over devices: all used, and the engine's processes'."""
+    if gpu is None or gpu.empty:
+        return []
+    out = []
+    for key, name in (("used_bytes", "GPU used"), ("process_used_bytes", "GPU used by the engine")):
+        rows = gpu[["t_s", key]].dropna()
+        if not rows.empty:
+            total = rows.groupby("t_s")[key].sum()
+            out.append((name, total.index.to_numpy(float), total.to_numpy(float)))
+    return out
+
+
+def _gpu_over_time(run: RunResult):
+    """Utilisation and power of each visible GPU over the run."""
+    gpu = run.gpu
+    if gpu is None or gpu.empty or not gpu[["util_pct", "power_w"]].notna().any().any():
+        return None
+    fig = plots.figure(2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12)
+    names = {d.get("index"): d.get("name") for d in (run.summary.gpu or {}).get("devices") or []}
+    for i, (device, rows) in enumerate(gpu.sort_values("t_s").groupby("device")):
+        label = esc(f"GPU {int(device)}" + (f" ({names[device]})" if names.get(device) else ""))
+        drawn = False
+        for row, key, unit in ((1, "util_pct", "%"), (2, "power_w", "W")):
+            values = pd.to_numeric(rows[key], errors="coerce")
+            if values.notna().any():
+                fig.add_trace(plots.trace("scatter", x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
+                                         showlegend=not drawn, line=dict(color=plots.color(i)),
+                                         hovertemplate=f"{label}: %{{y:.1f}} {unit} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+                drawn = True
+    for row in (1, 2):
+        fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), row=row, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up", row=2, col=1)
+    section = run.summary.gpu or {}
+    source = {"nvml_energy_counter": "from NVML's energy counter", "sampled_power": "from the sampled power",
+              "mixed": "from NVML's energy counter where a GPU has one, else from its sampled power"}.get(
+        section.get("energy_source") or "", "")
+    note = (f"NVML's samples of each visible GPU, every {fmt(section.get('sample_interval_s'), 2)} s. Energy over the "
+            f"measured phase: {fmt(section.get('energy_j'), 1, unit=' J')} {source}. " + " ".join(section.get("notes") or []))
+    return ("gpu", "GPU utilisation and power", fig, note)
+
+
+def _chat_figures(run: RunResult):
+    ok = run.completed
+    if ok.empty or pd.to_numeric(ok["turn"], errors="coerce").max() < 1:
+        return None
+    ok = ok[pd.to_numeric(ok["ttft_s"], errors="coerce").notna()]
+    fig = plots.figure(1, 2, ["TTFT by turn (ms)", "TTFT against context length (ms)"], height=360)
+    turns = sorted(int(t) for t in ok["turn"].unique())
+    for i, turn in enumerate(turns):
+        rows = ok[ok["turn"] == turn]
+        ttft_ms = rows["ttft_s"].astype(float) * 1000
+        fig.add_trace(plots.trace("box", x=[turn] * len(rows), y=ttft_ms, name=f"turn {turn}", marker=dict(color=plots.color(i)),
+                             boxpoints="all", jitter=0.3, pointpos=0, showlegend=False), 1, 1)
+        fig.add_trace(plots.trace("scatter", x=rows["prompt_tokens"], y=ttft_ms, mode="markers", name=f"turn {turn}",
+                                 marker=dict(color=plots.color(i), size=7),
+                                 hovertemplate="%{x} context tokens: TTFT %{y:.1f} ms<extra>turn " + str(turn) + "</extra>"), 1, 2)
+    med = ok.groupby("turn")["ttft_s"].median() * 1000
+    fig.add_trace(plots.trace("scatter", x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")), 1, 1)
+    fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text="context length (prompt tokens)", row=1, col=2)
+    return ("ttft-turn", "Chat: TTFT against turn and context length", fig,
+            "Each turn re-sends the whole conversation, so the context grows with the turn number.")
+
+
+# --- requests and details -----------------------------------------------------------------
+
+
+def _prompts(workload: Optional[dict[str, Any]]) -> dict[tuple[int, int], str]:
+    """(session id, turn) → the user's message of that turn (with the system prompt of the session)."""
+    out = {}
+    for s in (workload or {}).get("sessions") or []:
+        for t, turn in enumerate(s.get("turns") or []):
+            text = turn.get("user") or ""
+            if t == 0 and s.get("system"):
+                text = f"[system] {s['system']}\n[user] {text}"
+            out[(s.get("session_id"), t)] = text
+    return out
+
+
+def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
+    rows = []
+    for r in df.itertuples():
+        rows.append({
+            "request": r.request_id, "session": r.session_id, "turn": r.turn,
+            "prompt tok": r.prompt_tokens, "output tok": r.output_tokens,
+            "TTFT ms": fmt(r.ttft_s, 1, 1000), "E2E ms": fmt(r.e2e_s, 1, 1000),
+            "finish": "" if r.finish_reason is None else r.finish_reason,
+            "error": plots.excerpt(r.error, 400),
+            "prompt": plots.excerpt(prompts.get((r.session_id, r.turn)), 300),
+            "output": plots.excerpt(r.output_text, 300),
+        })
+    return rows
+
+
+def _requests_html(run: RunResult, limit: int = 10) -> str:
+    df = run.requests
+    if df.empty:
+        return plots.section("Requests", '<p class="note">No request was recorded.</p>')
+    prompts = _prompts(run.workload)
+    parts = []
+    failed = df[~df.index.isin(run.completed.index)]
+    if not failed.empty:
+        parts.append(f'<p class="note">Failed requests ({len(failed)}; the first {min(len(failed), 2 * limit)}):</p>')
+        parts.append(plots.table(_request_rows(failed.head(2 * limit), prompts),
+                                 ["request", "session", "turn", "prompt tok", "error", "prompt"],
+                                 text_columns=["error"], excerpt_columns=["prompt"]))
+    ok = run.completed
+    if not ok.empty:
+        slow = ok.sort_values("e2e_s", ascending=False).head(limit)
+        parts.append(f'<p class="note">The {len(slow)} slowest completed requests (by E2E):</p>')
+        parts.append(plots.table(_request_rows(slow, prompts),
+                                 ["request", "session", "turn", "prompt tok", "output tok", "TTFT ms", "E2E ms", "finish", "prompt", "output"],
+                                 text_columns=["finish"], excerpt_columns=["prompt", "output"]))
+    return plots.section("Requests", "".join(parts))
+
+
+def _details_html(run: RunResult) -> str:
+    parts = []
+    if run.config_text:
+        parts.append(f"<details><summary>config.yaml</summary><pre>{esc(run.config_text)}</pre></details>")
+    if run.env:
+        parts.append(f"<details><summary>env.json</summary><pre>{esc(json.dumps(run.env, indent=2))}</pre></details>")
+    memory = run.summary.memory
+    if memory:
+        parts.append(f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>")
+    if run.summary.gpu:
+        parts.append(f"<details><summary>GPUs (summary.json)</summary><pre>{esc(json.dumps(run.summary.gpu, indent=2))}</pre></details>")
+    return plots.section("Run details", "".join(parts)) if parts else ""
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m harness.report RUN_DIR…``: (re)build report.html in each run folder."""
+    from core.errors import HarnessError
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m harness.report RUN_DIR [RUN_DIR …]", file=sys.stderr)
+        return 2
+    for arg in args:
+        t0 = time.perf_counter()
+        try:
+            path = write_report(Path(arg))
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB, {time.perf_counter() - t0:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

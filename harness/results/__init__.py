@@ -1,0 +1,1 @@
+"""Results: request records, metric formulas and definitions, the run folder's schema and store, summaries."""

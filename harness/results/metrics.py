@@ -1,0 +1,432 @@
+"""Every metric the harness reports, defined once: tag, label, unit, direction and formula.
+
+Two kinds:
+
+- a **request metric** has one value per completed request (or, for ITL, per token gap);
+  the run reports its distribution (``summary.json`` → ``latency.<key>``: count, mean, std,
+  min, max, p50, p90, p95, p99), and compare bootstraps its per-request values;
+- a **run metric** is one number for the whole measured phase (``summary.json`` →
+  ``throughput.<key>``). A run metric with a ``source`` (``"gpu"``: NVML's samples, see
+  harness/telemetry/gpu_phase.py) is None on runs without that source — a CPU run has no J/token — and
+  the console, report, compare and sweep tables leave it out there rather than show a zero.
+
+The summary, the console table, the report, compare (its table, CSV and gate) and the sweep
+table iterate over :data:`REQUEST_METRICS` and :data:`RUN_METRICS`. Adding a metric is one
+class here, registered with :func:`register`; the per-request formulas it uses live in
+``harness/results/formulas.py``. The class docstring is the formula, and docs/metrics.md lists it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional, Sequence
+
+import numpy as np
+
+from harness.results import formulas as metrics
+from harness.telemetry.gpu_phase import GpuPhase
+from harness.results.formulas import RequestRecord
+
+STATS = ("mean", "p50", "p90", "p95", "p99")  # what tables show of a distribution
+
+
+class Metric:
+    """One metric: ``key`` (its tag, as stored), ``label``, display ``unit`` and ``scale``
+    (stored SI value × scale = shown value), and ``lower_is_better``."""
+
+    key: ClassVar[str]
+    label: ClassVar[str]
+    unit: ClassVar[str]
+    scale: ClassVar[float] = 1.0
+    lower_is_better: ClassVar[bool] = True
+    digits: ClassVar[int] = 1  # decimals when shown
+
+    @classmethod
+    def formula(cls) -> str:
+        return " ".join((cls.__doc__ or "").split())
+
+    @classmethod
+    def show(cls, value: Optional[float]) -> Optional[float]:
+        """A stored value in the display unit (None stays None)."""
+        return None if value is None else value * cls.scale
+
+    @classmethod
+    def better(cls, a: float, b: float) -> bool:
+        """Is ``a`` better than ``b``?"""
+        return a < b if cls.lower_is_better else a > b
+
+
+class RequestMetric(Metric):
+    """A per-request value; its distribution over completed requests goes into the summary."""
+
+    in_console: ClassVar[bool] = True  # a row of the console and report latency tables
+    in_compare: ClassVar[bool] = True  # bootstrapped against the baseline by compare
+    pooled: ClassVar[bool] = False  # the column holds a list per request, pooled over all of them
+
+    @classmethod
+    def value(cls, record: RequestRecord) -> Any:
+        return getattr(record, cls.key)
+
+    @classmethod
+    def values(cls, ok: Sequence[RequestRecord]) -> list[float]:
+        """The values over completed requests (``ok``), for the run's distribution."""
+        if cls.pooled:
+            return [v for r in ok for v in (cls.value(r) or [])]
+        return [v for v in (cls.value(r) for r in ok) if v is not None]
+
+    @classmethod
+    def frame_values(cls, ok_requests: "Any") -> np.ndarray:
+        """The same values from the completed rows of a requests table (pandas)."""
+        if ok_requests is None or len(ok_requests) == 0 or cls.key not in ok_requests:
+            return np.empty(0)
+        column = ok_requests[cls.key]
+        if cls.pooled:
+            flat = [v for lst in column if lst is not None for v in lst]
+        else:
+            flat = list(column)
+        arr = np.asarray([v for v in flat if v is not None], dtype=float)
+        return arr[np.isfinite(arr)]
+
+
+@dataclass
+class RunTotals:
+    """What run metrics are computed from: the completed requests, those meeting the SLO, T,
+    and the measured phase's GPU figures (None without NVML)."""
+
+    ok: Sequence[RequestRecord]
+    meeting_slo: int
+    duration_s: float
+    gpu: Optional[GpuPhase] = None
+
+
+class RunMetric(Metric):
+    """One figure for the whole measured phase."""
+
+    in_console: ClassVar[bool] = True
+    source: ClassVar[Optional[str]] = None  # what it needs beyond the requests ("gpu"); absent without it
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        raise NotImplementedError
+
+
+REQUEST_METRICS: dict[str, type[RequestMetric]] = {}
+RUN_METRICS: dict[str, type[RunMetric]] = {}
+
+
+def register(cls):
+    """Class decorator: add a metric to its registry (order of registration = order shown)."""
+    table = REQUEST_METRICS if issubclass(cls, RequestMetric) else RUN_METRICS
+    if cls.key in REQUEST_METRICS or cls.key in RUN_METRICS:
+        raise ValueError(f"metric {cls.key} is defined twice")
+    table[cls.key] = cls
+    return cls
+
+
+def get(key: str) -> type[Metric]:
+    if key in REQUEST_METRICS:
+        return REQUEST_METRICS[key]
+    if key in RUN_METRICS:
+        return RUN_METRICS[key]
+    raise KeyError(f"unknown metric {key!r}: one of {', '.join([*REQUEST_METRICS, *RUN_METRICS])}")
+
+
+# --- per request --------------------------------------------------------------------------
+
+
+@register
+class TTFT(RequestMetric):
+    """TTFT (s) = t(first output token) − t(send). Includes queueing and prefill."""
+
+    key, label, unit, scale = "ttft_s", "TTFT", "ms", 1000.0
+
+
+@register
+class TPOT(RequestMetric):
+    """TPOT (s/token) = (E2E − TTFT) / (n_out − 1); undefined for n_out ≤ 1."""
+
+    key, label, unit, scale = "tpot_s", "TPOT", "ms", 1000.0
+
+
+@register
+class ITL(RequestMetric):
+    """ITL per token (s) = the gaps between consecutive output tokens, pooled over all requests
+    (token-weighted): a chunk of k tokens arriving g after the previous one gives k gaps of g/k,
+    the chunks' token counts reconciled with n_out (the server's usage), so each request has
+    n_out − 1 gaps, Σ = E2E − TTFT and their mean is TPOT."""
+
+    key, label, unit, scale = "itl_s", "ITL per token", "ms", 1000.0
+    pooled = True
+    in_compare = False
+
+
+@register
+class ITLChunk(RequestMetric):
+    """ITL per chunk (s) = the gaps between consecutive chunks that carry tokens (a server-sent
+    event, or an engine step), pooled over all requests: chunks − 1 gaps a request,
+    Σ = E2E − TTFT; equal to ITL per token when every chunk is one token (usage = chunks)."""
+
+    key, label, unit, scale = "itl_chunk_s", "ITL per chunk", "ms", 1000.0
+    pooled = True
+    in_compare = False
+    in_console = False  # summary.json and compare.csv; the console tables keep to 120 columns
+
+
+@register
+class E2E(RequestMetric):
+    """E2E latency (s) = t(last output token) − t(send)."""
+
+    key, label, unit, scale = "e2e_s", "E2E", "ms", 1000.0
+
+
+@register
+class QueueWait(RequestMetric):
+    """Queue wait (s) = t(engine began work on the request) − t(send), where the engine says."""
+
+    key, label, unit, scale = "queue_wait_s", "queue wait", "ms", 1000.0
+    in_compare = False
+
+
+@register
+class OutputTPS(RequestMetric):
+    """Output rate per request (tokens/s) = n_out / E2E, as the user sees it."""
+
+    key, label, unit = "output_tps", "output tok/s per request", "tok/s"
+    lower_is_better = False
+    in_console = False
+
+
+@register
+class DecodeTPS(RequestMetric):
+    """Decode rate per request (tokens/s) = 1 / TPOT = (n_out − 1) / (E2E − TTFT)."""
+
+    key, label, unit = "decode_tps", "decode tok/s per request", "tok/s"
+    lower_is_better = False
+    in_console = False
+    in_compare = False
+
+
+# --- per run ------------------------------------------------------------------------------
+
+
+@register
+class RequestThroughput(RunMetric):
+    """Requests/s = completed requests / T, T = wall time of the measured phase."""
+
+    key, label, unit, digits = "requests_per_s", "requests/s", "req/s", 3
+    lower_is_better = False
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return metrics.request_throughput(len(totals.ok), totals.duration_s)
+
+
+@register
+class OutputThroughput(RunMetric):
+    """Output tokens/s = Σ n_out / T over completed requests."""
+
+    key, label, unit = "output_tokens_per_s", "output tokens/s", "tok/s"
+    lower_is_better = False
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return metrics.output_token_throughput([r.output_tokens for r in totals.ok], totals.duration_s)
+
+
+@register
+class TotalThroughput(RunMetric):
+    """Total tokens/s = Σ (n_in + n_out) / T over completed requests."""
+
+    key, label, unit = "total_tokens_per_s", "total tokens/s", "tok/s"
+    lower_is_better = False
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        ok = totals.ok
+        return metrics.total_token_throughput([r.prompt_tokens for r in ok], [r.output_tokens for r in ok], totals.duration_s)
+
+
+@register
+class Goodput(RunMetric):
+    """Goodput (requests/s) = requests meeting every SLO (TTFT ≤ slo.ttft_s, TPOT ≤ slo.tpot_s,
+    E2E ≤ slo.e2e_s; unset = no limit) / T."""
+
+    key, label, unit, digits = "goodput_requests_per_s", "goodput", "req/s", 3
+    lower_is_better = False
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return metrics.goodput(totals.meeting_slo, totals.duration_s)
+
+
+@register
+class SLOAttainment(RunMetric):
+    """SLO attainment (fraction) = requests meeting every SLO / completed requests."""
+
+    key, label, unit, scale = "slo_attainment", "SLO attainment", "%", 100.0
+    lower_is_better = False
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return totals.meeting_slo / len(totals.ok) if totals.ok else None
+
+
+@register
+class MeanConcurrency(RunMetric):
+    """Mean requests in flight (Little's law) = Σ E2E / T."""
+
+    key, label, unit, digits = "mean_concurrency", "mean concurrency", "requests", 2
+    lower_is_better = False  # not a goal in itself; higher means the engine held more at once
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return metrics.mean_concurrency([r.e2e_s for r in totals.ok], totals.duration_s)
+
+
+# --- per run, from the GPUs (NVML; absent on runs without it) ----------------------------
+
+
+@register
+class EnergyPerToken(RunMetric):
+    """Energy per output token (J/token) = E / Σ n_out over completed requests, E = the GPUs'
+    energy over the measured phase, Σ over the visible GPUs: NVML's energy counter at the end
+    minus at the start, else ∫ sampled power dt. Whole devices: other work on them counts too."""
+
+    key, label, unit, digits = "energy_per_token_j", "energy per output token", "J/token", 4
+    source = "gpu"
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        tokens = sum(r.output_tokens for r in totals.ok)
+        energy = totals.gpu.energy_j if totals.gpu else None
+        return energy / tokens if energy is not None and tokens > 0 else None
+
+
+@register
+class GpuPower(RunMetric):
+    """Mean GPU power (W) = E / T, E the GPUs' energy over the measured phase (Σ over the visible GPUs)."""
+
+    key, label, unit = "gpu_power_w", "mean GPU power", "W"
+    source = "gpu"  # lower is better at equal throughput; J/token is the figure that weighs both
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        energy = totals.gpu.energy_j if totals.gpu else None
+        return energy / totals.duration_s if energy is not None and totals.duration_s > 0 else None
+
+
+@register
+class GpuUtilisation(RunMetric):
+    """Mean GPU utilisation (fraction) = (1/T) ∫ u dt over the measured phase, u = NVML's
+    utilization.gpu (share of its sample period in which a kernel ran), mean over the visible GPUs."""
+
+    key, label, unit, scale = "gpu_util", "mean GPU utilisation", "%", 100.0
+    lower_is_better = False  # not a goal in itself; higher means the engine kept the GPUs busier
+    source = "gpu"
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        return totals.gpu.util if totals.gpu else None
+
+
+# --- engine-reported stage times, beside the harness's measure of the same interval -----------
+
+
+@dataclass(frozen=True)
+class EngineStage:
+    """A time an engine reports per request (a key of ``engine_stats``), named by the interval it
+    covers, with the harness's own measure of the nearest interval: an engine's clock starts
+    where the engine first sees the request, the harness's at the send, so the two differ by
+    the engine's input path (tokenizing, IPC to the engine core) and output path."""
+
+    key: str  # in engine_stats, seconds (or ms with scale 1000)
+    engine: str
+    label: str
+    interval: str  # what the engine's figure covers
+    harness_label: str
+    harness_interval: str  # what the harness's figure covers
+    scale: float = 1.0  # engine value / scale = seconds
+
+    def engine_value(self, r: RequestRecord) -> Optional[float]:
+        v = (r.engine_stats or {}).get(self.key)
+        return float(v) / self.scale if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        raise NotImplementedError
+
+
+class _QueueStage(EngineStage):
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        """queue_wait_s = t(engine began work) − t(send)."""
+        return r.queue_wait_s
+
+
+class _PrefillStage(EngineStage):
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        """TTFT − queue wait = t(first token) − t(engine began work); TTFT where no queue wait is known."""
+        if r.ttft_s is None:
+            return None
+        return r.ttft_s - (r.queue_wait_s or 0.0)
+
+
+class _DecodeStage(EngineStage):
+    def harness_value(self, r: RequestRecord) -> Optional[float]:
+        """E2E − TTFT = t(last token) − t(first token)."""
+        return None if r.e2e_s is None or r.ttft_s is None else r.e2e_s - r.ttft_s
+
+
+_QUEUE_H = ("queue wait (queue_wait_s)", "harness send → the engine's scheduler first schedules it: includes the "
+            "engine's input path (vLLM: processing and IPC to the engine core) as well as its scheduler queue")
+_PREFILL_H = ("TTFT − queue wait", "first scheduled → first token received by the harness")
+_DECODE_H = ("E2E − TTFT", "first token → last token, as received by the harness")
+ENGINE_STAGES: dict[str, EngineStage] = {s.key: s for s in (
+    _QueueStage("vllm_queue_s", "vllm", "vLLM scheduler queue (vllm_queue_s)",
+                "queued_ts → scheduled_ts: from when vLLM's scheduler queued the request to when it first scheduled it; "
+                "time in vLLM's input path before the scheduler queued it is not in it", *_QUEUE_H),
+    _PrefillStage("vllm_prefill_s", "vllm", "vLLM prefill (vllm_prefill_s)",
+                  "scheduled_ts → first_token_ts, in vLLM's engine core", *_PREFILL_H),
+    _DecodeStage("vllm_decode_s", "vllm", "vLLM decode (vllm_decode_s)",
+                 "first_token_ts → last_token_ts, in vLLM's engine core", *_DECODE_H),
+    _PrefillStage("llama_t_p_eval_ms", "llama.cpp", "llama.cpp prompt eval (llama_t_p_eval_ms)",
+                  "llama.cpp's time in llama_decode over the prompt (compute only: no sampling, no queue)",
+                  *_PREFILL_H, scale=1000.0),
+    _DecodeStage("llama_t_eval_ms", "llama.cpp", "llama.cpp eval (llama_t_eval_ms)",
+                 "llama.cpp's time in llama_decode for the tokens after the first (compute only)", *_DECODE_H, scale=1000.0),
+)}
+
+
+def engine_stage_figures(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """``engine_stages`` of the summary: for each stage time the engine reported, its
+    distribution and the harness's measure of the same interval over the same requests."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, stage in ENGINE_STAGES.items():
+        pairs = [(stage.engine_value(r), stage.harness_value(r)) for r in ok]
+        pairs = [(e, h) for e, h in pairs if e is not None]
+        if not pairs:
+            continue
+        out[key] = {
+            "label": stage.label, "interval": stage.interval,
+            "harness_label": stage.harness_label, "harness_interval": stage.harness_interval,
+            "engine": metrics.distribution([e for e, _ in pairs]),
+            "harness": metrics.distribution([h for _, h in pairs if h is not None]),
+        }
+    return out
+
+
+def shown_run_metrics(throughput: dict[str, Optional[float]]) -> list[str]:
+    """The run metrics a table shows for a run: all, less those with a source and no value."""
+    return [k for k, m in RUN_METRICS.items() if m.source is None or throughput.get(k) is not None]
+
+
+def distributions(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Optional[float]]]:
+    """``latency`` of the summary: each request metric's distribution over completed requests."""
+    return {key: metrics.distribution(m.values(ok)) for key, m in REQUEST_METRICS.items()}
+
+
+def run_figures(totals: RunTotals) -> dict[str, Optional[float]]:
+    """``throughput`` of the summary: each run metric's value."""
+    out = {}
+    for key, m in RUN_METRICS.items():
+        value = m.compute(totals)
+        out[key] = None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    return out

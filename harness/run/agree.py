@@ -1,0 +1,152 @@
+"""``python -m harness.agree``: run one short greedy workload on every installed engine and
+print how far their replies agree, token for token.
+
+Every engine gets the same prompt ids (the chat template is rendered once, by the harness)
+and decodes greedily, one request at a time (no batching numerics). Each engine's run is an
+ordinary run folder under ``--out``; the matrix compares every pair, and the comparison
+against the baseline (the first engine) is written as a ``python -m harness.compare`` folder
+(``--out``/compare: compare.html and agreement.csv). ``--runs`` skips the runs and compares
+existing run folders instead.
+
+    python -m harness.agree                       # transformers fp32 and bf16, vLLM, llama.cpp, MLX
+    python -m harness.agree --engines transformers-fp32,llamacpp --requests 8 --output-len 32
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional, Sequence
+
+from harness.reports import agreement as agree
+from harness.results.store import RunResult, load_run
+from harness.reports.tables import text_table, wrap
+
+# engine label → the backend and the settings that make it that engine
+ENGINES: dict[str, list[str]] = {
+    "transformers-fp32": ["backend=transformers", "backend.dtype=float32"],
+    "transformers-bf16": ["backend=transformers", "backend.dtype=bfloat16"],
+    "vllm": ["backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1"],
+    "llamacpp": ["backend=llamacpp"],
+    "mlx": ["backend=mlx", "backend.batching=serial"],
+}
+
+
+def installed(label: str) -> Optional[str]:
+    """None when the engine behind ``label`` is installed, else why not (one line)."""
+    from backends import backend_registry
+    from core.errors import BackendUnavailable
+
+    name = ENGINES[label][0].removeprefix("backend=")
+    backend_registry.discover()
+    try:
+        backend_registry.get(name).cls.check_available()
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def workload_overrides(model: str, requests: int, output_len: int) -> list[str]:
+    """One-turn chats of real text (the corpus), each answered until its end-of-sequence or
+    ``output_len`` tokens, greedily and one at a time."""
+    return [f"model={model}", "workload=chat", f"workload.sessions={requests}", "workload.turns=1",
+            f"workload.output_len={output_len}", "workload.exact_output_len=false", "workload.concurrency=1",
+            "workload.temperature=0", "workload.warmup_requests=0", "seed=0", "progress=false", "report=false"]
+
+
+def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -> tuple[Optional[Path], str]:
+    """One engine's run as ``python -m harness``; (run folder or None, what happened)."""
+    run_dir = out / label
+    argv = [sys.executable, "-m", "harness", *ENGINES[label], *common, f"hydra.run.dir={run_dir}"]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout_s:g} s"
+    took = f"{time.perf_counter() - start:.0f} s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return None, f"failed (exit {proc.returncode}, {took}): {last}"
+    return run_dir, f"ok ({took})"
+
+
+def matrix_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[str]:
+    """The identical share of every pair, then the mean common prefix against the first run."""
+    frame = agree.matrix(results, labels)
+    rows = [[lab, *(f"{v:.0%}" if v == v and v is not None else "–" for v in frame.loc[lab])] for lab in labels]
+    lines = ["identical replies, every pair (row against column):"]
+    lines += text_table([[""], *([lab] for lab in labels)], rows)
+    return lines
+
+
+def numerics_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[str]:
+    rows = []
+    for r, lab in zip(results, labels):
+        dtype, quant = agree.numerics(r)
+        b = r.summary.backend
+        rows.append([lab, f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip(), b.get("mode") or "?",
+                     dtype or "–", quant or "–"])
+    return text_table([["run"], ["engine"], ["mode"], ["dtype"], ["quantization"]], rows, align="lllll")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m harness.agree", description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"comma-separated, the first is the baseline (default: {','.join(ENGINES)})")
+    parser.add_argument("--model", default="smollm2-135m", help="model config name (default: smollm2-135m)")
+    parser.add_argument("--requests", type=int, default=4, help="one-turn chats (default: 4)")
+    parser.add_argument("--output-len", type=int, default=24, help="most tokens per reply (default: 24)")
+    parser.add_argument("--out", type=Path, default=None, help="folder of the runs (default: results/agree-<date>-<time>)")
+    parser.add_argument("--timeout-s", type=float, default=1200.0, help="per engine run (default: 1200)")
+    parser.add_argument("--runs", nargs="+", type=Path, default=None, help="compare these run folders instead of running")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.runs:
+        folders, labels = list(args.runs), [p.name for p in args.runs]
+        out = args.out or Path("results") / f"agree-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    else:
+        labels = [e.strip() for e in args.engines.split(",") if e.strip()]
+        unknown = [e for e in labels if e not in ENGINES]
+        if unknown:
+            print(f"error: unknown engine {unknown[0]!r}: choose from {', '.join(ENGINES)}", file=sys.stderr)
+            return 2
+        if args.requests < 1 or args.output_len < 1:
+            print("error: --requests and --output-len must be >= 1", file=sys.stderr)
+            return 2
+        out = args.out or Path("results") / f"agree-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        out.mkdir(parents=True, exist_ok=True)
+        common = workload_overrides(args.model, args.requests, args.output_len)
+        folders, kept = [], []
+        for label in labels:
+            missing = installed(label)
+            if missing:
+                print(f"{label}: not installed, left out ({missing})", flush=True)
+                continue
+            run_dir, what = run_engine(label, out, common, args.timeout_s)
+            print(f"{label}: {what}", flush=True)
+            if run_dir is not None:
+                folders.append(run_dir)
+                kept.append(label)
+        labels = kept
+    if len(folders) < 2:
+        print("error: fewer than two runs to compare", file=sys.stderr)
+        return 1
+    results = [load_run(p, with_workload=False) for p in folders]
+    lines = ["", *numerics_lines(results, labels), "", *matrix_lines(results, labels), ""]
+    from harness.reports.compare.runs import compare_runs, format_agreement  # rendering lives there
+
+    compare_runs(folders, out / "compare", resamples=200)
+    lines += format_agreement(agree.against_baseline(results, labels))
+    lines += ["", *wrap(f"runs: {out} · comparison: {out / 'compare' / 'compare.html'}", indent="")]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

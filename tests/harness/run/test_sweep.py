@@ -1,0 +1,178 @@
+"""Sweeps through `python -m harness -m …`: one engine load, failure isolation, sweep.json,
+compare.html, resume, repeats; and the SLO search."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from browser import chromium  # noqa: F401 - the fixture
+from conftest import run_harness_cli
+from harness.results.store import load_summary
+from harness.run.sweep import mean_ci95, varying_overrides
+
+FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
+        "workload.num_requests=4", "progress=false"]
+
+
+def sweep_dir(root: Path) -> Path:
+    found = sorted(root.glob("sweep-*"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def read_sweep(root: Path) -> dict:
+    return json.loads((sweep_dir(root) / "sweep.json").read_text())
+
+
+def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium):
+    proc = run_harness_cli("-m", *FAST, "workload.concurrency=1,2,4", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sweep = read_sweep(tmp_path)
+    assert sweep["engine_loads"] == 1
+    points = sweep["points"]
+    assert [p["status"] for p in points] == ["complete"] * 3
+    assert [p["engine_reused"] for p in points] == [False, True, True]
+    assert points[0]["load_s"] > 0 and points[1]["load_s"] == 0 and points[2]["load_s"] == 0
+    for p in points:
+        summary = load_summary(Path(p["run_dirs"][0]))
+        assert summary["engine"]["reused"] == p["engine_reused"]
+        assert summary["config_sha256"] == p["config_sha256"]
+        assert p["figures"]["ttft_s.p50"] > 0 and p["figures"]["output_tokens_per_s"] > 0
+    assert [load_summary(Path(p["run_dirs"][0]))["workload"]["concurrency"] for p in points] == [1, 2, 4]
+    assert (sweep_dir(tmp_path) / "compare.html").exists() and (sweep_dir(tmp_path) / "compare.csv").exists()
+    assert "engine loads: 1 for 3 points" in proc.stdout
+    table = proc.stdout[proc.stdout.index("overrides"):]
+    assert "workload.concurrency=4" in table and "workload.input_len" not in table  # only what the sweep varies
+    page = chromium.open(sweep_dir(tmp_path) / "compare.html", screenshot=tmp_path / "sweep.png")
+    assert page.errors == []
+    plots = [p["id"] for p in page.plots]
+    assert "latency-throughput" in plots and all(p["traces"] >= 1 for p in page.plots)
+
+
+def test_another_engine_setting_loads_again(tmp_path):
+    proc = run_harness_cli("-m", *FAST, "backend.batching=serial,static", "workload.concurrency=2",
+                           f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sweep = read_sweep(tmp_path)
+    assert sweep["engine_loads"] == 2
+    assert [p["engine_reused"] for p in sweep["points"]] == [False, False]
+
+
+def test_a_failing_point_is_one_line_and_the_sweep_goes_on(tmp_path):
+    proc = run_harness_cli("-m", *FAST, "workload.concurrency=1,0,2", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 1  # a point failed
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: point 1 (" + " ".join([*FAST[:-1], "progress=False", f"output_root={tmp_path}", "workload.concurrency=0"])
+                      + ") failed: workload.concurrency must be >= 1 (got 0)"] or (
+        len(errors) == 1 and "workload.concurrency must be >= 1 (got 0)" in errors[0] and errors[0].startswith("error: point 1 ("))
+    sweep = read_sweep(tmp_path)
+    assert [p["status"] for p in sweep["points"]] == ["complete", "failed", "complete"]
+    assert sweep["engine_loads"] == 1  # the failed point never touched the engine
+    assert "1 of 3 points failed" in proc.stderr
+
+
+def test_engine_death_reloads_for_the_next_point(tmp_path):
+    """The reference server exits at its 4th request: that point fails, the next one gets a new server."""
+    args = ["model=tiny-random", "backend=reference", "workload=synthetic", "workload.input_len=32", "workload.output_len=4",
+            "workload.warmup_requests=0", "progress=false", "backend.ttft_ms=5", "backend.itl_ms=1"]
+    proc = run_harness_cli("-m", *args, "backend.exit_after=3", "workload.num_requests=2,6,2", f"output_root={tmp_path}",
+                           cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    sweep = read_sweep(tmp_path)
+    assert [p["status"] for p in sweep["points"]] == ["complete", "failed", "complete"]
+    assert "exited" in sweep["points"][1]["error"]
+    assert sweep["engine_loads"] == 2
+    assert [p["engine_reused"] for p in sweep["points"]] == [False, True, False]
+    assert (sweep_dir(tmp_path) / "server.log").exists()
+
+
+def test_resume_skips_finished_points(tmp_path):
+    args = ["-m", *FAST, "workload.concurrency=1,2,3", f"output_root={tmp_path}"]
+    assert run_harness_cli(*args, cwd=tmp_path).returncode == 0
+    first = sweep_dir(tmp_path)
+    killed = Path(read_sweep(tmp_path)["points"][2]["run_dirs"][0])
+    (killed / "summary.json").unlink()  # as a sweep killed during its last point leaves it
+    proc = run_harness_cli(*args, "resume=true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    second = [d for d in tmp_path.glob("sweep-*") if d != first]
+    assert len(second) == 1
+    sweep = json.loads((second[0] / "sweep.json").read_text())
+    assert [p["status"] for p in sweep["points"]] == ["skipped", "skipped", "complete"]
+    assert sweep["points"][0]["run_dirs"][0].startswith(str(first))
+    assert sweep["points"][2]["run_dirs"][0].startswith(str(second[0]))
+    assert all(p["figures"]["ttft_s.p50"] for p in sweep["points"])  # the table is complete
+    assert sweep["engine_loads"] == 1
+
+
+def test_repeats_give_mean_and_ci(tmp_path):
+    proc = run_harness_cli("-m", *FAST, "repeat=3", "workload.concurrency=1", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    point = read_sweep(tmp_path)["points"][0]
+    assert len(point["run_dirs"]) == 3 and all(d.endswith(f"repeat-{i}") for i, d in zip((1, 2, 3), point["run_dirs"]))
+    ttft = point["figures"]["ttft_s.p50"]
+    assert ttft["n"] == 3 and ttft["ci_low"] <= ttft["mean"] <= ttft["ci_high"]
+    assert load_summary(Path(point["run_dirs"][1]))["repeat"] == {"index": 2, "of": 3}
+    assert "±" in proc.stdout
+
+
+def test_single_run_with_repeats(tmp_path):
+    proc = run_harness_cli(*FAST, "repeat=2", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert (run_dir / "repeat-1" / "summary.json").exists() and (run_dir / "repeat-2" / "summary.json").exists()
+    assert json.loads((run_dir / "sweep.json").read_text())["points"][0]["figures"]["ttft_s.p50"]["n"] == 2
+
+
+def test_mean_ci95_and_varying_overrides():
+    ci = mean_ci95([1.0, 2.0, 3.0])
+    assert ci["mean"] == 2.0 and ci["ci_low"] == pytest.approx(2 - 4.303 / 3 ** 0.5) and ci["ci_high"] == pytest.approx(2 + 4.303 / 3 ** 0.5)
+    assert mean_ci95([5.0])["ci_low"] is None and mean_ci95([None])["mean"] is None
+    assert varying_overrides([["a=1", "b=1"], ["a=1", "b=2"]]) == [["b=1"], ["b=2"]]
+
+
+def test_slo_search_over_concurrency(tmp_path):
+    """transformers serves one request at a time: TTFT grows with concurrency, so the SLO breaks somewhere."""
+    proc = run_harness_cli(
+        "model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=24", "workload.num_requests=8",
+        "progress=false", "report=false", "slo_search.enabled=true", "slo_search.over=concurrency", "slo_search.low=1",
+        "slo_search.high=16", "slo_search.attainment=0.75", "slo.ttft_s=0.25", f"output_root={tmp_path}", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    search = sweep["slo_search"]
+    assert sweep["kind"] == "slo_search" and search["finished"] and sweep["engine_loads"] == 1
+    probes = search["probes"]
+    # a busy machine can miss the SLO already at concurrency 1: the search then ends there
+    assert len(probes) == len(sweep["points"]) >= (2 if probes[0]["passed"] else 1)
+    passed = [p["concurrency"] for p in probes if p["passed"]]
+    failed = [p["concurrency"] for p in probes if not p["passed"]]
+    assert search["slo_max_concurrency"] == (max(passed) if passed else None)
+    if passed and failed:
+        assert min(failed) > max(passed) and min(failed) - max(passed) <= 1  # bisected to the integer
+    assert "slo_max_concurrency" in proc.stdout or "does not hold" in proc.stdout
+    assert all(p.startswith("probe ") for p in [l for l in proc.stdout.splitlines() if l.startswith("probe ")])
+
+
+def test_slo_search_needs_an_slo(tmp_path):
+    proc = run_harness_cli(*FAST, "slo_search.enabled=true", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: slo_search needs an SLO: set slo.ttft_s, slo.tpot_s or slo.e2e_s"
+
+
+def test_resume_into_the_same_folders_runs_an_unfinished_point_again(tmp_path):
+    """hydra.sweep.dir given again (a requeued batch job): the interrupted point's run is kept
+    beside, renamed, and the point runs again in its own folder."""
+    args = ["-m", *FAST, "workload.concurrency=1,2", f"output_root={tmp_path}"]
+    assert run_harness_cli(*args, cwd=tmp_path).returncode == 0
+    first = sweep_dir(tmp_path)
+    killed = Path(read_sweep(tmp_path)["points"][1]["run_dirs"][0])
+    summary = json.loads((killed / "summary.json").read_text())
+    (killed / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))  # as SIGTERM leaves it
+    proc = run_harness_cli(*args, "resume=true", f"hydra.sweep.dir={first}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sweep = read_sweep(tmp_path)
+    assert [p["status"] for p in sweep["points"]] == ["skipped", "complete"]
+    assert load_summary(killed)["status"] == "complete"
+    aside = killed.with_name(killed.name + ".unfinished-1")
+    assert load_summary(aside)["status"] == "interrupted"  # nothing measured is lost
