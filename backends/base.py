@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Optional
 
 from core.errors import BackendUnavailable, ConfigError
 from core.model import ModelFiles
-from core.types import GenerationRequest, RequestDone, SamplingParams, StreamEvent, TokenChunk
-
+from core.types import GenerationRequest, StreamEvent
 
 MODES = ("inprocess", "server")
 ENDPOINTS = ("chat", "completions")
@@ -83,8 +82,6 @@ class BackendConfig:
             raise ConfigError(f"backend.startup_timeout_s must be > 0 (got {self.startup_timeout_s})")
         if self.server_command is not None and not self.server_command:
             raise ConfigError("backend.server_command must be a non-empty list (or null for the preset's)")
-
-
 
 
 class Backend(ABC):
@@ -247,4 +244,4 @@ def _text(value: Any) -> Optional[str]:
 
 
 if TYPE_CHECKING:
-    from backends.server.backend import ServerPreset
+    from backends.preset import ServerPreset

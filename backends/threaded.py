@@ -20,7 +20,8 @@ import time
 from abc import abstractmethod
 from typing import Any, AsyncIterator, Optional
 
-from backends.base import Backend, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.base import Backend, GenerationRequest, StreamEvent
+from core.types import RequestDone, TokenChunk
 
 DELIVERY_INTERVAL_S = 0.02
 

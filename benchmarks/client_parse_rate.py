@@ -84,7 +84,7 @@ async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> floa
 def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers: int,
                 event_loop: str) -> tuple[float, float]:
     """(streamed tokens/s, loop lag p99 in ms) through the driver with ``workers`` client processes."""
-    from backends.http.client import OpenAIBackend, OpenAIConfig
+    from backends.engines.openai import OpenAIBackend, OpenAIConfig
     from harness.client.client_load import ClientLoad
     from harness.client.driver import Driver
     from harness.client.workers import new_loop
@@ -146,7 +146,7 @@ def main() -> None:
     a = p.parse_args()
     from transformers import AutoTokenizer
 
-    from backends.server.backend import free_port
+    from backends.server.launch import free_port
     from core.model import ModelFiles  # noqa: F401 - the store's types
     from harness.config import ModelConfig
     from harness.run.model_store import resolve_model

@@ -25,8 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from backends.server.backend import ManagedServer, free_port  # noqa: E402
-from refserver.app import FAULTS  # noqa: E402
+from backends.server.process import ManagedServer
+from backends.server.launch import free_port  # noqa: E402
+from refserver.faults import FAULTS  # noqa: E402
 
 RUN = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=8",
        "workload.num_requests=8", "workload.concurrency=4", "workload.warmup_requests=0", "progress=false",

@@ -176,7 +176,7 @@ class Server:
 
 
 def reference_server(args: argparse.Namespace) -> Server:
-    from backends.server.backend import free_port
+    from backends.server.launch import free_port
 
     port = free_port()
     return Server([sys.executable, "-m", "harness.reference_server", "--port", str(port), "--dialect", "ollama",
@@ -185,7 +185,7 @@ def reference_server(args: argparse.Namespace) -> Server:
 
 
 def parse_server(tokens: int) -> Server:
-    from backends.server.backend import free_port
+    from backends.server.launch import free_port
     from client_parse_rate import SERVER
 
     port = free_port()

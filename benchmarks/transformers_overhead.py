@@ -17,7 +17,8 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-from backends import GenerationRequest, TokenChunk, backend_registry
+from backends import GenerationRequest, TokenChunk
+from backends.registry import backend_registry
 from backends.engines.transformers import TransformersConfig
 from harness.config import ModelConfig
 from harness.run.model_store import resolve_model

@@ -33,7 +33,7 @@ _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep 
 
 def register_everything() -> None:
     """Structured configs into ConfigStore, and every backend and workload module imported."""
-    from backends import backend_registry
+    from backends.registry import backend_registry
     from harness.config import register_configs
     from workloads import workload_registry
 
@@ -74,7 +74,7 @@ def check_group_choices(args: list[str]) -> None:
 
 def _discard_if_empty(run_dir: Path) -> None:
     """Nothing was measured: leave no folder behind, unless it holds an engine's server log."""
-    from harness.results.store import CLAIM
+    from harness.results.schema import CLAIM
 
     only_hydra = {".hydra", "harness.log"}
     try:
@@ -101,10 +101,12 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
-    from harness.results.store import RunSummary, load_summary
+    from harness.reports.console import format_summary, format_sweep
+    from harness.results.schema import RunSummary
+    from harness.results.store import load_summary
+    from harness.results.sweep_file import read_sweep
     from harness.run.point import to_run_config
-    from harness.results.summary import format_summary
-    from harness.run.sweep import format_sweep, read_sweep, run_sweep_point
+    from harness.run.sweep import run_sweep_point
 
     try:
         run_cfg = to_run_config(cfg)
@@ -136,10 +138,12 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
 
 def _sweep_point(cfg: DictConfig, hc: Any) -> None:
     """One point of a multirun: a failure is recorded and printed in one line, the sweep goes on."""
-    from harness.results.store import RunSummary, is_run_dir, load_summary
+    from harness.reports.console import format_summary
+    from harness.results.schema import RunSummary
+    from harness.results.store import is_run_dir, load_summary
+    from harness.results.sweep_file import new_entry, record_point
     from harness.run.point import to_run_config
-    from harness.results.summary import format_summary
-    from harness.run.sweep import new_entry, record_point, run_sweep_point
+    from harness.run.sweep import run_sweep_point
 
     run_dir, sweep_dir = Path(hc.runtime.output_dir), Path(hc.sweep.dir)
     index, overrides = int(hc.job.num), list(hc.overrides.task)
@@ -170,7 +174,7 @@ class SweepCallback(Callback):
     launching process whatever the launcher."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from harness.run.sweep import locked_sweep
+        from harness.results.sweep_file import locked_sweep
 
         with locked_sweep(Path(config.hydra.sweep.dir)) as data:
             data.setdefault("kind", "multirun")
@@ -178,7 +182,9 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _exit_code
-        from harness.run.sweep import SESSIONS, format_sweep, read_sweep, refresh_compare
+        from harness.reports.console import format_sweep
+        from harness.results.sweep_file import read_sweep
+        from harness.run.sweep import SESSIONS, refresh_compare
 
         SESSIONS.close()
         sweep_dir = Path(config.hydra.sweep.dir)

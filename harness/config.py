@@ -16,7 +16,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from core.errors import ConfigError
-from harness.client.saturation import SaturationConfig
 
 
 @dataclass
@@ -64,6 +63,50 @@ class MemoryConfig:
             raise ConfigError(f"memory.budget_gib must be > 0 (got {self.budget_gib})")
         if self.sample_interval_s <= 0:
             raise ConfigError(f"memory.sample_interval_s must be > 0 (got {self.sample_interval_s})")
+
+
+# A slope needs at least this many points in the window to be tested (n − 2 ≥ 3 degrees of freedom).
+MIN_POINTS = 5
+
+
+@dataclass
+class SaturationConfig:
+    enabled: bool = True
+    min_s: float = 10.0  # never stop before this much of the measured phase has passed
+    window_s: float = 10.0  # the sliding window the slopes are fitted over
+    sample_interval_s: float = 0.25  # how often the driver samples the backlog and checks
+    min_backlog: int = 4  # never stop while the latest backlog is below this many sessions
+    # A slope counts as rising when slope / (its standard error) ≥ min_t: a one-sided t-test
+    # (2 is roughly the 97.5 % point of Student's t for the window sizes used here).
+    min_t: float = 2.0
+    # TTFT must also rise at least this fast (seconds per second). A FIFO queue fed faster than
+    # it drains has TTFT rising at 1 − 1/ρ s/s (ρ = arrival rate / capacity), so 0.2 asks for
+    # ρ ≳ 1.25; a queue under capacity only rises this fast in short excursions.
+    min_ttft_slope_s: float = 0.2
+    # The rule must hold at every check for this long before the point is stopped: over-
+    # saturation persists, a burst the engine works off does not.
+    hold_s: float = 5.0
+
+    def validate(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"saturation.enabled must be true or false (got {self.enabled!r})")
+        _number("saturation.min_s", self.min_s, ">= 0", lambda v: v >= 0)
+        _number("saturation.window_s", self.window_s, "> 0", lambda v: 0 < v < math.inf)
+        _number(
+            "saturation.sample_interval_s", self.sample_interval_s,
+            f"> 0 and <= window_s / {MIN_POINTS} ({self.window_s / MIN_POINTS:g})",
+            lambda v: 0 < v <= self.window_s / MIN_POINTS,
+        )
+        _number("saturation.min_backlog", self.min_backlog, ">= 0", lambda v: v >= 0)
+        _number("saturation.min_t", self.min_t, "> 0", lambda v: 0 < v < math.inf)
+        _number("saturation.min_ttft_slope_s", self.min_ttft_slope_s, ">= 0", lambda v: 0 <= v < math.inf)
+        _number("saturation.hold_s", self.hold_s, ">= 0", lambda v: 0 <= v < math.inf)
+
+
+def _number(key: str, value: object, rule: str, ok) -> None:
+    """One-line ConfigError unless ``value`` is a real, non-NaN number satisfying ``ok``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not ok(value):
+        raise ConfigError(f"{key} must be {rule} (got {value!r})")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Helpers shared by the engine tests: build a backend, make a request, read its stream."""
 from __future__ import annotations
 
-from backends import GenerationRequest, SamplingParams, TokenChunk, backend_registry
+from backends import GenerationRequest, SamplingParams, TokenChunk
+from backends.registry import backend_registry
 from workloads.prompts import PromptRenderer
 
 

@@ -7,8 +7,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from backends.base import GenerationRequest, RequestDone, SamplingParams, TokenChunk
-from backends.server.backend import ManagedServer, free_port
+from backends.base import GenerationRequest
+from core.types import RequestDone, SamplingParams, TokenChunk
+from backends.server.process import ManagedServer
+from backends.server.launch import free_port
 from workloads.prompts import PromptRenderer
 
 

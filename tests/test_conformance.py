@@ -25,8 +25,11 @@ from typing import Any, Optional
 
 import pytest
 
-from backends import RequestDone, TokenChunk, backend_registry, create_backend
-from backends.base import GenerationRequest, SamplingParams
+from backends import RequestDone, TokenChunk
+from backends.registry import backend_registry
+from backends.factory import create_backend
+from backends.base import GenerationRequest
+from core.types import SamplingParams
 from backends.server.backend import ServerBackend
 from reference_fixtures import reply_ids
 from workloads.prompts import PromptRenderer

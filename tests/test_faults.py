@@ -19,10 +19,11 @@ import pandas as pd
 import psutil
 import pytest
 
-from backends.http.client import HTTPStatusError, OpenAIClient, check_server
+from backends.http.client import HTTPStatusError, OpenAIClient
+from backends.http.probe import check_server
 from conftest import as_foreground_job, make_config, run_harness_cli
 from core.errors import HarnessError
-from refserver.app import FAULTS
+from refserver.faults import FAULTS
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
 from reference_fixtures import chat_request, collect, reference_server, run

@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from backends import backend_registry
-from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
+from backends.base import BackendConfig
+from core.types import RequestDone, SamplingParams, TokenChunk
+from backends.registry import backend_registry
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import gguf_quantization
@@ -294,7 +295,6 @@ class _BatchedEngine:
 
     def __init__(self, cfg: LlamaCppConfig, gguf: str, threads: int):
         import llama_cpp
-
         from llama_cpp import _logger
 
         ll = self.ll = llama_cpp

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from backends import backend_registry
-from backends.base import BackendConfig, RequestDone, SamplingParams, TokenChunk
+from backends.base import BackendConfig
+from core.types import RequestDone, SamplingParams, TokenChunk
+from backends.registry import backend_registry
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import hf_dtype

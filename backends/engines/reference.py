@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from backends import backend_registry
 from backends.base import Backend, BackendConfig, GenerationRequest
-from backends.server.backend import ServerPreset
+from backends.preset import ServerPreset
+from backends.registry import backend_registry
 from core.errors import ConfigError
 from core.model import ModelFiles
-from refserver.app import DIALECTS, FAULTS
+from refserver.dialects import DIALECTS
+from refserver.faults import FAULTS
 
 
 @dataclass
@@ -60,7 +61,7 @@ class ReferenceConfig(BackendConfig):
 def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset:
     c = config
     command = [
-        "-m", "refserver.app", "--host", "{host}", "--port", "{port}",
+        "-m", "refserver", "--host", "{host}", "--port", "{port}",
         "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms), "--tokens", str(c.tokens),
         "--jitter-ms", str(c.jitter_ms), "--error-rate", str(c.error_rate), "--error-kind", c.error_kind,
         "--fault-size-mib", str(c.fault_size_mib),

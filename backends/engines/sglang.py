@@ -10,14 +10,14 @@ it cannot generate, but its arguments and HTTP dialect can still be checked.
 """
 from __future__ import annotations
 
-
 import itertools
 import typing
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
-from backends import backend_registry
-from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
+from core.types import RequestDone, TokenChunk
+from backends.registry import backend_registry
 from core.errors import ConfigError
 
 CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")

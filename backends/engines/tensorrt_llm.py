@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from backends import backend_registry
+from backends.registry import backend_registry
 from backends.server.engine_server import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 
@@ -79,7 +79,7 @@ class TensorRTLLMBackend(EngineServerBackend):
         """``trtllm-serve`` next to ``backend.python`` when that is set (a virtual environment's
         bin folder), else the one on PATH."""
         if config.python:
-            from backends.server.backend import resolve_python
+            from backends.server.launch import resolve_python
 
             beside = Path(resolve_python(config.python)).parent / cls.program
             if beside.is_file():

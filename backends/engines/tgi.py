@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from backends import backend_registry
+from backends.registry import backend_registry
 from backends.server.engine_server import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 

@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
-from backends import backend_registry
-from backends.base import BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.base import BackendConfig, GenerationRequest, StreamEvent
+from core.types import RequestDone, TokenChunk
+from backends.registry import backend_registry
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError
 from core.model import ModelFiles

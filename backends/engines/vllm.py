@@ -16,8 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
-from backends import backend_registry
-from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
+from core.types import RequestDone, TokenChunk
+from backends.registry import backend_registry
 from core import shm
 from core.errors import ConfigError, ModelError
 

@@ -27,21 +27,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
-from backends import backend_registry
-from backends.base import Backend, BackendConfig, GenerationRequest, RequestDone, StreamEvent, TokenChunk
+from backends.base import GenerationRequest, StreamEvent
+from core.types import RequestDone, TokenChunk
 from backends.http.http1 import HTTPPool, Response
+from backends.http.probe import MAX_ERROR_BODY_BYTES
 from backends.http.sse import DEFAULT_MAX_EVENT_CHARS, SSEParser
-from core.errors import ConfigError, HarnessError
+from backends.http.urls import public_url
 from core.sequences import reconcile_counts
 from core.text import valid_text
 
@@ -63,43 +59,6 @@ class StreamError(Exception):
 
 
 # --- backend=openai -----------------------------------------------------------------------
-
-
-@dataclass
-class OpenAIConfig(BackendConfig):
-    name: str = "openai"
-    mode: str = "remote"  # a server that is already running; nothing is launched
-    url: Optional[str] = None  # the API root, e.g. http://127.0.0.1:8000/v1 (required)
-    model_name: Optional[str] = None  # the "model" sent; null: the first id of GET /v1/models
-    metrics_url: Optional[str] = None  # Prometheus endpoint to scrape: a URL, or a path such as /metrics
-    ignore_eos: bool = False  # send ignore_eos + min_tokens for exact lengths (vLLM, SGLang take them)
-    extra_body: Optional[str] = None  # a JSON object merged into every request body, e.g. '{"top_k": 20}'
-
-    def validate(self) -> None:
-        if self.mode != "remote":
-            raise ConfigError(
-                "backend=openai talks to a server that is already running (backend.mode=remote); "
-                "to launch an engine's server use backend=<engine> backend.mode=server"
-            )
-        if not self.url:
-            raise ConfigError("backend=openai needs backend.url, the API root (e.g. http://127.0.0.1:8000/v1)")
-        if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
-            raise ConfigError(f"backend.url must be an http:// or https:// URL (got {public_url(self.url)!r})")
-        for field_name in ("url", "metrics_url"):
-            refuse_credentials_in_url(f"backend.{field_name}", getattr(self, field_name))
-        self.extra_body_dict()
-        self.validate_http()
-
-    def extra_body_dict(self) -> dict[str, Any]:
-        if not self.extra_body:
-            return {}
-        try:
-            body = json.loads(self.extra_body)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise ConfigError(f"backend.extra_body must be a JSON object (got {self.extra_body!r})")
-        return body
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -467,75 +426,9 @@ def _error_detail(text: str) -> str:
 # --- plain HTTP for load-time checks and scrapes ------------------------------------------
 
 
-# query parameters that carry a credential (api_key, access_token, X-Amz-Signature, sig, …)
-_CREDENTIAL_WORDS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "credential", "signature", "sig")
-
-
-def _credential_params(query: str) -> list[str]:
-    names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
-    return [n for n in names if any(w in n.lower().replace("-", "_") for w in _CREDENTIAL_WORDS)]
-
-
-def refuse_credentials_in_url(name: str, url: Optional[str]) -> None:
-    """A credential in a URL would be written to the run's config and logs: one line, before anything runs."""
-    if not url:
-        return
-    parts = urlsplit(url)
-    found = (["user:password"] if parts.username or parts.password else []) + _credential_params(parts.query)
-    if found:
-        raise ConfigError(
-            f"{name} must not carry credentials ({', '.join(found)}): they would be written to the run's "
-            "config and logs; put the key in an environment variable and name it with backend.api_key_env"
-        )
-
-
-def public_url(url: str) -> str:
-    """The URL without a user:password part or the values of credential-like query
-    parameters, fit for logs and results."""
-    parts = urlsplit(url)
-    secret_params = set(_credential_params(parts.query))
-    if parts.username is None and parts.password is None and not secret_params:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    query = urlencode([(k, "REDACTED" if k in secret_params else v)
-                       for k, v in parse_qsl(parts.query, keep_blank_values=True)])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-class _SameOriginCredentials(urllib.request.HTTPRedirectHandler):
-    """Follows redirects, but a redirect to another origin (scheme, host, port) loses the
-    Authorization header: the API key is sent to the configured server alone."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(newurl) != _origin(req.full_url):
-            new.remove_header("Authorization")
-        return new
-
-
-def _origin(url: str) -> tuple[str, str, Optional[int]]:
-    parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-
-
-# loopback never goes through a proxy from the environment; other hosts follow the environment
-_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _SameOriginCredentials())
-_OPENER = urllib.request.build_opener(_SameOriginCredentials())
-
-
-def _opener_for(url: str) -> urllib.request.OpenerDirector:
-    host = (urlsplit(url).hostname or "").lower()
-    loopback = host == "localhost" or host.startswith("127.") or host == "::1"
-    return _LOOPBACK_OPENER if loopback else _OPENER
-
-
 # after a chunk with finish_reason, the stream is taken as ended when nothing more comes for
 # this long (a server that never sends [DONE] and keeps the connection open)
 FINISHED_GRACE_S = 2.0
-# what is read of an error body (HTTP status other than 200): its message is cut to 300
-# characters anyway, and a server must not make the client hold megabytes
-MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
 def client_limits(cfg: Any) -> dict[str, Any]:
@@ -543,131 +436,4 @@ def client_limits(cfg: Any) -> dict[str, Any]:
     return {"idle_timeout_s": cfg.idle_timeout_s, "max_event_chars": int(cfg.max_event_mib * 2**20)}
 
 
-def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0,
-             method: str = "GET", max_bytes: int = 64 * 2**20) -> tuple[int, str, dict[str, str]]:
-    """(status, body, headers) of a GET (or a bodiless ``method``); raises OSError (URLError)
-    when nothing answers. The body is cut at ``max_bytes`` (error bodies at MAX_ERROR_BODY_BYTES)."""
-    req = urllib.request.Request(url, headers=headers or {}, method=method)
-    try:
-        with _opener_for(url).open(req, timeout=timeout_s) as response:
-            return response.status, response.read(max_bytes).decode("utf-8", "replace"), dict(response.headers)
-    except urllib.error.HTTPError as exc:
-        body = exc.read(min(max_bytes, MAX_ERROR_BODY_BYTES)).decode("utf-8", "replace") if exc.fp else ""
-        return exc.code, body, dict(exc.headers or {})
-
-
-def check_server(base_url: str, api_key: Optional[str], api_key_env: Optional[str], timeout_s: float = 10.0) -> tuple[list[str], str]:
-    """GET {base_url}/models once: the model ids and the Server header; one-line errors.
-
-    HTTP 401/403 → the key is missing or wrong; nothing answering → cannot reach; 404 → not
-    an OpenAI API root. Other statuses (some servers list no models) give an empty list.
-    """
-    shown = public_url(base_url)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        status, body, response_headers = http_get(f"{base_url}/models", headers, timeout_s)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise HarnessError(f"cannot reach {shown} ({reason})") from None
-    if status in (401, 403):
-        hint = (f"check the key in ${api_key_env}" if api_key_env
-                else "set backend.api_key_env to the name of the environment variable that holds the key")
-        raise HarnessError(f"{shown} refused the API key (HTTP {status}): {hint}")
-    if status == 404:
-        raise HarnessError(f"{shown}/models answered HTTP 404: is backend.url the API root (ending in /v1)?")
-    server = response_headers.get("Server", "") or response_headers.get("server", "")
-    if status != 200:
-        log.warning("%s/models answered HTTP %d; using the configured model name", shown, status)
-        return [], server
-    try:
-        data = json.loads(body).get("data") or []
-        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m], server
-    except (ValueError, AttributeError):
-        return [], server
-
-
 # --- a backend over HTTP --------------------------------------------------------------------
-
-
-class HTTPBackend(Backend):
-    """A backend that streams from an OpenAI-compatible server through :class:`OpenAIClient`."""
-
-    extra = ""
-    client: Optional[OpenAIClient] = None
-    metrics_url: Optional[str] = None
-    _tokenizer: Any = None
-
-    def get_tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            self._tokenizer = super().get_tokenizer()
-        return self._tokenizer
-
-    def api_key(self) -> Optional[str]:
-        env = self.config.api_key_env
-        return os.environ.get(env) if env else None
-
-    def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
-        return {}
-
-    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
-        """The client's own stream, handed on as it is (one async generator less per chunk)."""
-        if self.client is None:
-            raise RuntimeError("the backend is not loaded")
-        return self.client.stream(request, self.extra_body(request))
-
-    def engine_process(self) -> Optional[int]:
-        return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched
-
-    def scrape_metrics(self) -> Optional[str]:
-        if not self.metrics_url:
-            return None
-        status, body, _ = http_get(self.metrics_url, timeout_s=10.0)
-        if status != 200:
-            raise HarnessError(f"{public_url(self.metrics_url)} answered HTTP {status}")
-        return body
-
-
-@backend_registry.register("openai", OpenAIConfig)
-class OpenAIBackend(HTTPBackend):
-    """Any OpenAI-compatible server that is already running (nothing is launched or stopped)."""
-
-    config: OpenAIConfig
-    _server_header = ""
-
-    def load(self) -> None:
-        cfg = self.config
-        base = cfg.url.rstrip("/")
-        key = self.api_key()
-        ids, self._server_header = check_server(base, key, cfg.api_key_env)
-        model_name = cfg.model_name or (ids[0] if ids else self.model.name)
-        self.client = OpenAIClient(base, model_name=model_name, tokenizer=self.get_tokenizer(),
-                                   endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
-                                   **client_limits(cfg))
-        if cfg.metrics_url:
-            root = urlsplit(base)
-            self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
-                                else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", "")))
-
-    def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
-        body = self.config.extra_body_dict()
-        if self.config.ignore_eos and request.exact_output_len:
-            body.update(ignore_eos=True, min_tokens=request.max_new_tokens)
-        return body
-
-    @property
-    def engine_name(self) -> str:
-        return "openai-compatible server"
-
-    @property
-    def engine_version(self) -> str:
-        return self._server_header or "unknown"
-
-    def engine_info(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "url": public_url(cfg.url or ""),
-            "model_name": self.client.model_name if self.client else cfg.model_name,
-            "endpoint": cfg.endpoint,
-            "api_key_env": cfg.api_key_env,  # the variable's name, never its value
-            "metrics_url": public_url(self.metrics_url) if self.metrics_url else None,
-        }

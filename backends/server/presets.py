@@ -34,8 +34,9 @@ import subprocess
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from backends.base import BackendConfig, GenerationRequest
+from backends.preset import ServerPreset
 from backends.server.container import FILES_MOUNT, MODEL_MOUNT, container_run, mount_source
-from backends.server.backend import HOST, ServerPreset, resolve_python
+from backends.server.launch import HOST, resolve_python
 from core.errors import ConfigError
 from core.model import ModelFiles
 

@@ -12,10 +12,11 @@ import time
 from dataclasses import replace
 from typing import Callable, Optional
 
-from backends.base import Backend, GenerationRequest, RequestDone, SamplingParams, TokenChunk
-from harness.results.formulas import RequestRecord, build_record
+from backends.base import Backend, GenerationRequest
+from core.types import RequestDone, SamplingParams, TokenChunk
 from harness.client.pacing import pace_until
 from harness.client.saturation import SaturationDetector
+from harness.results.record import RequestRecord, build_record
 from workloads.base import SessionSpec, WorkloadPlan
 from workloads.prompts import PromptRenderer, chat_messages
 

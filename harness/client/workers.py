@@ -375,8 +375,8 @@ class _Work:
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
+        from backends.http.backend import HTTPBackend
         from harness.client.client_load import ClientLoad
-        from backends.http.client import HTTPBackend
 
         driver = self.driver
         backend = driver.backend
@@ -486,7 +486,7 @@ class _ClientOnly:
         self._backend = backend
 
     def stream(self, request: Any) -> Any:
-        from backends.http.client import HTTPBackend
+        from backends.http.backend import HTTPBackend
 
         return HTTPBackend.stream(self._backend, request)
 

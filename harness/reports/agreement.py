@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 
 from core.sequences import common_prefix
-from harness.results.store import RunResult, completed
+from harness.results.schema import RunResult, completed
 
 CONTEXT_CHARS = 24  # text shown before the first divergent character
 TAIL_CHARS = 48  # text shown from it

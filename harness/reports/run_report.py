@@ -21,21 +21,22 @@ any of the last five may be missing) and writes ``report.html`` next to them:
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 import warnings
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
-from harness.results import metrics as registry
 from harness.reports import figures as plots
-from harness.reports.figures import esc, fmt
-from harness.results.store import REPORT, RunResult, RunSummary, load_run
+from harness.reports import html
+from harness.reports.describe import backend_text, engine_text, hardware_text, model_text, run_date, workload_text
+from harness.reports.html import esc, fmt
+from harness.results import metrics as registry
+from harness.results.schema import REPORT, RunResult, RunSummary
+from harness.results.store import load_run
 from harness.results.summary import cache_hit_figures
 
 REPORT_NAME = REPORT
@@ -43,78 +44,6 @@ PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "
 
 
 # --- text about the run -------------------------------------------------------------------
-
-
-def backend_text(summary: RunSummary) -> str:
-    """``transformers (inprocess · batching=static, device=cpu …)``."""
-    b = summary.backend
-    info = b.get("info") or {}
-    details = ", ".join(f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list)))
-    return f"{b.get('name')} ({b.get('mode')}{' · ' + details if details else ''})"
-
-
-def engine_text(summary: RunSummary) -> str:
-    b = summary.backend
-    return f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip()
-
-
-def model_text(summary: RunSummary) -> str:
-    m = summary.model
-    source = m.get("source")
-    return f"{m.get('name')}" + (f" ({source})" if source and source != m.get("name") else "")
-
-
-def load_text(summary: RunSummary) -> str:
-    """Closed loop with its concurrency, or open loop with its rate."""
-    wl = summary.workload
-    rate = wl.get("rate")
-    if wl.get("open_loop") and rate is None and wl.get("data"):
-        return f"open loop at the data's timestamps, at most {wl.get('concurrency')} in flight"
-    if wl.get("open_loop"):
-        return f"open loop, rate {rate if rate is not None else '?'}/s, at most {wl.get('concurrency')} in flight"
-    return f"closed loop, concurrency {wl.get('concurrency')}"
-
-
-def workload_text(summary: RunSummary) -> str:
-    wl = summary.workload
-    sha = (wl.get("sha256") or "")[:12]
-    data = wl.get("data")
-    source = f" · data {data.get('path')} ({data.get('format')}, sha256 {str(data.get('sha256'))[:12]}…)" if data else ""
-    return (
-        f"{wl.get('name')} · {wl.get('requests_planned')} requests in {wl.get('sessions')} sessions · "
-        f"{load_text(summary)} · sha256 {sha}…{source}"
-    )
-
-
-def hardware_text(env: dict[str, Any]) -> str:
-    """CPU model and cores, RAM, GPUs (from env.json)."""
-    if not env:
-        return "unknown (no env.json)"
-    cpu = env.get("cpu") or {}
-    parts = [f"{cpu.get('model', '?')} · {cpu.get('logical_cores', '?')} logical cores"]
-    if env.get("ram_bytes"):
-        parts.append(f"{plots.fmt_bytes(env['ram_bytes'])} RAM")
-    gpus = env.get("gpus") or []
-    parts.append(", ".join(f"{g.get('name')} ({plots.fmt_bytes(g.get('memory_bytes'))})" for g in gpus) if gpus else "no GPU")
-    return " · ".join(parts)
-
-
-def run_date(run_dir: Path) -> str:
-    """summary.json's ``started_at``; else the folder's name (``YYYYmmdd-HHMMSS-…``); else its mtime."""
-    try:
-        started = json.loads((run_dir / "summary.json").read_text()).get("started_at")
-        if started:
-            return datetime.fromisoformat(started).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
-    except (OSError, ValueError):
-        pass
-    match = re.search(r"(\d{8})-(\d{6})", run_dir.name)
-    if match:
-        try:
-            return datetime.strptime("".join(match.groups()), "%Y%m%d%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            pass
-    path = run_dir / "summary.json"
-    return datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S") if path.exists() else "?"
 
 
 # --- the page -----------------------------------------------------------------------------
@@ -145,20 +74,20 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     parts = [
         f'<h1>{esc(run.name)} <span class="pill {esc(status)}">{esc(status)}</span></h1>',
         f'<p class="sub">LLM inference benchmark report · {esc(run_date(run.run_dir))}</p>',
-        plots.banner(summary.warnings, "Warnings", "warning"),
-        plots.meta_list(_header_items(run)),
-        plots.section("Summary", _summary_html(summary)),
+        html.banner(summary.warnings, "Warnings", "warning"),
+        html.meta_list(_header_items(run)),
+        html.section("Summary", _summary_html(summary)),
         _client_html(summary),
     ]
     plot_ids = []
     for div_id, title, fig, note in figures:
         plot_ids.append(div_id)
-        parts.append(plots.section(title, plots.figure_div(fig, div_id), note))
+        parts.append(html.section(title, plots.figure_div(fig, div_id), note))
     if not figures:
-        parts.append(plots.section("Charts", '<p class="note">No completed request: nothing to plot.</p>'))
+        parts.append(html.section("Charts", '<p class="note">No completed request: nothing to plot.</p>'))
     parts.append(_requests_html(run))
     parts.append(_details_html(run))
-    return plots.page(f"Report · {run.name}", "\n".join(p for p in parts if p)), plot_ids
+    return html.page(f"Report · {run.name}", "\n".join(p for p in parts if p)), plot_ids
 
 
 def _header_items(run: RunResult) -> list[tuple[str, str]]:
@@ -195,7 +124,7 @@ def _summary_html(summary: RunSummary) -> str:
         for c in (*registry.STATS, "max"):
             row[c] = fmt(d.get(c), metric.digits, metric.scale)
         rows.append(row)
-    table = plots.table(rows, ["metric", "count", *registry.STATS, "max"], text_columns=["metric"])
+    table = html.table(rows, ["metric", "count", *registry.STATS, "max"], text_columns=["metric"])
     req = summary.requests
     items = [
         ("requests ok / sent", f"{req.get('completed', 0)} / {req.get('sent', 0)}"),
@@ -222,8 +151,8 @@ def _summary_html(summary: RunSummary) -> str:
                        ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"),
                        ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"), ("weights_bytes", "weights")):
         if mem.get(key):
-            items.append((label, plots.fmt_bytes(mem[key])))
-    html = plots.cards(items) + table
+            items.append((label, html.fmt_bytes(mem[key])))
+    html = html.cards(items) + table
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
@@ -234,7 +163,7 @@ def _summary_html(summary: RunSummary) -> str:
              "TTFT p90 ms": fmt(t.get("ttft_p90_s"), 1, 1000), "E2E mean ms": fmt(t.get("e2e_mean_s"), 1, 1000)}
             for t in turns
         ]
-        html += '<p class="note">Per turn (chat):</p>' + plots.table(turn_rows, list(turn_rows[0]))
+        html += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
     return html + _engine_stages_html(summary)
 
 
@@ -253,7 +182,7 @@ def _engine_stages_html(summary: RunSummary) -> str:
     if not rows:
         return ""
     return ('<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
-            "interval:</p>" + plots.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"]))
+            "interval:</p>" + html.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"]))
 
 
 def _client_html(summary: RunSummary) -> str:
@@ -263,12 +192,12 @@ def _client_html(summary: RunSummary) -> str:
     from harness.results.summary import CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, client_warnings
 
     lag, cores = summary.harness.get("loop_lag_s") or {}, summary.harness.get("cpu_cores")
-    if not lag.get("count") and not plots.is_num(cores):
+    if not lag.get("count") and not html.is_num(cores):
         return ""
     items = [(f"event-loop lag {k} (ms)", fmt(lag.get(k), 1, 1000)) for k in ("p50", "p99", "max")]
     items.append(("client CPU (% of a core)", fmt(cores, 0, 100, " %")))
     found = client_warnings(summary)
-    verdict = plots.banner(found, "The client may be the bottleneck", "warning") if found else \
+    verdict = html.banner(found, "The client may be the bottleneck", "warning") if found else \
         '<p class="note">The client kept up: its event loop was not held back and it did not use up its core.</p>'
     inside = " (an in-process engine runs in this process: its work counts too)" \
         if summary.backend.get("mode") == "inprocess" else ""
@@ -277,7 +206,7 @@ def _client_html(summary: RunSummary) -> str:
             f"Client CPU: this process's CPU time over the phase's wall time{inside}; one event loop can use one core. "
             f"Warning beyond an event-loop lag p99 of {LOOP_LAG_WARN_S * 1000:.0f} ms, or "
             f"{CLIENT_CPU_WARN_CORES:.0%} of a core while the loop lags.")
-    return plots.section("The client", plots.cards(items) + verdict, note)
+    return html.section("The client", html.cards(items) + verdict, note)
 
 
 # --- figures: each returns (div id, title, figure, note) or None when there is nothing to draw
@@ -348,7 +277,7 @@ def _timeline(run: RunResult):
     template = ("request %{customdata[0]} · session %{customdata[1]} · turn %{customdata[2]}<br>"
                 "%{customdata[3]} prompt → %{customdata[4]} output tokens<br>start %{customdata[5]:.3f} s · "
                 "queue %{customdata[6]:.1f} ms · TTFT %{customdata[7]:.1f} ms · E2E %{customdata[8]:.1f} ms<extra></extra>")
-    errors = np.asarray([esc("error: " + plots.excerpt(e, 200)) for e in df["error"]], dtype=object)
+    errors = np.asarray([esc("error: " + html.excerpt(e, 200)) for e in df["error"]], dtype=object)
     segments = [
         ("queue wait", "queue", start, queue, ok_mask),
         ("prefill (to first token)", "prefill", start + queue, ttft - queue, ok_mask),
@@ -382,7 +311,7 @@ def token_times(ok: pd.DataFrame) -> np.ndarray:
     """When each output token arrived: start + TTFT, then + each inter-token gap."""
     out = []
     for start, ttft, itl in zip(ok["start_s"], ok["ttft_s"], ok["itl_s"]):
-        if not (plots.is_num(start) and plots.is_num(ttft)):
+        if not (html.is_num(start) and html.is_num(ttft)):
             continue
         first = start + ttft
         gaps = np.asarray(itl if itl is not None else [], dtype=float)
@@ -540,9 +469,9 @@ def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list
             "prompt tok": r.prompt_tokens, "output tok": r.output_tokens,
             "TTFT ms": fmt(r.ttft_s, 1, 1000), "E2E ms": fmt(r.e2e_s, 1, 1000),
             "finish": "" if r.finish_reason is None else r.finish_reason,
-            "error": plots.excerpt(r.error, 400),
-            "prompt": plots.excerpt(prompts.get((r.session_id, r.turn)), 300),
-            "output": plots.excerpt(r.output_text, 300),
+            "error": html.excerpt(r.error, 400),
+            "prompt": html.excerpt(prompts.get((r.session_id, r.turn)), 300),
+            "output": html.excerpt(r.output_text, 300),
         })
     return rows
 
@@ -550,23 +479,23 @@ def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list
 def _requests_html(run: RunResult, limit: int = 10) -> str:
     df = run.requests
     if df.empty:
-        return plots.section("Requests", '<p class="note">No request was recorded.</p>')
+        return html.section("Requests", '<p class="note">No request was recorded.</p>')
     prompts = _prompts(run.workload)
     parts = []
     failed = df[~df.index.isin(run.completed.index)]
     if not failed.empty:
         parts.append(f'<p class="note">Failed requests ({len(failed)}; the first {min(len(failed), 2 * limit)}):</p>')
-        parts.append(plots.table(_request_rows(failed.head(2 * limit), prompts),
+        parts.append(html.table(_request_rows(failed.head(2 * limit), prompts),
                                  ["request", "session", "turn", "prompt tok", "error", "prompt"],
                                  text_columns=["error"], excerpt_columns=["prompt"]))
     ok = run.completed
     if not ok.empty:
         slow = ok.sort_values("e2e_s", ascending=False).head(limit)
         parts.append(f'<p class="note">The {len(slow)} slowest completed requests (by E2E):</p>')
-        parts.append(plots.table(_request_rows(slow, prompts),
+        parts.append(html.table(_request_rows(slow, prompts),
                                  ["request", "session", "turn", "prompt tok", "output tok", "TTFT ms", "E2E ms", "finish", "prompt", "output"],
                                  text_columns=["finish"], excerpt_columns=["prompt", "output"]))
-    return plots.section("Requests", "".join(parts))
+    return html.section("Requests", "".join(parts))
 
 
 def _details_html(run: RunResult) -> str:
@@ -580,7 +509,7 @@ def _details_html(run: RunResult) -> str:
         parts.append(f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>")
     if run.summary.gpu:
         parts.append(f"<details><summary>GPUs (summary.json)</summary><pre>{esc(json.dumps(run.summary.gpu, indent=2))}</pre></details>")
-    return plots.section("Run details", "".join(parts)) if parts else ""
+    return html.section("Run details", "".join(parts)) if parts else ""
 
 
 def main(argv: Optional[list[str]] = None) -> int:

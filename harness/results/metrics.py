@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from harness.results import formulas as metrics
+from harness.results.record import RequestRecord
 from harness.telemetry.gpu_phase import GpuPhase
-from harness.results.formulas import RequestRecord
 
 STATS = ("mean", "p50", "p90", "p95", "p99")  # what tables show of a distribution
 

@@ -21,36 +21,30 @@ import dataclasses
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
 import orjson
 import pandas as pd
 
 from core.text import valid_text
-from harness.results.formulas import RequestRecord
-
-SUMMARY = "summary.json"
-REQUESTS_PARQUET = "requests.parquet"
-REQUESTS_JSONL = "requests.jsonl"
-CONFIG = "config.yaml"
-ENV = "env.json"
-WORKLOAD = "workload.json"
-MEMORY = "memory.parquet"
-GPU = "gpu.parquet"
-GPU_TABLE_COLUMNS = ("t_s", "device", "used_bytes", "process_used_bytes", "util_pct", "power_w", "energy_j")
-REPORT = "report.html"
-
-REQUEST_COLUMNS = (
-    "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
-    "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
-    "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
-    "error", "output_text", "engine_stats", "output_token_ids",
+from harness.results.record import RequestRecord
+from harness.results.schema import (
+    CLAIM,
+    CONFIG,
+    ENV,
+    GPU,
+    GPU_TABLE_COLUMNS,
+    MEMORY,
+    REQUEST_COLUMNS,
+    REQUESTS_JSONL,
+    REQUESTS_PARQUET,
+    SUMMARY,
+    TEXT_COLUMNS,
+    WORKLOAD,
+    RunResult,
+    RunSummary,
 )
-
-TEXT_COLUMNS = ("finish_reason", "error", "output_text")
 
 
 def clean_text(value: Any) -> Optional[str]:
@@ -58,115 +52,6 @@ def clean_text(value: Any) -> Optional[str]:
     if value is None:
         return None
     return valid_text(value if isinstance(value, str) else str(value))
-
-
-# How a run ended. A saturated point was stopped early on purpose (its queue kept growing);
-# what it measured before that is kept.
-COMPLETE, SATURATED, INTERRUPTED, FAILED = "complete", "saturated", "interrupted", "failed"
-FINISHED = (COMPLETE, SATURATED)  # nothing to redo: a resumed sweep skips these
-
-
-@dataclass
-class RunSummary:
-    """summary.json, typed. Sections that are tables of figures stay dicts:
-    ``latency[metric]`` is a distribution (count, mean, std, min, max, p50…p99) and
-    ``throughput[metric]`` a number, keyed by the metric registry (harness/results/metrics.py)."""
-
-    status: str = FAILED
-    error: Optional[str] = None
-    started_at: Optional[str] = None
-    backend: dict[str, Any] = field(default_factory=dict)  # name, mode, engine, engine_version, info
-    model: dict[str, Any] = field(default_factory=dict)
-    # name, sha256 (prompts + arrivals), prompts_sha256 (without arrivals), requests_planned,
-    # sessions, open_loop, concurrency, rate, exact_output_len
-    workload: dict[str, Any] = field(default_factory=dict)
-    seed: Optional[int] = None
-    requests: dict[str, int] = field(default_factory=lambda: {"sent": 0, "completed": 0, "failed": 0})
-    duration_s: float = 0.0
-    latency: dict[str, dict[str, Optional[float]]] = field(default_factory=dict)
-    throughput: dict[str, Optional[float]] = field(default_factory=dict)
-    prefix_cache: dict[str, Any] = field(default_factory=dict)
-    tokens: dict[str, Any] = field(default_factory=dict)
-    per_turn: list[dict[str, Any]] = field(default_factory=list)
-    # each stage time the engine reported (metric_registry.ENGINE_STAGES), named by the interval
-    # it covers, with the harness's measure of the same interval beside it
-    engine_stages: dict[str, dict[str, Any]] = field(default_factory=dict)
-    harness: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    memory: dict[str, Any] = field(default_factory=dict)
-    load_s: float = 0.0  # engine load time paid by this run (0 when it reused a loaded engine)
-    # the engine session: reused (loaded for an earlier point), session_load_s, points_served
-    engine: dict[str, Any] = field(default_factory=dict)
-    config_sha256: Optional[str] = None  # the point's resolved config (what resume matches on)
-    repeat: Optional[dict[str, int]] = None  # {"index": i, "of": n} when the point is repeated
-    saturated: Optional[str] = None  # why an open-loop point was stopped as over-saturated
-    server_metrics: Optional[dict[str, Any]] = None
-    # the GPUs through NVML (harness/telemetry/gpu_phase.py): devices, energy, scope, notes; absent without NVML
-    gpu: Optional[dict[str, Any]] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("server_metrics", "gpu"):
-            if out[key] is None:
-                del out[key]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSummary":
-        """From summary.json; keys this version does not know are dropped, missing ones default."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def stat(self, metric: str, stat: str = "p50") -> Optional[float]:
-        """A figure in SI units: ``latency[metric][stat]`` for request metrics, else ``throughput[metric]``."""
-        if metric in self.latency:
-            value = (self.latency.get(metric) or {}).get(stat)
-        else:
-            value = self.throughput.get(metric)
-        return value if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
-
-
-@dataclass
-class RunResult:
-    """A run folder loaded: the typed summary, the requests, and the optional files (None when missing)."""
-
-    run_dir: Path
-    summary: RunSummary
-    requests: pd.DataFrame
-    env: dict[str, Any]
-    config_text: Optional[str]
-    workload: Optional[dict[str, Any]]
-    memory: Optional[pd.DataFrame]
-    gpu: Optional[pd.DataFrame] = None  # gpu.parquet: one row per device per sample
-
-    @property
-    def name(self) -> str:
-        return self.run_dir.name
-
-    @property
-    def completed(self) -> pd.DataFrame:
-        return completed(self.requests)
-
-    def values(self, metric: str) -> np.ndarray:
-        """A request metric's per-request values over completed requests (ITL pooled)."""
-        from harness.results.metrics import REQUEST_METRICS
-
-        return REQUEST_METRICS[metric].frame_values(self.completed)
-
-    def config(self) -> dict[str, Any]:
-        """config.yaml as a dict ({} when missing or unreadable)."""
-        if not self.config_text:
-            return {}
-        try:
-            from omegaconf import OmegaConf
-
-            return OmegaConf.to_container(OmegaConf.create(self.config_text)) or {}
-        except Exception:  # noqa: BLE001 - a damaged config.yaml must not stop a report
-            return {}
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -255,9 +140,6 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-CLAIM = ".claimed"
-
-
 def holds_run(run_dir: Path) -> bool:
     """A run has begun in this folder: claimed, or with rows or a summary written."""
     return any((Path(run_dir) / name).exists() for name in (REQUESTS_JSONL, SUMMARY, CLAIM))
@@ -335,7 +217,6 @@ def summary_from_jsonl(run_dir: Path) -> RunSummary:
                       **figures)
 
 
-
 def load_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json as plain JSON (for pandas users); :func:`load_run` gives the typed one."""
     return json.loads((Path(run_dir) / SUMMARY).read_text())
@@ -367,14 +248,6 @@ def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
         config.read_text() if config.exists() else None,
         read_json(run_dir / WORKLOAD) if with_workload else None, memory, gpu,
     )
-
-
-def completed(df: pd.DataFrame) -> pd.DataFrame:
-    """The requests that finished without an error (the only ones in latency figures)."""
-    if df.empty:
-        return df
-    err = df["error"]
-    return df[err.isna() | (err.astype(str) == "")]
 
 
 def read_json(path: Path) -> Optional[dict[str, Any]]:

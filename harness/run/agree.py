@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.reports import agreement as agree
-from harness.results.store import RunResult, load_run
 from harness.reports.tables import text_table, wrap
+from harness.results.schema import RunResult
+from harness.results.store import load_run
 
 # engine label → the backend and the settings that make it that engine
 ENGINES: dict[str, list[str]] = {
@@ -37,7 +38,7 @@ ENGINES: dict[str, list[str]] = {
 
 def installed(label: str) -> Optional[str]:
     """None when the engine behind ``label`` is installed, else why not (one line)."""
-    from backends import backend_registry
+    from backends.registry import backend_registry
     from core.errors import BackendUnavailable
 
     name = ENGINES[label][0].removeprefix("backend=")
@@ -139,7 +140,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     results = [load_run(p, with_workload=False) for p in folders]
     lines = ["", *numerics_lines(results, labels), "", *matrix_lines(results, labels), ""]
-    from harness.reports.compare.runs import compare_runs, format_agreement  # rendering lives there
+    from harness.reports.compare.comparison import compare_runs
+    from harness.reports.compare.token_agreement import format_agreement  # rendering lives there
 
     compare_runs(folders, out / "compare", resamples=200)
     lines += format_agreement(agree.against_baseline(results, labels))

@@ -24,18 +24,20 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from core.errors import ConfigError, EngineFailed
+from harness.client.client_load import ClientLoad
+from harness.client.driver import Driver
+from harness.client.saturation import SaturationDetector
+from harness.config import RunConfig, config_sha256
+from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budget
+from harness.results.record import RequestRecord
+from harness.results.schema import COMPLETE, FAILED, INTERRUPTED, SATURATED, RunSummary
+from harness.results.store import RunWriter, check_run_dir_free
+from harness.results.summary import run_warnings, summarize
+from harness.run.session import EngineSession
 from harness.telemetry import memory as mem
 from harness.telemetry import prometheus
-from harness.client.client_load import ClientLoad
-from harness.config import RunConfig, config_sha256
-from harness.client.driver import Driver
 from harness.telemetry.environment import capture_environment
 from harness.telemetry.gpu_phase import GpuRun, run_figures
-from harness.results.formulas import RequestRecord, kv_cache_bytes_per_token, kv_tokens_in_budget
-from harness.results.store import COMPLETE, FAILED, INTERRUPTED, SATURATED, RunSummary, RunWriter, check_run_dir_free
-from harness.client.saturation import SaturationDetector
-from harness.run.session import EngineSession
-from harness.results.summary import run_warnings, summarize
 from workloads import workload_registry
 from workloads.base import WorkloadPlan
 
@@ -235,7 +237,7 @@ def _guarded(what: str, write: Callable[[], Any], run_dir: Path) -> Any:
 
 def _client_workers(cfg: RunConfig, plan: WorkloadPlan, backend: Any) -> int:
     """``client.workers`` resolved: an HTTP backend's setting or default; 1 in-process."""
-    from backends.http.client import HTTPBackend
+    from backends.http.backend import HTTPBackend
     from harness.client.workers import resolve_workers
 
     in_flight = plan.concurrency or (None if plan.open_loop else 1)

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, TypeVar
 
-from backends import Backend, check_backend_available, create_backend
+from backends import Backend
+from backends.factory import check_backend_available, create_backend
 from core.errors import HarnessError, ModelError
 from core.model import ModelFiles
 from harness.config import RunConfig, engine_key

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config import RunConfig
-from harness.results.store import COMPLETE, RunSummary, is_run_dir, load_summary
-from harness.run.sweep import SESSIONS, locked_sweep, run_sweep_point, with_load
+from harness.results.schema import COMPLETE, RunSummary
+from harness.results.store import is_run_dir, load_summary
+from harness.results.sweep_file import locked_sweep
+from harness.run.sweep import SESSIONS, run_sweep_point, with_load
 
 log = logging.getLogger("harness")
 

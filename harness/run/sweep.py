@@ -20,139 +20,45 @@ times into ``repeat-1/ … repeat-N/`` of its folder.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-import fcntl
 import functools
-import json
 import logging
-import math
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from core.errors import EngineFailed, HarnessError
-from harness.results import metrics as registry
 from harness.config import RunConfig, config_sha256
-from harness.results.store import (
-    COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary, holds_run, is_run_dir, load_summary, write_json,
+from harness.results.schema import COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary
+from harness.results.store import holds_run, load_summary
+from harness.results.sweep_file import (
+    SKIPPED,
+    combine_repeats,
+    count_engine_load,
+    new_entry,
+    point_run_dirs,
+    read_sweep,
+    record_point,
 )
 from harness.run.point import RunOutcome, run_point
 from harness.run.session import SessionCache
 
 log = logging.getLogger("harness")
 
-SWEEP_JSON = "sweep.json"
-SKIPPED = "skipped"  # resume: a finished run of the same config exists
-# the figures sweep.json keeps per point: (metric key, statistic; None for run metrics)
-KEY_FIGURES: tuple[tuple[str, Optional[str]], ...] = (
-    ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"), ("itl_s", "p99"), ("e2e_s", "p50"),
-    ("output_tokens_per_s", None), ("requests_per_s", None), ("goodput_requests_per_s", None), ("slo_attainment", None),
-)
-
 # One engine kept across the points of a sweep run in this process (Hydra's basic launcher
 # runs every point here; other launchers run each point in a process of its own).
 SESSIONS = SessionCache()
 
 
-def figure_name(metric: str, stat: Optional[str]) -> str:
-    return f"{metric}.{stat}" if stat else metric
-
-
-def key_figures(summary: RunSummary) -> dict[str, Optional[float]]:
-    """KEY_FIGURES, and the run metrics with a source (GPU) where the run has them."""
-    figures = {figure_name(m, s): summary.stat(m, s or "") for m, s in KEY_FIGURES}
-    for key, metric in registry.RUN_METRICS.items():
-        if metric.source and summary.stat(key) is not None:
-            figures[key] = summary.stat(key)
-    return figures
-
-
 # --- statistics across repeats -------------------------------------------------------------
 
-# two-sided 95 % quantiles of Student's t for 1…30 degrees of freedom; 1.96 beyond
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def mean_ci95(values: Sequence[Optional[float]]) -> dict[str, Any]:
-    """Mean of the repeats and its 95 % confidence interval: mean ± t(0.975, n−1) · s / √n."""
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    out: dict[str, Any] = {"n": len(vals), "mean": None, "ci_low": None, "ci_high": None, "values": list(values)}
-    if not vals:
-        return out
-    mean = sum(vals) / len(vals)
-    out["mean"] = mean
-    if len(vals) > 1:
-        s = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
-        t = _T95[len(vals) - 2] if len(vals) - 1 <= len(_T95) else 1.96
-        half = t * s / math.sqrt(len(vals))
-        out["ci_low"], out["ci_high"] = mean - half, mean + half
-    return out
-
-
-def combine_repeats(summaries: Sequence[RunSummary]) -> dict[str, Any]:
-    """A point's figures: the value of a single run, or mean and 95 % CI over its repeats."""
-    per_run = [key_figures(s) for s in summaries]
-    if len(per_run) == 1:
-        return per_run[0]
-    names = list(dict.fromkeys(name for f in per_run for name in f))
-    return {name: mean_ci95([f.get(name) for f in per_run]) for name in names}
-
-
 # --- sweep.json ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def locked_sweep(sweep_dir: Path) -> Iterator[dict[str, Any]]:
-    """sweep.json read, handed out for changes and written back, under a file lock (points
-    run by a launcher in other processes update it too)."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / (SWEEP_JSON + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            path = sweep_dir / SWEEP_JSON
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                data = {"sweep_dir": str(sweep_dir), "started_at": _now(), "engine_loads": 0, "points": []}
-            yield data
-            data["updated_at"] = _now()
-            data["points"].sort(key=lambda p: p.get("index", 0))
-            write_json(path, data)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def record_point(sweep_dir: Path, entry: dict[str, Any]) -> None:
-    with locked_sweep(sweep_dir) as data:
-        data["points"] = [p for p in data["points"] if p.get("index") != entry["index"]] + [entry]
-
-
-def count_engine_load(sweep_dir: Path) -> None:
-    with locked_sweep(sweep_dir) as data:
-        data["engine_loads"] = data.get("engine_loads", 0) + 1
-
-
-def read_sweep(sweep_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(sweep_dir) / SWEEP_JSON).read_text())
-
-
-def point_run_dirs(sweep: dict[str, Any]) -> list[Path]:
-    """Every finished run folder of a sweep's points (all repeats), in point order."""
-    out = []
-    for point in sweep.get("points", []):
-        for d in point.get("run_dirs") or []:
-            if is_run_dir(Path(d)):
-                out.append(Path(d))
-    return out
 
 
 def refresh_compare(sweep_dir: Path) -> Optional[Path]:
     """compare.html (and compare.csv) of the sweep's points so far; a failure costs only the page."""
     try:
-        from harness.reports.compare.runs import write_comparison
+        from harness.reports.compare.comparison import write_comparison
 
         runs = point_run_dirs(read_sweep(sweep_dir))
         if len(runs) < 1:
@@ -204,12 +110,6 @@ def set_aside_unfinished(run_dir: Path) -> Optional[Path]:
 
 
 # --- one point ----------------------------------------------------------------------------
-
-
-def new_entry(index: int, overrides: Sequence[str], run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """A point's entry in sweep.json, as it stands before the point has run (failed until it does)."""
-    return {"index": index, "overrides": list(overrides), "run_dir": str(run_dir), "run_dirs": [], "status": FAILED,
-            "error": None, "load_s": 0.0, "engine_reused": False, "prefix_cache_reset": None, "figures": {}, **fields}
 
 
 def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, overrides: Sequence[str],
@@ -295,58 +195,6 @@ def _entry_status(summaries: Sequence[RunSummary], skipped: bool) -> dict[str, A
 
 
 # --- the table printed at the end ---------------------------------------------------------
-
-TABLE_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("output_tokens_per_s", None), ("requests_per_s", None))
-
-
-def format_sweep(sweep: dict[str, Any]) -> str:
-    """One row per point: overrides, status, load, key figures (mean ± CI half-width across repeats)."""
-    import pandas as pd
-
-    rows = []
-    points = sweep.get("points", [])
-    varying = varying_overrides([p.get("overrides") or [] for p in points])
-    sourced = [(k, None) for k, m in registry.RUN_METRICS.items()
-               if m.source and any(k in (p.get("figures") or {}) for p in points)]
-    for p, changed in zip(points, varying):
-        row: dict[str, Any] = {"point": p.get("index"), "overrides": " ".join(changed) or "-",
-                               "status": p.get("status"), "load s": f"{p.get('load_s') or 0:.1f}",
-                               "reused": "yes" if p.get("engine_reused") else "no"}
-        for metric, stat in (*TABLE_FIGURES, *sourced):
-            m = registry.get(metric)
-            label = f"{m.label} {stat}" if stat else m.label
-            row[f"{label} ({m.unit})"] = _figure_text(m, (p.get("figures") or {}).get(figure_name(metric, stat)))
-        rows.append(row)
-    lines = []
-    if rows:
-        lines.append(pd.DataFrame(rows).set_index("point").to_string())
-    lines.append(f"engine loads: {sweep.get('engine_loads', 0)} for {len(rows)} points")
-    search = sweep.get("slo_search")
-    if search:
-        lines.append(search.get("answer_text", ""))
-    return "\n".join(lines)
-
-
-def varying_overrides(overrides: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Each point's overrides less those every point shares (what the sweep varies)."""
-    common = set.intersection(*(set(o) for o in overrides)) if overrides else set()
-    return [[o for o in point if o not in common] for point in overrides]
-
-
-def _figure_text(metric: type[registry.Metric], value: Any) -> str:
-    if isinstance(value, dict):  # repeats: mean ± half-width of the 95 % CI
-        mean = value.get("mean")
-        if mean is None:
-            return "-"
-        text = f"{metric.show(mean):.{metric.digits}f}"
-        if value.get("ci_high") is not None:
-            text += f" ± {metric.show(value['ci_high'] - mean):.{metric.digits}f}"
-        return text
-    return "-" if value is None else f"{metric.show(value):.{metric.digits}f}"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def with_load(cfg: RunConfig, key: str, value: float) -> RunConfig:

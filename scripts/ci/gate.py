@@ -25,8 +25,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from harness.results import metrics as registry  # noqa: E402
-from harness.reports.compare.runs import CompareError, compare_runs, comparison_markdown  # noqa: E402
-from harness.run.sweep import SWEEP_JSON, varying_overrides  # noqa: E402
+from harness.reports.compare.runs import CompareError
+from harness.reports.compare.comparison import compare_runs
+from harness.reports.compare.markdown import comparison_markdown  # noqa: E402
+from harness.results.sweep_file import SWEEP_JSON, varying_overrides  # noqa: E402
 
 EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 2
 IGNORED_OVERRIDES = ("hydra.", "output_root=", "progress=", "report=")

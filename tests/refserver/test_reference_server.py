@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from harness.telemetry import prometheus
-from refserver.app import WORDS, word
+from refserver.dialects import WORDS, word
 from reference_fixtures import reference_server
 from workloads.prompts import PromptRenderer
 

@@ -7,7 +7,7 @@ dialect is checked in the server-mode tests, against a server that speaks it.
 """
 import pytest
 
-from backends import backend_registry
+from backends.registry import backend_registry
 from backends.engines.sglang import SGLangConfig, build_server_args, server_args_schema, sglang_stats
 from core.errors import ConfigError
 

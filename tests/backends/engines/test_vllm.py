@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from backends import backend_registry
+from backends.registry import backend_registry
 from backends.engines.vllm import VLLMConfig
 from core import shm
 from core.errors import ConfigError

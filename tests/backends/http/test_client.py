@@ -5,10 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends.http.client import HTTPStatusError, OpenAIClient, OpenAIConfig, check_server
+from backends.http.client import HTTPStatusError, OpenAIClient
+from backends.engines.openai import OpenAIConfig
+from backends.http.probe import check_server
 from conftest import make_config, run_harness_cli
 from core.errors import ConfigError, HarnessError
-from refserver.app import word
+from refserver.dialects import word
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
 from reference_fixtures import chat_request, collect, reference_server, run
@@ -142,7 +144,7 @@ def test_config_validation(monkeypatch):
         OpenAIConfig(url="http://127.0.0.1:1/v1", extra_body="[1]").validate()
     cfg = make_config("backend=openai", "backend.url=http://127.0.0.1:1/v1", """backend.extra_body='{"top_k": 5}'""",
                       "backend.ignore_eos=true").backend
-    from backends.http.client import OpenAIBackend
+    from backends.engines.openai import OpenAIBackend
     from reference_fixtures import chat_request as req
 
     assert OpenAIBackend(cfg, None).extra_body(req(0, 4)) == {"top_k": 5, "ignore_eos": True, "min_tokens": 4}
@@ -163,7 +165,7 @@ def test_a_credential_in_a_url_is_refused_in_one_line(url, named):
 
 
 def test_public_url_redacts_credentials():
-    from backends.http.client import public_url
+    from backends.http.urls import public_url
 
     assert public_url("http://u:p@h:8000/v1?model=m&api_key=sk-1") == "http://h:8000/v1?model=m&api_key=REDACTED"
     assert public_url("http://h/v1?model=m") == "http://h/v1?model=m"

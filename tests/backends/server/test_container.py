@@ -14,9 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backends import backend_registry
+from backends.registry import backend_registry
 from backends.server.container import ContainerConfig, container_run, mount_source
-from backends.server.backend import ManagedServer, ServerBackend, free_port
+from backends.server.backend import ServerBackend
+from backends.server.process import ManagedServer
+from backends.server.launch import free_port
 from core.errors import ConfigError
 from reference_fixtures import chat_request, collect, run
 

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from backends import backend_registry, check_backend_available, create_backend
+from backends.registry import backend_registry
+from backends.factory import check_backend_available, create_backend
 from backends.server.container import ContainerConfig
 from backends.server.backend import ServerBackend
 from backends.server.presets import MII_MIN_TOKENS_MARGIN, mii_body, ollama_modelfile
 from conftest import make_config
 from core.errors import ConfigError, ModelError
 from core.types import SamplingParams
-from refserver.app import DIALECTS
+from refserver.dialects import DIALECTS
 from harness.run.point import run_benchmark
 from harness.results.store import load_requests
 from reference_fixtures import chat_request, collect, reply_ids, run

@@ -10,18 +10,21 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backends import BackendConfig, backend_registry, create_backend
+from backends import BackendConfig
+from backends.registry import backend_registry
+from backends.factory import create_backend
 from backends.base import Backend
 from backends.engines.reference import ReferenceConfig
-from backends.server.backend import (
-    ManagedServer, ServerBackend, ServerPreset, ServerStartError, choose_port, free_port, resolve_python, server_argv,
-)
+from backends.server.backend import ServerBackend
+from backends.server.process import ManagedServer, ServerStartError
+from backends.preset import ServerPreset
+from backends.server.launch import choose_port, free_port, resolve_python, server_argv
 from backends.server.presets import (
     eog_token_ids, llamacpp_preset, mlx_preset, sglang_preset, transformers_serve_available, vllm_preset,
 )
 from conftest import make_config, run_harness_cli
 from core.errors import ConfigError, ModelError
-from refserver.app import WORDS
+from refserver.dialects import WORDS
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
 from reference_fixtures import chat_request, collect, reply_ids, run

@@ -3,7 +3,8 @@
 import asyncio
 import time
 
-from backends.base import Backend, RequestDone, TokenChunk
+from backends.base import Backend
+from core.types import RequestDone, TokenChunk
 from harness.client.driver import Driver, execute
 from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
 from workloads.prompts import PromptRenderer

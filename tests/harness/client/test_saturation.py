@@ -11,7 +11,8 @@ import pytest
 from core.errors import ConfigError
 from core.types import RequestDone, TokenChunk
 from harness.client.driver import SATURATED_ERROR, Driver
-from harness.client.saturation import SaturationConfig, SaturationDetector, slope_t
+from harness.client.saturation import SaturationDetector, slope_t
+from harness.config import SaturationConfig
 from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
 
 # --- the detector on synthetic series ---------------------------------------------------

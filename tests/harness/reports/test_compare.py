@@ -14,10 +14,12 @@ import pytest
 from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
 from conftest import REPO, make_config
 from harness.reports.compare import runs as compare
+from harness.reports.compare import cli
+from harness.reports.compare import page as compare_page
 from harness.results import metrics as registry
 from harness.reports.tables import CONSOLE_WIDTH, md_table, md_text, text_table
 from harness.run.point import run_benchmark
-from test_report import PAYLOAD, PWNED_JS
+from pages import PAYLOAD, PWNED_JS
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.num_requests=8", "workload.input_len=48", "workload.output_len=6"]
 VERDICTS = {"faster", "slower", "no significant difference"}
@@ -98,7 +100,7 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
 
 def test_latency_throughput_joins_a_sweep_in_order_of_load(runs):
     loaded = compare.load_runs([runs / "static-c4", runs / "serial-c2", runs / "static-c2"])
-    _, _, fig, _ = compare._latency_vs_throughput(loaded)
+    _, _, fig, _ = compare_page._latency_vs_throughput(loaded)
     lines = {(t["name"], t["xaxis"]): list(t["text"]) for t in fig.data}
     assert lines[("transformers static", "x")] == ["c=2", "c=4"]  # one line through the sweep, sorted
     assert lines[("transformers serial", "x")] == ["c=2"]
@@ -128,13 +130,13 @@ def test_incomparable_runs_warn_loudly_or_are_refused(runs, tmp_path, capsys, fi
     else:
         edit_json(other / "summary.json", lambda d: d["workload"].update(sha256="f" * 64, prompts_sha256="e" * 64))
     base = str(runs / "serial-c2")
-    assert compare.main([base, str(other), "--out", str(tmp_path / "out")]) == 0
+    assert cli.main([base, str(other), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     assert f"WARNING: runs are not comparable: {message}" in captured.err
     html = (tmp_path / "out" / "compare.html").read_text()
     assert "these runs are not comparable" in html and message in html
 
-    assert compare.main([base, str(other), "--strict", "--out", str(tmp_path / "strict")]) == 2
+    assert cli.main([base, str(other), "--strict", "--out", str(tmp_path / "strict")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: runs are not comparable (--strict): {message}")
     assert not (tmp_path / "strict").exists()
@@ -149,7 +151,7 @@ def test_same_prompts_at_another_rate_are_comparable(runs, tmp_path, capsys):
 
     edit_json(other / "workload.json", arrivals)
     edit_json(other / "summary.json", lambda d: d["workload"].update(sha256="e" * 64))
-    assert compare.main([str(runs / "static-c2"), str(other), "--strict", "--out", str(tmp_path / "out")]) == 0
+    assert cli.main([str(runs / "static-c2"), str(other), "--strict", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr()
     assert "WARNING" not in out.err and "same prompts, different arrival schedule" in out.out
 
@@ -178,7 +180,7 @@ def test_regression_gate_on_known_data(runs, tmp_path, capsys, mean, pct, exit_c
     base = synthetic_run(runs / "static-c2", tmp_path / "base", 0.100, seed=1)
     cand = synthetic_run(runs / "static-c2", tmp_path / "cand", mean, seed=2)
     md = tmp_path / "summary.md"
-    code = compare.main([str(base), str(cand), "--fail-on-regression", str(pct), "--metric", "ttft_s",
+    code = cli.main([str(base), str(cand), "--fail-on-regression", str(pct), "--metric", "ttft_s",
                          "--out", str(tmp_path / "out"), "--markdown", str(md)])
     out = capsys.readouterr().out
     assert code == exit_code
@@ -200,7 +202,7 @@ def test_regression_gate_on_known_data(runs, tmp_path, capsys, mean, pct, exit_c
 def test_baseline_option_and_identical_chat_runs(chat_run, tmp_path, capsys, chromium):
     twin = copy_run(chat_run, tmp_path / "chat-b")
     out = tmp_path / "out"
-    assert compare.main([str(chat_run), "--baseline", str(twin), "--fail-on-regression", "0", "--out", str(out)]) == 0
+    assert cli.main([str(chat_run), "--baseline", str(twin), "--fail-on-regression", "0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "against the baseline (1 transformers chat-b)" in text and "no regression" in text
     diffs = pd.read_csv(out / "differences.csv")
@@ -214,7 +216,7 @@ def test_run_text_is_escaped_in_compare_html_and_markdown(runs, tmp_path, chromi
     odd = copy_run(runs / "static-c2", tmp_path / 'run<img src=x onerror="window.__pwned=3">')
     edit_json(odd / "summary.json", lambda d: d["backend"]["info"].update(note=PAYLOAD + " a|b"))
     out = tmp_path / "out"
-    assert compare.main([str(runs / "static-c2"), str(odd), "--out", str(out), "--markdown", str(tmp_path / "s.md")]) == 0
+    assert cli.main([str(runs / "static-c2"), str(odd), "--out", str(out), "--markdown", str(tmp_path / "s.md")]) == 0
     md = (tmp_path / "s.md").read_text()
     assert not re.search(r"(?<!\\)[<>]", md)  # no HTML: every < and > escaped
     assert r"note=\<script\>window.\_\_pwned" in md and r"a\|b" in md
@@ -228,16 +230,16 @@ def test_run_text_is_escaped_in_compare_html_and_markdown(runs, tmp_path, chromi
 
 
 def test_bad_input_is_one_line(runs, capsys):
-    assert compare.main([str(runs / "static-c2")]) == 2
+    assert cli.main([str(runs / "static-c2")]) == 2
     assert capsys.readouterr().err.strip() == "error: need at least two run folders to compare (got 1)"
-    assert compare.main([str(runs / "static-c2"), str(runs / "static-c4"), "--stat", "mode"]) == 2
+    assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--stat", "mode"]) == 2
     assert "unknown statistic 'mode'" in capsys.readouterr().err
 
 
 def test_bad_markdown_target_is_one_line(runs, tmp_path, capsys):
-    assert compare.main([str(runs / "static-c2"), str(runs / "static-c4"), "--markdown", str(tmp_path)]) == 2
+    assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--markdown", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --markdown must be a file, not a folder: {tmp_path}"
-    assert compare.main([str(runs / "static-c2"), str(runs / "static-c4"), "--markdown", ""]) == 2
+    assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--markdown", ""]) == 2
     assert capsys.readouterr().err.strip() == "error: --markdown got an empty file name (is $GITHUB_STEP_SUMMARY set?)"
 
 
@@ -255,7 +257,7 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     summary.write_text("# Earlier step\n")
     folders = [runs / "serial-c2", runs / "static-c2", runs / "static-c4"]
     args = [*map(str, folders), "--resamples", "200", "--fail-on-regression", "1000", "--markdown", str(summary)]
-    assert compare.main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert cli.main([*args, "--out", str(tmp_path / "a")]) == 0
     md = summary.read_text()
     assert md.startswith("# Earlier step\n\n## Comparison of 3 runs\n")  # appended, after a blank line
     assert "Baseline: **1 transformers c=2 serial**" in md and not re.search(r"(?<!\\)[<>]", md)  # no HTML
@@ -283,12 +285,12 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     assert {r[-1] for r in differences} <= VERDICTS and differences[0][1] == "TTFT median (ms)"
     assert "- batching differs: batching=serial \\| batching=static" in sections["What differs"]
 
-    assert compare.main([*args, "--out", str(tmp_path / "b")]) == 0
+    assert cli.main([*args, "--out", str(tmp_path / "b")]) == 0
     assert summary.read_text().count("## Comparison of 3 runs") == 2  # a second comparison is appended, not written over
 
 
 def test_markdown_to_stdout_moves_the_console_to_stderr(runs, tmp_path, capsys):
-    assert compare.main([str(runs / "static-c2"), str(runs / "static-c4"), "--resamples", "200",
+    assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--resamples", "200",
                          "--out", str(tmp_path / "out"), "--markdown", "-"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("## Comparison of 2 runs\n") and "compare:" not in captured.out

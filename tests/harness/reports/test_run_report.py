@@ -9,14 +9,11 @@ import pytest
 
 from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
 from conftest import make_config, run_harness_cli
+from pages import PAYLOAD, assert_renders
 from harness.reports import run_report as report
 from harness.run.point import run_benchmark
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=6"]
-# text a prompt, an output or an error might carry: none of it may run in the report
-PAYLOAD = ('<script>window.__pwned = 1; document.title = "pwned"; alert("pwned")</script>'
-           '</script><img src=x onerror="window.__pwned = 2">')
-PWNED_JS = "typeof window.__pwned === 'undefined' && !document.title.includes('pwned')"
 SINGLE_RUN_PLOTS = ["latency-cdf", "itl", "timeline", "throughput-time", "memory"]
 PLOT_ORDER = ["latency-cdf", "itl", "timeline", "throughput-time", "memory", "gpu", "ttft-turn"]
 
@@ -29,18 +26,6 @@ def with_gpu(run_dir: Path, plots: list[str]) -> list[str]:
     """The plots expected of a run: on a machine where NVML samples a GPU, the GPU plot too."""
     gpu = (run_dir / "gpu.parquet").exists()
     return [p for p in PLOT_ORDER if p in plots or (p == "gpu" and gpu)]
-
-
-def assert_renders(chromium, path: Path, shot: Path, expected_plots: list[str], evaluate=None):
-    page = chromium.open(path, screenshot=shot, evaluate={"safe": PWNED_JS, "text": "document.body.innerText", **(evaluate or {})})
-    assert page.values["safe"] is True  # no script from the run's text ran
-    assert page.errors == [], page.errors
-    assert page.dialogs == []
-    assert [p["id"] for p in page.plots] == expected_plots
-    for p in page.plots:  # plotly drew each one: its SVG and at least one trace
-        assert p["plotly"] and p["svg"] >= 1 and p["traces"] >= 1 and p["height"] > 100, p
-    assert shot.exists() and shot.stat().st_size > 10_000
-    return page
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ import math
 
 import pytest
 
+from core.sequences import reconcile_counts
+from harness.results.record import build_record
 from harness.results import formulas as metrics
 from harness.config import SLOConfig
 
@@ -89,7 +91,7 @@ def test_counts_a_server_lies_about_fail_that_request(stats, error):
     from core.types import GenerationRequest
 
     request = GenerationRequest(request_id=0, prompt_token_ids=[1, 2, 3], max_new_tokens=4, exact_output_len=True)
-    record = metrics.build_record(
+    record = build_record(
         request=request, t0=0.0, send_t=1.0, end_t=2.0, chunks=[(1.5, 1), (1.6, 1)], output_token_ids=[7, 8],
         scheduled_s=None, expected_prompt_tokens=3, scheduled_t=None, finish_reason="length", error=None,
         delivery_lag_max_s=None, engine_stats=stats)
@@ -113,7 +115,7 @@ def test_itl_per_chunk_is_the_chunks_own_gaps():
     ([1, 3, 1], 2, [1, 1, 0]),  # fewer tokens than chunks: the first keeps one, the rest by weight
 ])
 def test_chunk_counts_reconciled_with_usage(counts, total, expected):
-    scaled = metrics.reconcile_counts(counts, total)
+    scaled = reconcile_counts(counts, total)
     assert scaled == expected and sum(scaled) == total and scaled[0] >= 1
 
 
@@ -121,7 +123,7 @@ def _record(chunks, engine_stats, ids):
     from core.types import GenerationRequest
 
     request = GenerationRequest(request_id=0, prompt_token_ids=[1, 2, 3], max_new_tokens=8, exact_output_len=False)
-    return metrics.build_record(
+    return build_record(
         request=request, t0=0.0, send_t=1.0, end_t=2.0, chunks=chunks, output_token_ids=ids, scheduled_s=None,
         expected_prompt_tokens=3, scheduled_t=None, finish_reason="stop", error=None, delivery_lag_max_s=None,
         engine_stats=engine_stats)
@@ -186,4 +188,4 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
 
 
 def test_no_chunks_reconcile_to_none():
-    assert metrics.reconcile_counts([], 3) == [] and metrics.reconcile_counts([], 0) == []
+    assert reconcile_counts([], 3) == [] and reconcile_counts([], 0) == []

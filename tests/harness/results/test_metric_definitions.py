@@ -4,7 +4,7 @@ import pytest
 from harness.results import metrics as registry
 from harness.config import SLOConfig
 from harness.results.summary import summarize
-from test_summary import record
+from records import record
 
 
 def test_every_metric_is_fully_defined():
@@ -69,7 +69,7 @@ def test_engine_stage_times_sit_beside_the_harness_measure_of_the_same_interval(
 
 def test_the_report_names_each_stage_interval(tmp_path):
     from harness.reports.run_report import _engine_stages_html
-    from harness.results.store import RunSummary
+    from harness.results.schema import RunSummary
 
     a = record(0, ttft=0.3)
     a.queue_wait_s, a.engine_stats = 0.156, {"vllm_queue_s": 0.0}

@@ -3,8 +3,9 @@ import json
 
 import pandas as pd
 
-from harness.results.formulas import RequestRecord
-from harness.results.store import REQUEST_COLUMNS, RunSummary, RunWriter, clean_text, load_run
+from harness.results.record import RequestRecord
+from harness.results.store import RunWriter, clean_text, load_run
+from harness.results.schema import REQUEST_COLUMNS, RunSummary
 
 
 def record(i, **kw):

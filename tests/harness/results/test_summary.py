@@ -2,19 +2,11 @@
 import pytest
 
 from harness.config import SLOConfig
-from harness.results.formulas import RequestRecord
-from harness.results.store import RunSummary
-from harness.results.summary import format_summary, overhead_warnings, run_warnings, summarize
-
-
-def record(i, ttft=0.1, e2e=1.0, n_out=10, requested=10, exact=True, error=None, turn=0, prompt=50, expected=50):
-    return RequestRecord(
-        request_id=i, session_id=i, turn=turn, prompt_tokens=prompt, output_tokens=n_out if not error else 0,
-        requested_output_tokens=requested, exact_output_len=exact, expected_prompt_tokens=expected,
-        scheduled_s=None, start_s=0.0, end_s=e2e, ttft_s=None if error else ttft,
-        tpot_s=None if error else (e2e - ttft) / (n_out - 1), e2e_s=None if error else e2e,
-        itl_s=[] if error else [(e2e - ttft) / (n_out - 1)] * (n_out - 1), error=error,
-    )
+from harness.results.record import RequestRecord
+from harness.results.schema import RunSummary
+from harness.results.summary import overhead_warnings, run_warnings, summarize
+from harness.reports.console import format_summary
+from records import record
 
 
 def test_failed_requests_are_counted_apart():
@@ -70,9 +62,10 @@ def test_interrupted_and_saturated_endings_are_warnings():
 def test_the_client_checks_itself(tmp_path):
     """Every run records the event loop's lag and the process's CPU over the measured phase; a
     busy client is a warning (server and remote modes)."""
-    from harness.results.store import RunSummary
+    from harness.results.schema import RunSummary
     from harness.run.point import run_benchmark
-    from harness.results.summary import client_warnings, format_summary
+    from harness.results.summary import client_warnings
+    from harness.reports.console import format_summary
     from conftest import make_config
 
     outcome = run_benchmark(make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=6",

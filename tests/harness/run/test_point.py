@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from conftest import make_config
-from harness.results.store import REQUEST_COLUMNS, load_requests
+from harness.results.store import load_requests
+from harness.results.schema import REQUEST_COLUMNS
 from harness.run.point import run_benchmark
 
 

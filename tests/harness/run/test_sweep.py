@@ -9,7 +9,7 @@ import pytest
 from browser import chromium  # noqa: F401 - the fixture
 from conftest import run_harness_cli
 from harness.results.store import load_summary
-from harness.run.sweep import mean_ci95, varying_overrides
+from harness.results.sweep_file import mean_ci95, varying_overrides
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
         "workload.num_requests=4", "progress=false"]

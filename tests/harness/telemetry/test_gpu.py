@@ -18,16 +18,18 @@ from browser import chromium  # noqa: F401 - the fixture
 from conftest import make_config
 from fake_nvml import GIB, FakeGpu, FakeNVML
 from harness.reports.compare import runs as compare
+from harness.reports.compare import comparison
 from harness.telemetry import gpu_phase
 from harness.results import metrics as registry
 from harness.telemetry.gpu import GpuTelemetry, visible_devices
 from harness.telemetry.processes import engine_pids
 from harness.reports.run_report import build_report
-from harness.results.store import RunSummary, load_run
+from harness.results.store import load_run
+from harness.results.schema import RunSummary
 from harness.run.point import run_benchmark
-from harness.results.summary import format_summary
-from test_report import assert_renders
-from test_summary import record
+from harness.reports.console import format_summary
+from pages import assert_renders
+from records import record
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.num_requests=6", "workload.input_len=32",
         "workload.output_len=5", "workload.concurrency=2"]
@@ -224,7 +226,7 @@ def test_a_cpu_run_has_no_gpu_figures(monkeypatch, tmp_path, caplog):
     html, plots = build_report(load_run(tmp_path / "cpu"))
     assert "gpu" not in plots and "energy per output token" not in html and "GPU power" not in html
     shutil.copytree(tmp_path / "cpu", tmp_path / "cpu-again")
-    result = compare.compare_runs([tmp_path / "cpu", tmp_path / "cpu-again"], tmp_path / "cmp", resamples=50)
+    result = comparison.compare_runs([tmp_path / "cpu", tmp_path / "cpu-again"], tmp_path / "cmp", resamples=50)
     assert not {"energy_per_token_j", "gpu_power_w", "gpu_util_pct"} & set(result.table.columns)
     assert "J/token" not in compare.format_runs_table(result.table)
     assert "energy per output token" not in (tmp_path / "cmp" / "compare.html").read_text()
@@ -279,7 +281,7 @@ def test_a_gpu_run_reports_energy_power_and_utilisation(gpu_run, tmp_path, chrom
     assert_renders(chromium, run_dir / "report.html", tmp_path / "gpu-report.png", plots)
 
     shutil.copytree(run_dir, tmp_path / "again")
-    result = compare.compare_runs([run_dir, tmp_path / "again"], tmp_path / "cmp", resamples=50)
+    result = comparison.compare_runs([run_dir, tmp_path / "again"], tmp_path / "cmp", resamples=50)
     assert result.table["energy_per_token_j"].tolist() == pytest.approx([s["throughput"]["energy_per_token_j"]] * 2)
     assert result.table["gpu_util_pct"].tolist() == pytest.approx([50.0, 50.0])
     printed = compare.format_runs_table(result.table)
@@ -325,7 +327,8 @@ def test_no_driver_is_one_info_line(monkeypatch, caplog):
 
 
 def test_sweep_figures_keep_gpu_metrics_only_where_present():
-    from harness.run.sweep import format_sweep, key_figures
+    from harness.reports.console import format_sweep
+    from harness.results.sweep_file import key_figures
 
     cpu = RunSummary(throughput={"output_tokens_per_s": 10.0, "energy_per_token_j": None})
     gpu = RunSummary(throughput={"output_tokens_per_s": 10.0, "energy_per_token_j": 0.25, "gpu_power_w": 300.0})

@@ -1,0 +1,105 @@
+"""``backend=openai``: any running OpenAI-compatible server (nothing is launched or stopped).
+
+    python -m harness backend=openai backend.url=http://127.0.0.1:8000/v1 backend.api_key_env=MY_KEY
+
+A wrong API key or an unreachable URL fails at load, in one line. The key itself is only ever
+held in memory, and only sent to the configured origin.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from backends.base import BackendConfig
+from backends.http.backend import HTTPBackend
+from backends.http.client import OpenAIClient, client_limits
+from backends.http.probe import check_server
+from backends.http.urls import public_url, refuse_credentials_in_url
+from backends.registry import backend_registry
+from core.errors import ConfigError
+from core.types import GenerationRequest
+
+
+@dataclass
+class OpenAIConfig(BackendConfig):
+    name: str = "openai"
+    mode: str = "remote"  # a server that is already running; nothing is launched
+    url: Optional[str] = None  # the API root, e.g. http://127.0.0.1:8000/v1 (required)
+    model_name: Optional[str] = None  # the "model" sent; null: the first id of GET /v1/models
+    metrics_url: Optional[str] = None  # Prometheus endpoint to scrape: a URL, or a path such as /metrics
+    ignore_eos: bool = False  # send ignore_eos + min_tokens for exact lengths (vLLM, SGLang take them)
+    extra_body: Optional[str] = None  # a JSON object merged into every request body, e.g. '{"top_k": 20}'
+
+    def validate(self) -> None:
+        if self.mode != "remote":
+            raise ConfigError(
+                "backend=openai talks to a server that is already running (backend.mode=remote); "
+                "to launch an engine's server use backend=<engine> backend.mode=server"
+            )
+        if not self.url:
+            raise ConfigError("backend=openai needs backend.url, the API root (e.g. http://127.0.0.1:8000/v1)")
+        if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
+            raise ConfigError(f"backend.url must be an http:// or https:// URL (got {public_url(self.url)!r})")
+        for field_name in ("url", "metrics_url"):
+            refuse_credentials_in_url(f"backend.{field_name}", getattr(self, field_name))
+        self.extra_body_dict()
+        self.validate_http()
+
+    def extra_body_dict(self) -> dict[str, Any]:
+        if not self.extra_body:
+            return {}
+        try:
+            body = json.loads(self.extra_body)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise ConfigError(f"backend.extra_body must be a JSON object (got {self.extra_body!r})")
+        return body
+
+
+@backend_registry.register("openai", OpenAIConfig)
+class OpenAIBackend(HTTPBackend):
+    """Any OpenAI-compatible server that is already running (nothing is launched or stopped)."""
+
+    config: OpenAIConfig
+    _server_header = ""
+
+    def load(self) -> None:
+        cfg = self.config
+        base = cfg.url.rstrip("/")
+        key = self.api_key()
+        ids, self._server_header = check_server(base, key, cfg.api_key_env)
+        model_name = cfg.model_name or (ids[0] if ids else self.model.name)
+        self.client = OpenAIClient(base, model_name=model_name, tokenizer=self.get_tokenizer(),
+                                   endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
+                                   **client_limits(cfg))
+        if cfg.metrics_url:
+            root = urlsplit(base)
+            self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
+                                else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", "")))
+
+    def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
+        body = self.config.extra_body_dict()
+        if self.config.ignore_eos and request.exact_output_len:
+            body.update(ignore_eos=True, min_tokens=request.max_new_tokens)
+        return body
+
+    @property
+    def engine_name(self) -> str:
+        return "openai-compatible server"
+
+    @property
+    def engine_version(self) -> str:
+        return self._server_header or "unknown"
+
+    def engine_info(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "url": public_url(cfg.url or ""),
+            "model_name": self.client.model_name if self.client else cfg.model_name,
+            "endpoint": cfg.endpoint,
+            "api_key_env": cfg.api_key_env,  # the variable's name, never its value
+            "metrics_url": public_url(self.metrics_url) if self.metrics_url else None,
+        }

@@ -1,0 +1,129 @@
+"""``python -m harness.compare RUN… --out DIR``: compare run folders, side by side and with statistics.
+
+Writes into ``--out`` (default ``results/compare-<date>-<time>``):
+
+- ``compare.csv`` — one row per run: what ran, key percentiles (ms) and throughputs; the
+  console prints a selection within 120 columns;
+- ``differences.csv`` — each run against the baseline (``--baseline``, default the first run):
+  for TTFT, TPOT, E2E and per-request output tokens/s, the change of a statistic (median by
+  default) with a bootstrap 95 % confidence interval and a verdict: faster, slower or no
+  significant difference (harness/reports/compare/stats.py has the formula);
+- ``agreement.csv`` — for greedy runs that recorded their output token ids: each run's token
+  agreement with the baseline (harness/reports/agreement.py): identical requests, mean common prefix,
+  the first divergence with both texts, and the run's dtype and quantization;
+- ``compare.html`` — self-contained charts: the CDFs overlaid, latency against throughput
+  (one line per setup across the runs that differ only in concurrency or rate: the curve of a
+  sweep), per-turn TTFT for chat runs, throughputs, and the differences with their CIs.
+
+Runs are comparable when they ran the same model, the same workload (sha256 of its
+prompts; a different arrival schedule alone is only noted) on the same hardware (CPU model
+and GPUs). Otherwise the comparison warns loudly (WARNING lines and a banner), or with
+``--strict`` refuses (exit 2). Backend and engine differences are listed: they are usually
+the point. ``--fail-on-regression PCT`` exits 1 when ``--metric`` got worse than the baseline
+by more than PCT % and the CI excludes no change. ``--markdown FILE`` appends the comparison
+as GitHub markdown to FILE (``-``: stdout), for a job summary or a pull-request comment.
+
+Runs are labelled short (``2 vllm c=8``: index, backend, the settings that differ; see
+:func:`assign_labels`); every output also lists what each label stands for in full.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional, Sequence, TextIO
+
+from harness.reports.compare import stats
+from harness.reports.compare.comparison import Comparison, compare_runs
+from harness.reports.compare.differences import GATE_METRICS, format_differences, gate_passed_text
+from harness.reports.compare.markdown import comparison_markdown, write_markdown
+from harness.reports.compare.runs import CompareError, expand_runs, format_runs_list, format_runs_table
+from harness.reports.compare.token_agreement import format_agreement
+from harness.reports.tables import wrap
+
+EXIT_REGRESSION = 1
+
+EXIT_REFUSED = 2
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.compare",
+        description="Compare benchmark run folders: a table, compare.html, and bootstrap CIs against a baseline.",
+    )
+    parser.add_argument("runs", nargs="+", help="run folders, globs (quoted), or folders of runs (a sweep)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: results/compare-<date>-<time>)")
+    parser.add_argument("--baseline", default=None, help="the run the others are compared with (default: the first)")
+    parser.add_argument("--metric", default="ttft_s", choices=sorted(GATE_METRICS), help="metric for the regression gate (default: ttft_s)")
+    parser.add_argument("--stat", default="median", help="statistic of per-request values: median (default), mean or pNN, e.g. p90")
+    parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
+                        help="exit 1 when --metric is worse than the baseline by more than PCT%% and the 95%% CI excludes 0")
+    parser.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
+    parser.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples (default: 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
+    parser.add_argument("--markdown", default=None, metavar="FILE",
+                        help="also write the comparison as markdown, appended to FILE (e.g. $GITHUB_STEP_SUMMARY); "
+                             "'-': to stdout, the console output then goes to stderr")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run_compare(args)
+    except CompareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    try:
+        stats.stat_function(args.stat)
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
+    if args.fail_on_regression is not None and args.fail_on_regression < 0:
+        raise CompareError("--fail-on-regression must be >= 0")
+    if args.markdown == "":
+        raise CompareError("--markdown got an empty file name (is $GITHUB_STEP_SUMMARY set?)")
+    if args.markdown not in (None, "-") and Path(args.markdown).is_dir():
+        raise CompareError(f"--markdown must be a file, not a folder: {args.markdown}")
+    paths = expand_runs(args.runs)
+    if args.baseline:
+        base_path = expand_runs([args.baseline])
+        if len(base_path) != 1:
+            raise CompareError(f"--baseline must be one run folder (got {len(base_path)})")
+        paths = base_path + [p for p in paths if p.resolve() != base_path[0].resolve()]
+    if len(paths) < 2:
+        raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
+    out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
+                          seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict)
+    console = sys.stderr if args.markdown == "-" else sys.stdout
+    print_comparison(result, console)
+    if args.markdown:
+        write_markdown(comparison_markdown(result), args.markdown)
+    print(f"compare: {out_dir / 'compare.html'}", file=console, flush=True)
+    return EXIT_REGRESSION if result.regression_lines else 0
+
+
+def print_comparison(result: Comparison, console: TextIO) -> None:
+    """Warnings (stderr), notes, the runs, their figures, the differences and the gate's result;
+    every line within 120 columns but for a path longer than that."""
+    comp = result.comparability
+    for problem in comp.problems:
+        print("\n".join(wrap(f"WARNING: runs are not comparable: {problem}")), file=sys.stderr)
+    lines = [line for note in comp.notes for line in wrap(f"note: {note}")]
+    lines += [format_runs_list(result.runs), "", format_runs_table(result.table), "",
+              f"against the baseline ({result.baseline.label}): {result.stat} of per-request values, bootstrap 95% CI",
+              format_differences(result.diffs)]
+    if result.agreements:
+        lines += ["", *format_agreement(result.agreements)]
+    lines += [line for r in result.regression_lines for line in wrap(r)]
+    if result.fail_pct is not None and not result.regression_lines:
+        lines += wrap("no regression: " + gate_passed_text(result.metric, result.stat, result.fail_pct))
+    print("\n".join(lines), file=console)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

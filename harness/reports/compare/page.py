@@ -1,0 +1,264 @@
+"""compare.html: the runs, their figures, the differences with their CIs, token agreement, and the charts."""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+
+from harness.reports import agreement as agree
+from harness.reports import figures as plots
+from harness.reports import html
+from harness.reports.compare import stats
+from harness.reports.compare.differences import _pct_text, gate_passed_text
+from harness.reports.compare.runs import (
+    LOAD_KEYS,
+    Comparability,
+    Run,
+    _figure_label,
+    column,
+    fit_label,
+    label_parts,
+    shown,
+    sourced_figures,
+)
+from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_NOTE, agreement_cells
+from harness.reports.describe import backend_text, engine_text, hardware_text, load_text, model_text, run_date
+from harness.reports.html import esc, fmt
+from harness.reports.run_report import REPORT_NAME
+from harness.results import metrics as registry
+
+
+def _agreement_html(agreements: Sequence[agree.Agreement]) -> str:
+    rows = []
+    for a in agreements:
+        cells = dict(zip(AGREEMENT_HEADS, agreement_cells(a)))
+        cells["baseline text"] = a.first.baseline_text if a.first else ""
+        cells["this run's text"] = a.first.text if a.first else ""
+        cells["notes"] = "; ".join(a.problems)
+        rows.append(cells)
+    return html.table(rows, list(rows[0]), text_columns=["run", "dtype", "quantization", "first divergence", "notes"],
+                       excerpt_columns=["baseline text", "this run's text"])
+
+
+def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, diffs: Sequence[dict[str, Any]],
+                       comp: Comparability, out_dir: Path, metric: str, stat: str,
+                       gate: Optional[tuple[float, list[str]]] = None,
+                       agreements: Sequence[agree.Agreement] = ()) -> tuple[str, list[str]]:
+    """compare.html and the ids of its plots."""
+    figures = [f for f in (_cdf_overlay(runs), _latency_vs_throughput(runs), _throughput_bars(runs),
+                           _per_turn(runs), _differences_figure(diffs)) if f is not None]
+    parts = [
+        f"<h1>Comparison of {len(runs)} runs</h1>",
+        f'<p class="sub">LLM inference benchmark comparison · {esc(datetime.now().strftime("%Y-%m-%d %H:%M:%S"))} · '
+        f"baseline: {esc(baseline.label)}</p>",
+    ]
+    if comp.problems:
+        parts.append(html.banner(comp.problems, "WARNING: these runs are not comparable — differences below may not be the engine's", "error"))
+    if gate is not None:
+        pct, lines = gate
+        if lines:
+            parts.append(html.banner(lines, f"Regression beyond {pct:g}% in {registry.get(metric).label} {stat}", "error"))
+        else:
+            passed = gate_passed_text(metric, stat, pct)
+            parts.append(html.banner([passed[0].upper() + passed[1:] + "."], "Regression gate passed", "ok"))
+    parts.append(html.banner(comp.notes, "What differs between the runs", "info"))
+    parts.append(html.section("Runs", _runs_html(runs, table, out_dir), "Latencies in ms (from each run's summary.json)."))
+    if diffs:
+        parts.append(html.section(
+            "Differences against the baseline", _diffs_html(diffs),
+            f"Change of the {stat} of per-request values against the baseline ({baseline.label}), with a bootstrap 95% confidence "
+            "interval (requests resampled with replacement). No significant difference when the interval contains 0.",
+        ))
+    if agreements:
+        parts.append(html.section("Token agreement with the baseline", _agreement_html(agreements), AGREEMENT_NOTE))
+    plot_ids = []
+    for div_id, title, fig, note in figures:
+        plot_ids.append(div_id)
+        parts.append(html.section(title, plots.figure_div(fig, div_id), note))
+    return html.page(f"Comparison · {len(runs)} runs", "\n".join(p for p in parts if p)), plot_ids
+
+
+HTML_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p90"),
+                ("itl_s", "p50"), ("e2e_s", "p50"), ("e2e_s", "p90"), ("output_tokens_per_s", None),
+                ("requests_per_s", None), ("goodput_requests_per_s", None))
+
+
+def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
+    """Two tables: the figures of each run, then what each run was (setup, hardware, date)."""
+    figures, setups = [], []
+    shown_figures = [*HTML_FIGURES, *sourced_figures(table)]
+    for run, row in zip(runs, table.to_dict("records")):
+        report = run.path / REPORT_NAME
+        href = ""
+        if report.exists():
+            rel = os.path.relpath(report.resolve(), out_dir.resolve())
+            href = (rel if rel.startswith((".", "/")) else "./" + rel, "report")
+        figures.append({
+            "run": row["run"], "status": row["status"], "ok": row["ok"], "failed": row["failed"],
+            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in shown_figures},
+            "report": href,
+        })
+        setups.append({
+            "run": row["run"], "backend": row["backend"], "engine": row["engine"], "model": row["model"],
+            "workload": f"{row['workload']} · {load_text(run.summary)}",
+            "hardware": hardware_text(run.data.env), "date": run_date(run.path), "folder": str(run.path),
+        })
+    return (
+        html.table(figures, list(figures[0]), text_columns=["run", "status"], link_columns=["report"])
+        + '<p class="note">What each run was:</p>'
+        + html.table(setups, list(setups[0]), text_columns=list(setups[0]))
+    )
+
+
+def _verdict_class(v: str) -> str:
+    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.NO_DIFFERENCE: "nodiff"}.get(v, "nodata")
+
+
+def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
+    rows = [{
+        "run": r["run"], "metric": f"{r['label']} {r['stat']}", "baseline": fmt(r["baseline_value"], 2, unit=f" {r['unit']}"),
+        "this run": fmt(r["value"], 2, unit=f" {r['unit']}"), "change": _pct_text(r["change_pct"]),
+        "95% CI": f"[{_pct_text(r['ci_low_pct'])}, {_pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "–",
+        "requests": f"{r['n_baseline']} / {r['n']}", "verdict": r["verdict"],
+    } for r in diffs]
+    return html.table(rows, list(rows[0]), text_columns=["run", "metric"], classes={"verdict": _verdict_class})
+
+
+def _cdf_overlay(runs: Sequence[Run]):
+    panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
+    fig = plots.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=380)
+    drawn = False
+    for i, run in enumerate(runs):
+        for j, (key, label) in enumerate(panels, start=1):
+            x, y = plots.cdf_points(run.data.values(key) * 1000)
+            if x.size == 0:
+                continue
+            drawn = True
+            fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines", line=dict(color=plots.color(i), shape="hv"), name=esc(run.label),
+                                     legendgroup=f"run{i}", showlegend=j == 1,
+                                     hovertemplate=f"{esc(run.label)}<br>{label} %{{x:.1f}} ms, fraction ≤ %{{y:.3f}}<extra></extra>"), 1, j)
+            fig.update_xaxes(title_text="ms", row=1, col=j)
+    if not drawn:
+        return None
+    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
+    return ("cdf", "Latency distributions (CDFs overlaid)", fig, "Fraction of completed requests at or below each latency, one line per run.")
+
+
+def setup_key(run: Run) -> str:
+    """What a sweep keeps fixed: backend, engine, model and the prompts (their sha256 without arrivals)."""
+    s = run.summary
+    shape = run.prompts_sha256 or s.workload.get("sha256")
+    return json.dumps([backend_text(s), engine_text(s), model_text(s), shape], sort_keys=True)
+
+
+def _load_order(run: Run) -> tuple[float, float]:
+    wl = run.summary.workload
+    rate = wl.get("rate")
+    return (float(rate) if wl.get("open_loop") and rate is not None else -1.0, float(wl.get("concurrency") or 0))
+
+
+def _point_label(run: Run) -> str:
+    wl = run.summary.workload
+    return f"r={wl.get('rate')}/s" if wl.get("open_loop") else f"c={wl.get('concurrency')}"
+
+
+def _latency_vs_throughput(runs: Sequence[Run]):
+    """y: TTFT p50 and TPOT p50; x: output tokens/s; one line per setup, points sorted by load."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.summary.stat("output_tokens_per_s") is not None and run.summary.stat("ttft_s", "p50") is not None:
+            groups.setdefault(setup_key(run), []).append(run)
+    if not groups:
+        return None
+    fig = plots.figure(1, 2, ["TTFT p50 (ms) against output tokens/s", "TPOT p50 (ms) against output tokens/s"], height=400)
+    names = setup_names([g[0] for g in groups.values()])
+    for i, members in enumerate(groups.values()):
+        members = sorted(members, key=_load_order)
+        name = names[i]
+        x = [m.summary.stat("output_tokens_per_s") for m in members]
+        texts = [esc(_point_label(m)) for m in members]
+        for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
+            y = [shown(m.summary, metric, "p50") for m in members]
+            fig.add_trace(plots.trace("scatter",
+                x=x, y=y, mode="lines+markers+text", text=texts, textposition="top center", name=esc(name),
+                legendgroup=f"g{i}", showlegend=j == 1, line=dict(color=plots.color(i)), marker=dict(size=9),
+                hovertext=[esc(f"{m.label} · {_point_label(m)}") for m in members],
+                hovertemplate="%{hovertext}<br>%{x:.1f} tok/s, %{y:.1f} ms<extra></extra>",
+            ), 1, j)
+    for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
+        fig.update_xaxes(title_text="output tokens/s (whole run)", row=1, col=j)
+        ys = [v for g in groups.values() for v in (shown(m.summary, metric, "p50") for m in g) if v and v > 0]
+        if ys and max(ys) / min(ys) > 100:  # points spread over decades: a log axis keeps them apart
+            fig.update_yaxes(type="log", row=1, col=j)
+    return ("latency-throughput", "Latency against throughput", fig,
+            "One point per run; runs of the same setup that differ only in concurrency or rate are joined, in order of load (c: concurrency, r: rate).")
+
+
+def setup_names(firsts: Sequence[Run]) -> list[str]:
+    """Each setup named like a run's label less its index and load: the backend and the settings that differ."""
+    return [fit_label(parts) for parts in label_parts(firsts, leave_out=LOAD_KEYS)]
+
+
+def _throughput_bars(runs: Sequence[Run]):
+    labels = [esc(r.label) for r in runs]
+    out_tps = [r.summary.stat("output_tokens_per_s") for r in runs]
+    req_s = [r.summary.stat("requests_per_s") for r in runs]
+    if not any(html.is_num(v) and v for v in out_tps):
+        return None
+    fig = plots.figure(1, 2, ["output tokens/s", "requests/s"], height=max(300, 120 + 36 * len(runs)))
+    colors = [plots.color(i) for i in range(len(runs))]
+    fig.add_trace(plots.trace("bar", y=labels, x=out_tps, orientation="h", marker=dict(color=colors), showlegend=False,
+                         hovertemplate="%{y}: %{x:.1f} tok/s<extra></extra>"), 1, 1)
+    fig.add_trace(plots.trace("bar", y=labels, x=req_s, orientation="h", marker=dict(color=colors), showlegend=False,
+                         hovertemplate="%{y}: %{x:.3f} req/s<extra></extra>"), 1, 2)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
+    return ("throughput", "Throughput", fig, "Whole-run throughput: completed requests and their output tokens over the measured time.")
+
+
+def _per_turn(runs: Sequence[Run]):
+    chat = [(i, r) for i, r in enumerate(runs) if len(r.summary.per_turn) > 1]
+    if not chat:
+        return None
+    fig = plots.figure(1, 2, ["TTFT p50 by turn (ms)", "TTFT p50 against context length (ms)"], height=380)
+    for i, run in chat:
+        turns = run.summary.per_turn
+        y = [t.get("ttft_p50_s") * 1000 if html.is_num(t.get("ttft_p50_s")) else None for t in turns]
+        for j, x in enumerate(([t.get("turn") for t in turns], [t.get("prompt_tokens_mean") for t in turns]), start=1):
+            fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines+markers", name=esc(run.label), legendgroup=f"run{i}", showlegend=j == 1,
+                                     line=dict(color=plots.color(i))), 1, j)
+    fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text="mean context length (prompt tokens)", row=1, col=2)
+    return ("per-turn", "Chat: TTFT per turn", fig, "Median TTFT of each turn; later turns re-send a longer history.")
+
+
+def _differences_figure(diffs: Sequence[dict[str, Any]]):
+    usable = [r for r in diffs if r["change_pct"] is not None and r["ci_low_pct"] is not None]
+    if not usable:
+        return None
+    metrics = list(dict.fromkeys(r["metric"] for r in usable))
+    fig = plots.figure(1, len(metrics), [f"{registry.get(m).label} change (%)" for m in metrics],
+                       height=max(300, 130 + 40 * len({r["run"] for r in usable})), shared_yaxes=True)
+    verdict_colors = {stats.FASTER: "#59a14f", stats.SLOWER: "#e15759", stats.NO_DIFFERENCE: "#7b8794"}
+    for j, metric in enumerate(metrics, start=1):
+        rows = [r for r in usable if r["metric"] == metric]
+        for verdict, colr in verdict_colors.items():
+            sel = [r for r in rows if r["verdict"] == verdict]
+            if not sel:
+                continue
+            fig.add_trace(plots.trace("scatter",
+                x=[r["change_pct"] for r in sel], y=[esc(r["run"]) for r in sel], mode="markers", name=verdict,
+                legendgroup=verdict, showlegend=not any(t.get("legendgroup") == verdict for t in fig.data),
+                marker=dict(color=colr, size=10),
+                error_x=dict(type="data", symmetric=False, array=[r["ci_high_pct"] - r["change_pct"] for r in sel],
+                             arrayminus=[r["change_pct"] - r["ci_low_pct"] for r in sel], color=colr, thickness=2),
+                hovertemplate="%{y}<br>%{x:+.1f}%<extra>" + esc(registry.get(metric).label) + "</extra>",
+            ), 1, j)
+        fig.add_vline(x=0, line=dict(color="#1f2933", width=1), row=1, col=j)
+    fig.update_yaxes(autorange="reversed", type="category")
+    return ("differences", "Differences against the baseline (95% CI)", fig,
+            "Relative change of each run against the baseline; bars: bootstrap 95% confidence interval. Green: faster, red: slower, grey: no significant difference.")

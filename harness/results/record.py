@@ -1,0 +1,149 @@
+"""One request's record (a row of requests.parquet), built from its stamps with the formulas of :mod:`harness.results.formulas`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from core.sequences import reconcile_counts
+from core.text import valid_text
+from harness.results.formulas import (
+    decode_tokens_per_second,
+    e2e_latency,
+    inter_chunk_latencies,
+    inter_token_latencies,
+    output_tokens_per_second,
+    queue_wait,
+    tpot,
+    ttft,
+)
+
+
+@dataclass
+class RequestRecord:
+    """One row of requests.parquet. Times ``*_s`` relative to the measured phase's start."""
+
+    request_id: int
+    session_id: int
+    turn: int
+    prompt_tokens: int
+    output_tokens: int
+    requested_output_tokens: int
+    exact_output_len: bool
+    expected_prompt_tokens: Optional[int]
+    scheduled_s: Optional[float]  # open loop: when it was due to be sent
+    start_s: float  # sent
+    end_s: float  # last token, or failure
+    ttft_s: Optional[float]
+    tpot_s: Optional[float]
+    e2e_s: Optional[float]
+    itl_s: list[float] = field(default_factory=list)  # per token, n_out − 1 values
+    itl_chunk_s: list[float] = field(default_factory=list)  # per chunk, chunks − 1 values
+    output_tps: Optional[float] = None
+    decode_tps: Optional[float] = None
+    queue_wait_s: Optional[float] = None
+    cached_tokens: Optional[int] = None  # prompt tokens the engine served from its prefix cache
+    delivery_lag_max_s: Optional[float] = None  # harness overhead: receipt − engine stamp, worst token
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    output_text: Optional[str] = None
+    engine_stats: dict[str, Any] = field(default_factory=dict)
+    # The reply's token ids, for cross-engine agreement (harness/reports/agreement.py). In-process:
+    # the ids the engine produced. HTTP: the server's own ids where it sends them (vLLM's
+    # ``return_token_ids``), else the reply text re-tokenized after the request;
+    # ``engine_stats["output_token_ids_source"]`` says which ("server" or "retokenized").
+    output_token_ids: Optional[list[int]] = None
+    # Not a column: the text whose tokens are ``output_token_ids``, while they are still to be
+    # counted (RequestDone.token_ids_text); the run's writer tokenizes it with the tables.
+    ids_text: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def build_record(
+    *,
+    request: Any,
+    t0: float,
+    send_t: float,
+    end_t: float,
+    chunks: list[tuple[float, int]],
+    output_token_ids: Optional[list[int]],
+    scheduled_s: Optional[float],
+    expected_prompt_tokens: Optional[int],
+    scheduled_t: Optional[float],
+    finish_reason: Optional[str],
+    error: Optional[str],
+    delivery_lag_max_s: Optional[float],
+    engine_stats: dict[str, Any],
+) -> RequestRecord:
+    """Apply the per-request formulas to one request's timestamps.
+
+    Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
+    ``engine_stats["output_tokens"]``: an HTTP server's usage), else the harness's: the
+    rendered prompt's length and the number of streamed ids (``output_token_ids`` None: ids
+    still to be counted, so the chunks' own counts). ITL per token spreads each
+    chunk's gap over its tokens, the counts reconciled with n_out (:func:`reconcile_counts`);
+    ITL per chunk is the chunks' own gaps.
+    """
+    chunk_counts = [n for _, n in chunks]
+    n_streamed = len(output_token_ids) if output_token_ids is not None else sum(chunk_counts)
+    n_out = n_streamed
+    if error is None:
+        error = _bad_count(engine_stats, "output_tokens") or _bad_count(engine_stats, "prompt_tokens")
+    if error is None:
+        n_out = int(engine_stats.get("output_tokens", n_streamed))
+        if n_streamed == 0 or n_out == 0:
+            error = "no output tokens"
+    ttft_s = e2e_s = tpot_s = None
+    itl: list[float] = []
+    itl_chunk: list[float] = []
+    if error is None:
+        ttft_s = ttft(send_t, chunks[0][0])
+        e2e_s = e2e_latency(send_t, chunks[-1][0])
+        tpot_s = tpot(e2e_s, ttft_s, n_out)
+        counts = reconcile_counts(chunk_counts, n_out)
+        itl_chunk = inter_chunk_latencies(chunks)
+        if counts.count(1) == len(counts):  # a token a chunk (most engines): the same gaps
+            itl = list(itl_chunk)
+        else:
+            itl = inter_token_latencies([(t, k) for (t, _), k in zip(chunks, counts)])
+        end_t = chunks[-1][0]
+    return RequestRecord(
+        request_id=request.request_id,
+        session_id=request.session_id,
+        turn=request.turn,
+        prompt_tokens=len(request.prompt_token_ids) if _bad_count(engine_stats, "prompt_tokens")
+        else int(engine_stats.get("prompt_tokens", len(request.prompt_token_ids))),
+        output_tokens=n_out,
+        requested_output_tokens=request.max_new_tokens,
+        exact_output_len=request.exact_output_len,
+        expected_prompt_tokens=expected_prompt_tokens,
+        scheduled_s=scheduled_s,
+        start_s=send_t - t0,
+        end_s=end_t - t0,
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        e2e_s=e2e_s,
+        itl_s=itl,
+        itl_chunk_s=itl_chunk,
+        output_tps=output_tokens_per_second(n_out, e2e_s) if e2e_s else None,
+        decode_tps=decode_tokens_per_second(tpot_s),
+        queue_wait_s=queue_wait(send_t, scheduled_t),
+        cached_tokens=engine_stats.get("cached_tokens"),
+        delivery_lag_max_s=delivery_lag_max_s,
+        finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
+        error=valid_text(error) if error else error,
+        engine_stats=engine_stats,
+        output_token_ids=None if output_token_ids is None else [int(t) for t in output_token_ids],
+    )
+
+
+def _bad_count(engine_stats: dict[str, Any], key: str) -> Optional[str]:
+    """An engine-reported token count that is not a whole number ≥ 0 (a server that lies) → the request's error."""
+    if key not in engine_stats:
+        return None
+    value = engine_stats[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 or value != int(value):
+        return f"the engine reported an invalid {key.replace('_', ' ')} count: {str(value)[:40]!r}"
+    return None

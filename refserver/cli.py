@@ -1,0 +1,86 @@
+"""A reference OpenAI-compatible streaming server that emits tokens on a known schedule.
+
+    python -m refserver --port 8000 --ttft-ms 50 --itl-ms 10 --tokens 64
+
+(also ``python -m harness.reference_server``); ``--help`` lists every option.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from typing import Optional
+
+from refserver.app import ReferenceServer, Settings
+from refserver.dialects import DIALECTS
+from refserver.faults import FAULTS
+from refserver.http_server import start_server
+
+
+def parse_args(argv: Optional[list[str]] = None) -> tuple[str, int, Settings]:
+    p = argparse.ArgumentParser(prog="python -m harness.reference_server", description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0: any free port (printed)")
+    p.add_argument("--ttft-ms", type=float, default=50.0)
+    p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--tokens", type=int, default=64, help="natural reply length; max_tokens caps it")
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="each due time moves by U(-j, +j)")
+    p.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests that fail")
+    p.add_argument("--error-kind", choices=FAULTS, default="status",
+                   help="how a failing request misbehaves: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
+    p.add_argument("--fault-size-mib", type=float, default=32.0, help="size of huge-event and huge-error-body")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dialect", choices=DIALECTS, default="openai")
+    p.add_argument("--metrics", action="store_true", help="serve /metrics (Prometheus text)")
+    p.add_argument("--exit-after", type=int, default=None, help="exit with code 3 when request N+1 arrives")
+    p.add_argument("--chunk-tokens", type=int, default=1, help="tokens per streamed chunk")
+    p.add_argument("--model-name", default="reference")
+    p.add_argument("--api-key-env", default=None, help="require the key held by this environment variable")
+    p.add_argument("--startup-delay-s", type=float, default=0.0, help="/health answers 503 this long")
+    p.add_argument("--tokenizer", default=None, help="HF tokenizer folder to count prompt tokens exactly")
+    p.add_argument("--timer", choices=("thread", "asyncio"), default="thread")
+    a = p.parse_args(argv)
+    if a.tokens < 0 or a.ttft_ms < 0 or a.itl_ms < 0 or a.jitter_ms < 0 or a.chunk_tokens < 1:
+        p.error("--tokens, --ttft-ms, --itl-ms and --jitter-ms must be >= 0, --chunk-tokens >= 1")
+    if not 0 <= a.error_rate <= 1:
+        p.error("--error-rate must be in [0, 1]")
+    settings = Settings(
+        ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, tokens=a.tokens, jitter_ms=a.jitter_ms, error_rate=a.error_rate,
+        error_kind=a.error_kind, fault_size_mib=a.fault_size_mib, seed=a.seed, dialect=a.dialect, metrics=a.metrics, exit_after=a.exit_after,
+        chunk_tokens=a.chunk_tokens, model_name=a.model_name, api_key_env=a.api_key_env,
+        startup_delay_s=a.startup_delay_s, tokenizer=a.tokenizer, timer=a.timer,
+    )
+    return a.host, a.port, settings
+
+
+async def serve(host: str, port: int, settings: Settings) -> None:
+    server = ReferenceServer(settings)
+    server.start_timer()
+    _listener, bound = await start_server(server.handle, host, port)
+    s = settings
+    print(f"reference server ({s.dialect}) listening on http://{host}:{bound} · ttft {s.ttft_ms} ms · "
+          f"itl {s.itl_ms} ms · tokens {s.tokens} · jitter {s.jitter_ms} ms · errors {s.error_rate}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("reference server: stopping", flush=True)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    host, port, settings = parse_args(argv)
+    sys.setswitchinterval(0.0005)  # the timer thread gets the GIL back within 0.5 ms
+    try:
+        asyncio.run(serve(host, port, settings))
+    except OSError as exc:  # e.g. the port is in use
+        print(f"reference server: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    sys.stdout.flush()
+    os._exit(0)  # streams still open are dropped at once, as a killed server's would be
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""``/metrics`` of the reference server: Prometheus histograms of what it served, and its own lateness."""
+from __future__ import annotations
+
+TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+
+E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+LATENESS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class PromHistogram:
+    def __init__(self, name: str, help_text: str, bounds: tuple[float, ...]):
+        self.name, self.help, self.bounds = name, help_text, bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float, times: int = 1) -> None:
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += times
+                break
+        else:
+            self.counts[-1] += times
+        self.sum += value * times
+        self.count += times
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        cumulative = 0
+        for bound, n in zip(self.bounds, self.counts):
+            cumulative += n
+            lines.append(f'{self.name}_bucket{{le="{bound}",model_name="reference"}} {cumulative}')
+        lines.append(f'{self.name}_bucket{{le="+Inf",model_name="reference"}} {self.count}')
+        lines.append(f'{self.name}_sum{{model_name="reference"}} {self.sum!r}')
+        lines.append(f'{self.name}_count{{model_name="reference"}} {self.count}')
+        return lines
+
+
+class ServedMetrics:
+    """What the server served, in the names vLLM (or SGLang) uses."""
+
+    def __init__(self, prefix: str):
+        p = prefix
+        self.ttft = PromHistogram(f"{p}:time_to_first_token_seconds", "Time to first token (server side)", TTFT_BUCKETS)
+        self.itl = PromHistogram(f"{p}:inter_token_latency_seconds", "Gap between tokens written", ITL_BUCKETS)
+        self.e2e = PromHistogram(f"{p}:e2e_request_latency_seconds", "Arrival to last token", E2E_BUCKETS)
+        self.queue = PromHistogram(f"{p}:request_queue_time_seconds", "Time queued (always 0 here)", TTFT_BUCKETS)
+        self.lateness = PromHistogram("reference:token_lateness_seconds", "Write time minus due time", LATENESS_BUCKETS)
+        self.prefix = p
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.requests_ok = 0
+        self.running = 0
+
+    def render(self) -> str:
+        p = self.prefix
+        lines: list[str] = []
+        for h in (self.ttft, self.itl, self.e2e, self.queue, self.lateness):
+            lines += h.render()
+        for name, value in ((f"{p}:prompt_tokens", self.prompt_tokens), (f"{p}:generation_tokens", self.generation_tokens),
+                            (f"{p}:request_success", self.requests_ok)):
+            lines += [f"# TYPE {name} counter", f'{name}_total{{model_name="reference"}} {value}']
+        lines += [f"# TYPE {p}:num_requests_running gauge", f'{p}:num_requests_running{{model_name="reference"}} {self.running}']
+        return "\n".join(lines) + "\n"
