@@ -19,8 +19,9 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar, Optional
+from typing import Any, AsyncIterator, ClassVar, Optional, Protocol
 
+from backends.preset import ServerPreset
 from core.errors import BackendUnavailable, ConfigError
 from core.model import ModelFiles
 from core.types import GenerationRequest, StreamEvent
@@ -82,6 +83,12 @@ class BackendConfig:
             raise ConfigError(f"backend.startup_timeout_s must be > 0 (got {self.startup_timeout_s})")
         if self.server_command is not None and not self.server_command:
             raise ConfigError("backend.server_command must be a non-empty list (or null for the preset's)")
+
+
+class RequestStream(Protocol):
+    """What the measuring client sends requests through: a Backend, or its ``worker_client()``."""
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]: ...
 
 
 class Backend(ABC):
@@ -190,6 +197,16 @@ class Backend(ABC):
         them. A failure raises; the runner records it against this request alone.
         """
 
+    def worker_client(self) -> Optional[RequestStream]:
+        """What a forked client process streams this backend's requests through
+        (``client.workers`` > 1), or None when it cannot be driven from another process.
+
+        Called once in the harness's process before the workers are forked; the object must
+        touch nothing the forked copy cannot use (a server process that is not its child, an
+        engine's threads). In-process engines return None: they serve from this process.
+        """
+        return None
+
     def memory(self) -> dict[str, Any]:
         """Engine memory figures: ``weights_bytes``, ``kv_bytes_per_value`` and any others."""
         return {}
@@ -242,6 +259,3 @@ class Backend(ABC):
 def _text(value: Any) -> Optional[str]:
     return None if value is None else str(value).removeprefix("torch.")
 
-
-if TYPE_CHECKING:
-    from backends.preset import ServerPreset

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from backends.base import Backend, BackendConfig
 from backends.registry import backend_registry
+from backends.server.backend import ServerBackend
+from backends.server.launch import check_server_config
 from core.model import ModelFiles
 
 
@@ -12,8 +14,6 @@ def check_backend_available(config: BackendConfig) -> None:
     interpreter (and a custom command's program, or the engine's own) must exist."""
     entry = backend_registry.get(config.name)
     if config.mode == "server":
-        from backends.server.launch import check_server_config
-
         check_server_config(config)
         if not config.server_command:
             entry.cls.check_server(config)
@@ -26,7 +26,5 @@ def create_backend(config: BackendConfig, model: "ModelFiles") -> Backend:
     (``backend.mode=server``: a ServerBackend from the engine's ``server_preset``)."""
     entry = backend_registry.get(config.name)
     if config.mode == "server":
-        from backends.server.backend import ServerBackend
-
         return ServerBackend(config, model, entry.cls.server_preset(config, model))
     return entry.cls(config, model)

@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from harness.reports import agreement as agree
+    from harness.reports import agreement
     from harness.results.store import load_run
     from workloads.prompts import PromptRenderer, chat_messages
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
             if b is None or r.output_token_ids is None or b.output_token_ids is None:
                 continue
             a_ids, o_ids = [int(x) for x in b.output_token_ids], [int(x) for x in r.output_token_ids]
-            pos = agree.common_prefix(a_ids, o_ids)
+            pos = agreement.common_prefix(a_ids, o_ids)
             if a_ids == o_ids or pos >= min(len(a_ids), len(o_ids)):
                 continue  # identical, or one stopped early (no token to weigh against)
             session = sessions[int(b.session_id)]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 SERVER = r'''
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[3])
-from refserver.http_server import Response, StreamResponse, json_response, start_server
+from refserver.http11 import Response, StreamResponse, json_response, start_server
 tokens, port = int(sys.argv[1]), int(sys.argv[2])
 def ev(obj): return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m"}
@@ -87,7 +87,7 @@ def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers
     from backends.engines.openai import OpenAIBackend, OpenAIConfig
     from harness.client.client_load import ClientLoad
     from harness.client.driver import Driver
-    from harness.client.workers import new_loop
+    from harness.client.workers import WorkerPool, new_loop
     from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
     from workloads.prompts import PromptRenderer
 
@@ -97,16 +97,16 @@ def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers
     sessions = [SessionSpec(i, [TurnSpec("hi", 100_000, prompt_token_ids=[1, 2, 3])]) for i in range(requests)]
     plan = WorkloadPlan("parse", sessions, [], exact_output_len=False, concurrency=streams, open_loop=False)
     records: list = []
-    driver = Driver(backend, PromptRenderer(tokenizer), plan, on_record=records.append, workers=workers,
-                    event_loop=event_loop)
+    driver = Driver(backend, PromptRenderer(tokenizer), plan, on_record=records.append)
+    pool = WorkerPool(driver, backend.worker_client(), workers, event_loop) if workers > 1 else None
     load = ClientLoad()
 
     async def measure() -> float:
         load.start()
         try:
-            return await driver.run(plan.sessions, open_loop=False)
+            return await (pool or driver).run(plan.sessions, open_loop=False)
         finally:
-            load.stop(driver.worker_loads)
+            load.stop(pool.worker_loads if pool else [])
 
     with asyncio.Runner(loop_factory=lambda: new_loop(event_loop)) as runner:  # closes the client's pool
         wall = runner.run(measure())

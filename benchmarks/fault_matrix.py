@@ -70,7 +70,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         for fault in FAULTS:
             port = free_port()
-            server = ManagedServer([sys.executable, "-m", "harness.reference_server", "--port", str(port), "--ttft-ms", "2",
+            server = ManagedServer([sys.executable, "-m", "refserver", "--port", str(port), "--ttft-ms", "2",
                                     "--itl-ms", "1", "--error-kind", fault, "--error-rate", "0.5", "--seed", "4",
                                     "--fault-size-mib", "4"],
                                    port=port, log_path=tmp / f"{fault}.log", name="reference", health_path="/health")

@@ -179,7 +179,7 @@ def reference_server(args: argparse.Namespace) -> Server:
     from backends.server.launch import free_port
 
     port = free_port()
-    return Server([sys.executable, "-m", "harness.reference_server", "--port", str(port), "--dialect", "ollama",
+    return Server([sys.executable, "-m", "refserver", "--port", str(port), "--dialect", "ollama",
                    "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--tokens", str(args.tokens),
                    "--model-name", "m", "--metrics"], port)
 

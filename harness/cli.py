@@ -47,7 +47,7 @@ def compose_config(*overrides: str):
     (for scripts and tests that call :func:`harness.run.point.run_benchmark` directly)."""
     from hydra import compose, initialize_config_dir
 
-    from harness.run.point import to_run_config
+    from harness.config import to_run_config
 
     register_everything()
     check_group_choices(list(overrides))
@@ -105,7 +105,7 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     from harness.results.schema import RunSummary
     from harness.results.store import load_summary
     from harness.results.sweep_file import read_sweep
-    from harness.run.point import to_run_config
+    from harness.config import to_run_config
     from harness.run.sweep import run_sweep_point
 
     try:
@@ -142,7 +142,7 @@ def _sweep_point(cfg: DictConfig, hc: Any) -> None:
     from harness.results.schema import RunSummary
     from harness.results.store import is_run_dir, load_summary
     from harness.results.sweep_file import new_entry, record_point
-    from harness.run.point import to_run_config
+    from harness.config import to_run_config
     from harness.run.sweep import run_sweep_point
 
     run_dir, sweep_dir = Path(hc.runtime.output_dir), Path(hc.sweep.dir)

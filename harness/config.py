@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from core.errors import ConfigError
 
@@ -260,8 +260,6 @@ PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output
 
 def config_sha256(cfg: RunConfig) -> str:
     """sha256 of the resolved config that decides what a point measures (resume matches on it)."""
-    from omegaconf import OmegaConf
-
     body = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key in PRESENTATION_KEYS:
         body.pop(key, None)
@@ -270,11 +268,20 @@ def config_sha256(cfg: RunConfig) -> str:
 
 def engine_key(cfg: RunConfig) -> str:
     """What makes two points able to share one loaded engine: the backend's and the model's settings."""
-    from omegaconf import OmegaConf
-
     body = {"backend": OmegaConf.to_container(OmegaConf.structured(cfg.backend), resolve=True),
             "model": OmegaConf.to_container(OmegaConf.structured(cfg.model), resolve=True)}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The composed Hydra config as dataclasses, validated; ConfigError on bad values."""
+    try:
+        run_cfg = OmegaConf.to_object(cfg)
+    except Exception as exc:  # noqa: BLE001 - omegaconf's errors are multi-line
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    assert isinstance(run_cfg, RunConfig)
+    run_cfg.validate()
+    return run_cfg
 
 
 def register_configs() -> None:

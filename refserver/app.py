@@ -8,7 +8,7 @@ trtllm-serve, DeepSpeed-MII and Ollama: see :data:`DIALECTS`).
     python -m harness.reference_server --port 8000 --ttft-ms 50 --itl-ms 10 --tokens 64
 
 The schedule of a request that arrives at t₀ (when the kernel received its first bytes, as
-the HTTP layer, refserver/http_server.py, stamps it: not when the server got round to it), in
+the HTTP layer, refserver/http11.py, stamps it: not when the server got round to it), in
 seconds:
 
     due(k) = t₀ + ttft + k · itl + jitter(k),   k = 0 … n − 1,   jitter(k) ~ U(−j, +j)
@@ -39,7 +39,6 @@ served (``sglang:`` names for ``--dialect sglang``), plus
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
@@ -49,12 +48,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from refserver.dialects import DIALECTS, word
-from refserver.faults import MID_STREAM_FAULTS
-from refserver.http_server import Request, Response, StreamResponse, json_response
+from refserver import faults
+from refserver.http11 import Request, Response, StreamResponse, json_response
 from refserver.metrics import ServedMetrics
+from refserver.stream import StreamedReply
 from refserver.timers import LoopTimer, PreciseTimer
-
-FOREVER_S = 3600.0
 
 
 @dataclass
@@ -143,7 +141,7 @@ class ReferenceServer:
         if time.perf_counter() - self.started < self.s.startup_delay_s:
             return self._error(503, "starting", "server_error")
         if self.s.error_kind == "redirect" and self.s.error_rate > 0:
-            redirect = self._redirect(request)
+            redirect = faults.redirect(request)
             if redirect is not None:
                 return redirect
         if not self._authorized(request):
@@ -158,14 +156,6 @@ class ReferenceServer:
     def _log(self, request: Request) -> None:
         self.received.append({"method": request.method, "path": request.path, "host": request.host,
                               "authorization": "Authorization" in request.headers})
-
-    @staticmethod
-    def _redirect(request: Request) -> Optional[Response]:
-        """307 to this server under the other loopback name: the same server, another origin."""
-        host, _, port = request.host.rpartition(":")
-        if host != "127.0.0.1":  # already under the other name: served
-            return None
-        return Response(status=307, headers={"Location": f"http://localhost:{port}{request.path_qs}"})
 
     async def prometheus(self, request: Request) -> Response:
         return Response(text=self.metrics.render(), content_type="text/plain")
@@ -199,19 +189,9 @@ class ReferenceServer:
         if not chat and not self.dialect.token_id_prompts and not isinstance(body["prompt"], str):
             return self._error(422, "prompt must be a string", "invalid_request_error")
         fault = self.s.error_kind if self.s.error_rate > 0 and self.rng.random() < self.s.error_rate else None
-        if fault == "status":
-            return self._error(500, "reference server: injected error (--error-rate)", "server_error")
-        if fault == "bad-unicode":  # json.dumps would escape it validly: written by hand
-            body = '{"error": {"message": "injected \\ud800 error", "type": "server_error", "code": 500}}'
-            return Response(status=500, text=body, content_type="application/json")
-        if fault == "huge-error-body":
-            return Response(status=500, body=b"x" * int(self.s.fault_size_mib * 2**20), content_type="text/plain")
-        if fault == "not-sse":
-            return Response(status=200, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
-        if fault == "redirect":
-            redirect = self._redirect(request)
-            if redirect is not None:
-                return redirect
+        refused = faults.refusal(fault, self.s.fault_size_mib, request, self._error)
+        if refused is not None:
+            return refused
         n = self._length(body)
         due = self._schedule(arrival, n)
         if self._tokenizer is not None:  # a chat template takes milliseconds: off the event loop
@@ -264,147 +244,15 @@ class ReferenceServer:
     def _finish_reason(self, body: dict, n: int) -> str:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
-    async def _stream(self, request, body, chat, index, n, due, prompt_tokens, arrival, fault) -> StreamResponse:
-        dialect = self.dialect.on(chat)
+    async def _stream(self, request: Request, body: dict, chat: bool, index: int, n: int, due: list[float],
+                      prompt_tokens: asyncio.Future, arrival: float, fault: Optional[str]) -> StreamResponse:
         response = StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}"
-        created = int(time.time())
-        base = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": created, "model": body.get("model") or self.s.model_name}
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        finish: Any = self._finish_reason(body, n)
-        if finish == "stop":
-            finish = dialect.stop_finish
-        trtllm = dialect.extras == "stop_reason"
-
-        def event(choices: list, **extra: Any) -> bytes:
-            return b"data: " + json.dumps({**base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
-
-        async def write(data: bytes) -> None:
-            if fault == "byte-drip":
-                for i in range(len(data)):
-                    await response.write(data[i:i + 1])
-            else:
-                await response.write(data)
-
-        def choice(text: Optional[str], reason: Optional[str], role: bool = False) -> dict:
-            if not chat:
-                c: dict[str, Any] = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
-                if trtllm:
-                    c.update(token_ids=None, stop_reason=None, avg_decoded_tokens_per_iter=None)
-                return c
-            delta: dict[str, Any] = {}
-            if role:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["content"] = text
-            if dialect.extras == "matched_stop":
-                delta["reasoning_content"] = None
-            elif trtllm and text is not None:
-                delta["reasoning_content"] = ""
-            c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-            if dialect.extras == "matched_stop":
-                c["matched_stop"] = (2 if reason == "stop" else None) if reason else None
-            if trtllm:  # its chat chunks are dumped with exclude_none
-                c = {k: v for k, v in c.items() if v is not None}
-            return c
-
-        def usage_of(n_prompt: int) -> dict[str, Any]:
-            usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
-            if trtllm:
-                usage["prompt_tokens_details"] = {"cached_tokens": 0}
-            if fault == "negative-usage":
-                usage["completion_tokens"] = -n
-            elif fault == "absurd-usage":
-                usage["completion_tokens"] = 10**15
-            elif fault == "fractional-usage":
-                usage["prompt_tokens"] = 3.5
-            return usage
-
-        zeroed = {"usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}} \
-            if include_usage and dialect.usage == "zeroed" else {}
-        if dialect.comment == "keepalive":
-            await write(f": keepalive 0/{len(body.get('messages') or [])}\n\n".encode())
-        elif dialect.comment == "ping":
-            await write(f": ping - {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n".encode())
-        elif dialect.comment == "empty":
-            await write(b":\n\n")
-        if chat and dialect.role_chunk == "empty":
-            await write(event([choice("", None, role=True)]))
-        elif chat and dialect.role_chunk == "bare":
-            await write(event([choice(None, None, role=True)]))
-
-        k_per = self.s.chunk_tokens
-        groups = [list(range(i, min(i + k_per, n))) for i in range(0, n, k_per)]
-        prev_t: Optional[float] = None
-        injected = False
-        if fault == "finish-reason-object":
-            finish = {"type": finish, "matched": None}
-        finish_apart = not dialect.finish_on_last_token or not groups or fault == "finish-reason-object"
-        for gi, group in enumerate(groups):
-            last = group[-1]
-            if fault in MID_STREAM_FAULTS and last >= n // 2 and not injected:
-                injected = True
-                await self.timer.sleep_until(due[last])
-                if await self._mid_stream(fault, request, response, event, choice):
-                    return response
-            text = "".join(word(index, k) for k in group)
-            if fault == "surrogate-text" and gi == 0:
-                text += "\ud800"
-            final = gi == len(groups) - 1 and not finish_apart
-            role = chat and (dialect.role_chunk == "every" or (dialect.role_chunk == "first" and gi == 0))
-            extra = dict(zeroed)
-            if final and dialect.usage == "final":
-                extra["usage"] = usage_of(await prompt_tokens)
-            payload = event([choice(text, finish if final else dialect.open_finish, role=role)], **extra)  # ready before its due time
-            await self.timer.sleep_until(due[last])
-            await write(payload)
-            t = time.perf_counter()
-            self.metrics.lateness.observe(t - due[last])
-            if prev_t is None:
-                self.metrics.ttft.observe(t - arrival)
-                if len(group) > 1:
-                    self.metrics.itl.observe(0.0, len(group) - 1)
-            else:
-                self.metrics.itl.observe((t - prev_t) / len(group), len(group))
-            prev_t = t
-        n_prompt = await prompt_tokens
-        if finish_apart:
-            extra = {"usage": usage_of(n_prompt)} if dialect.usage == "final" else dict(zeroed)
-            role = chat and (dialect.role_chunk == "every" or (dialect.role_chunk == "first" and not groups))
-            await write(event([choice(None if chat else "", finish, role=role)], **extra))
-        if include_usage and dialect.usage in ("chunk", "zeroed"):
-            await write(event([], usage=usage_of(n_prompt)))
-        if fault == "no-done":
-            await asyncio.sleep(FOREVER_S)
-        await write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        self._served(arrival, prev_t, n_prompt, n)
+        reply = StreamedReply(self.dialect.on(chat), chat, body, self.s.model_name, n, self._finish_reason(body, n), fault)
+        if await reply.send(request, response, index, self.s.chunk_tokens, due, prompt_tokens, self.timer,
+                            self.s.fault_size_mib, self.metrics, arrival):
+            self.metrics.served(arrival, reply.last_t, await prompt_tokens, n)
         return response
-
-    async def _mid_stream(self, fault: str, request: Request, response: StreamResponse,
-                          event: Any, choice: Any) -> bool:
-        """One mid-stream fault; True when the stream ends with it."""
-        if fault == "drop":
-            request.transport.abort()  # the connection drops mid-stream
-            return True
-        if fault == "stall":
-            await asyncio.sleep(FOREVER_S)
-            return True
-        if fault == "huge-event":
-            await response.write(event([choice("x" * int(self.s.fault_size_mib * 2**20), None)]))
-            return False
-        if fault == "bad-json":
-            await response.write(b'data: {"choices": [{"delta": {"content": "a"\n\n')
-            return False
-        if fault == "wrong-types":
-            await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": 42}}]}\n\n')
-            return False
-        if fault == "error-event":
-            await response.write(b'data: {"error": {"message": "engine error: out of memory", "code": 500}}\n\n')
-            return True
-        return False
 
     async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival) -> Response:
         if due:
@@ -417,20 +265,12 @@ class ReferenceServer:
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
         t = time.perf_counter()
-        self._served(arrival, t if n else None, n_prompt, n)
+        self.metrics.served(arrival, t if n else None, n_prompt, n)
         return json_response({
             "id": f"cmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": body.get("model") or self.s.model_name, "choices": [choice],
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n},
         })
-
-    def _served(self, arrival: float, last_t: Optional[float], n_prompt: int, n: int) -> None:
-        self.metrics.queue.observe(0.0)
-        if last_t is not None:
-            self.metrics.e2e.observe(last_t - arrival)
-        self.metrics.prompt_tokens += n_prompt
-        self.metrics.generation_tokens += n
-        self.metrics.requests_ok += 1
 
     def _error(self, status: int, message: str, kind: str) -> Response:
         """An error body in the dialect's form."""

@@ -16,11 +16,11 @@ from typing import Optional
 from refserver.app import ReferenceServer, Settings
 from refserver.dialects import DIALECTS
 from refserver.faults import FAULTS
-from refserver.http_server import start_server
+from refserver.http11 import start_server
 
 
-def parse_args(argv: Optional[list[str]] = None) -> tuple[str, int, Settings]:
-    p = argparse.ArgumentParser(prog="python -m harness.reference_server", description=__doc__.splitlines()[0])
+def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserver") -> tuple[str, int, Settings]:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0: any free port (printed)")
     p.add_argument("--ttft-ms", type=float, default=50.0)
@@ -70,8 +70,8 @@ async def serve(host: str, port: int, settings: Settings) -> None:
     print("reference server: stopping", flush=True)
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    host, port, settings = parse_args(argv)
+def main(argv: Optional[list[str]] = None, prog: str = "python -m refserver") -> None:
+    host, port, settings = parse_args(argv, prog)
     sys.setswitchinterval(0.0005)  # the timer thread gets the GIL back within 0.5 ms
     try:
         asyncio.run(serve(host, port, settings))

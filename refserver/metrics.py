@@ -1,6 +1,8 @@
 """``/metrics`` of the reference server: Prometheus histograms of what it served, and its own lateness."""
 from __future__ import annotations
 
+from typing import Optional
+
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
@@ -54,6 +56,25 @@ class ServedMetrics:
         self.generation_tokens = 0
         self.requests_ok = 0
         self.running = 0
+
+    def observe_chunk(self, t: float, due: float, prev_t: Optional[float], arrival: float, tokens: int) -> None:
+        """A chunk of ``tokens`` written at ``t`` (due at ``due``): its lateness, and TTFT or ITL."""
+        self.lateness.observe(t - due)
+        if prev_t is None:
+            self.ttft.observe(t - arrival)
+            if tokens > 1:
+                self.itl.observe(0.0, tokens - 1)
+        else:
+            self.itl.observe((t - prev_t) / tokens, tokens)
+
+    def served(self, arrival: float, last_t: Optional[float], n_prompt: int, n: int) -> None:
+        """A reply sent whole."""
+        self.queue.observe(0.0)
+        if last_t is not None:
+            self.e2e.observe(last_t - arrival)
+        self.prompt_tokens += n_prompt
+        self.generation_tokens += n
+        self.requests_ok += 1
 
     def render(self) -> str:
         p = self.prefix

@@ -19,7 +19,7 @@ def reference_server(log_dir: Path, *args: str, env: Optional[dict[str, str]] = 
                      health_path: str = "/health") -> Iterator[ManagedServer]:
     """A reference server on a free port, healthy, stopped (with its process group) after."""
     port = free_port()
-    argv = [sys.executable, "-m", "harness.reference_server", "--port", str(port), *args]
+    argv = [sys.executable, "-m", "refserver", "--port", str(port), *args]
     server = ManagedServer(argv, port=port, log_path=Path(log_dir) / f"reference-{port}.log", env=env,
                            health_path=health_path, name="reference", stop_grace_s=5)
     server.start()

@@ -139,11 +139,12 @@ def test_gate_without_a_sweep_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"error: no sweep.json under {tmp_path}: did the sweep run?"]
 
 
-def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path):
+@pytest.mark.parametrize("module", ["refserver", "harness.reference_server"])
+def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
     marker = f"teardown-{uuid.uuid4().hex[:8]}"
     proc = script(sys.executable, CI / "teardown.py", "--only", marker)
     assert proc.returncode == 0 and "clean" in proc.stdout
-    stray = subprocess.Popen([sys.executable, "-m", "harness.reference_server", "--port", "0", "--model-name", marker],
+    stray = subprocess.Popen([sys.executable, "-m", module, "--port", "0", "--model-name", marker],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         time.sleep(1)

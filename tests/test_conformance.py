@@ -103,7 +103,7 @@ class Engine:
 
 def _config(target: Target, model):
     if target.dialect_of:  # the engine's own preset, its server replaced by the reference server
-        command = ["{python}", "-m", "harness.reference_server", "--host", "{host}", "--port", "{port}", "--dialect",
+        command = ["{python}", "-m", "refserver", "--host", "{host}", "--port", "{port}", "--dialect",
                    target.dialect_of, "--tokens", "8", "--ttft-ms", "5", "--itl-ms", "20", "--tokenizer", "{model}",
                    "--model-name", "whatever"]
         return backend_registry.get(target.backend).config_cls(mode="server", startup_timeout_s=60,

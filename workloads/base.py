@@ -45,17 +45,15 @@ class WorkloadConfig:
     min_rounds: Optional[int] = None
 
     def validate(self) -> None:
-        _positive(f"workload.concurrency", self.concurrency, allow_none=True)
-        _positive("workload.min_rounds", self.min_rounds, allow_none=True)
+        require_positive(f"workload.concurrency", self.concurrency, allow_none=True)
+        require_positive("workload.min_rounds", self.min_rounds, allow_none=True)
         if self.rate is not None and self.rate <= 0:
             raise ConfigError(f"workload.rate must be > 0 requests/s, or null for a closed loop (got {self.rate})")
-        from workloads.arrivals import arrival_registry
-
         arrival_registry.get(self.arrival)
         if self.burstiness <= 0:
             raise ConfigError(f"workload.burstiness must be > 0 (got {self.burstiness})")
-        _positive("workload.output_len", self.output_len)
-        _check_distribution("workload.output_len", self.output_len_dist, self.output_len_spread)
+        require_positive("workload.output_len", self.output_len)
+        check_length_distribution("workload.output_len", self.output_len_dist, self.output_len_spread)
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ConfigError("workload sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0")
         if self.warmup_requests < 0:
@@ -69,14 +67,14 @@ def session_count(cfg: WorkloadConfig, configured: int) -> int:
     return max(configured, cfg.min_rounds * (cfg.concurrency or 1))
 
 
-def _positive(key: str, value: Optional[float], allow_none: bool = False) -> None:
+def require_positive(key: str, value: Optional[float], allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if value is None or value < 1:
         raise ConfigError(f"{key} must be >= 1 (got {value})")
 
 
-def _check_distribution(key: str, dist: str, spread: float) -> None:
+def check_length_distribution(key: str, dist: str, spread: float) -> None:
     if dist not in LENGTH_DISTRIBUTIONS:
         raise ConfigError(f"{key}_dist must be one of {', '.join(LENGTH_DISTRIBUTIONS)} (got {dist!r})")
     if spread < 0:
@@ -102,6 +100,15 @@ class SessionSpec:
     system: Optional[str] = None
     arrival_s: Optional[float] = None  # open loop: when the session starts, from run start
     history: Optional[list[dict[str, str]]] = None  # messages before the first turn (a dataset's)
+
+
+def first_request_ids(sessions: list[SessionSpec]) -> list[int]:
+    """The id of each session's first request: requests are numbered in plan order, turn by turn."""
+    ids, next_id = [], 0
+    for s in sessions:
+        ids.append(next_id)
+        next_id += len(s.turns)
+    return ids
 
 
 # Fields added for data workloads: left out of the plan's JSON while unset, so the hashes of
@@ -195,7 +202,6 @@ class WorkloadPlan:
             measured["data_sha256"] = body["source"].get("sha256")
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
-
     @staticmethod
     def prompts_hash(body: dict[str, Any]) -> str:
         """sha256 of the prompts and lengths alone, without arrival times: runs of one workload
@@ -219,6 +225,7 @@ class Workload(ABC):
         """Make the plan; the same config, tokenizer and seed give the same plan."""
 
 
+from workloads.arrivals import arrival_registry
 from workloads.corpus import TokenizedCorpus  # noqa: E402
 from workloads.prompts import PromptRenderer  # noqa: E402
 
@@ -239,8 +246,6 @@ def make_plan(
 ) -> WorkloadPlan:
     """Attach open-loop arrival times and the common fields to a workload's sessions."""
     if config.rate is not None:
-        from workloads.arrivals import arrival_registry
-
         process = arrival_registry.create(config.arrival)
         for session, offset in zip(sessions, process.offsets(arrival_rng, len(sessions), config.rate, config.burstiness)):
             session.arrival_s = round(offset, 6)

@@ -20,8 +20,8 @@ from workloads.base import (
     WorkloadConfig,
     WorkloadPlan,
     session_count,
-    _check_distribution,
-    _positive,
+    check_length_distribution,
+    require_positive,
     make_plan,
     seeded_streams,
 )
@@ -57,10 +57,10 @@ class ChatConfig(WorkloadConfig):
 
     def validate(self) -> None:
         super().validate()
-        _positive("workload.sessions", self.sessions)
-        _positive("workload.turns", self.turns)
-        _positive("workload.user_len", self.user_len)
-        _check_distribution("workload.user_len", self.user_len_dist, self.user_len_spread)
+        require_positive("workload.sessions", self.sessions)
+        require_positive("workload.turns", self.turns)
+        require_positive("workload.user_len", self.user_len)
+        check_length_distribution("workload.user_len", self.user_len_dist, self.user_len_spread)
         if self.system_prompt_len < 0:
             raise ConfigError(f"workload.system_prompt_len must be >= 0 (got {self.system_prompt_len})")
         if self.system_prompt is not None and self.system_prompt_len > 0:

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from core.errors import ConfigError
-from workloads.base import SessionSpec, TurnSpec, WorkloadConfig, WorkloadPlan, _positive, make_plan
+from workloads.base import SessionSpec, TurnSpec, WorkloadConfig, WorkloadPlan, require_positive, make_plan
 from workloads.corpus import TokenizedCorpus
 from workloads.prompts import PromptRenderer, chat_messages
 
@@ -44,12 +44,12 @@ class DataConfig(WorkloadConfig):
         super().validate()
         if (self.path is None) == (self.hf_dataset is None):
             raise ConfigError(f"workload={self.name} needs its data: set workload.path=FILE (or workload.hf_dataset=owner/name:file)")
-        _positive("workload.num_requests", self.num_requests, allow_none=True)
-        _positive("workload.min_prompt_len", self.min_prompt_len)
-        _positive("workload.min_output_len", self.min_output_len)
-        _positive("workload.max_prompt_len", self.max_prompt_len, allow_none=True)
-        _positive("workload.max_output_len", self.max_output_len, allow_none=True)
-        _positive("workload.max_context", self.max_context, allow_none=True)
+        require_positive("workload.num_requests", self.num_requests, allow_none=True)
+        require_positive("workload.min_prompt_len", self.min_prompt_len)
+        require_positive("workload.min_output_len", self.min_output_len)
+        require_positive("workload.max_prompt_len", self.max_prompt_len, allow_none=True)
+        require_positive("workload.max_output_len", self.max_output_len, allow_none=True)
+        require_positive("workload.max_context", self.max_context, allow_none=True)
 
     def keeps(self, prompt_len: int, output_len: int) -> bool:
         """Whether a request passes the length filters."""

@@ -31,7 +31,7 @@ from workloads.base import (
     Workload,
     WorkloadConfig,
     WorkloadPlan,
-    _positive,
+    require_positive,
     make_plan,
     seeded_streams,
 )
@@ -57,7 +57,7 @@ class SharedPrefixConfig(WorkloadConfig):
     def validate(self) -> None:
         super().validate()
         for key in ("num_groups", "prompts_per_group", "question_len", "turns"):
-            _positive(f"workload.{key}", getattr(self, key))
+            require_positive(f"workload.{key}", getattr(self, key))
         if self.system_prompt_len < 0:
             raise ConfigError(f"workload.system_prompt_len must be >= 0 (got {self.system_prompt_len})")
         if self.think_time_s < 0:
@@ -84,7 +84,6 @@ def theoretical_hit_rate(prompts: Sequence[Sequence[int]]) -> float:
         total += len(key)
         seen.insert(i, key)
     return hit / total if total else 0.0
-
 
 
 @workload_registry.register("shared_prefix", SharedPrefixConfig)

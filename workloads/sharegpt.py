@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, _positive, seeded_streams
+from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, require_positive, seeded_streams
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     OUTPUT_LEN_SOURCES,
@@ -55,8 +55,8 @@ class ShareGPTConfig(DataConfig):
 
     def validate(self) -> None:
         super().validate()
-        _positive("workload.sessions", self.sessions, allow_none=True)
-        _positive("workload.max_turns", self.max_turns, allow_none=True)
+        require_positive("workload.sessions", self.sessions, allow_none=True)
+        require_positive("workload.max_turns", self.max_turns, allow_none=True)
         if self.history not in HISTORIES:
             raise ConfigError(f"workload.history must be engine or dataset (got {self.history!r})")
         if self.output_len_source not in OUTPUT_LEN_SOURCES:

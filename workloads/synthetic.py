@@ -17,8 +17,8 @@ from workloads.base import (
     WorkloadConfig,
     WorkloadPlan,
     session_count,
-    _check_distribution,
-    _positive,
+    check_length_distribution,
+    require_positive,
     make_plan,
     seeded_streams,
 )
@@ -37,9 +37,9 @@ class SyntheticConfig(WorkloadConfig):
 
     def validate(self) -> None:
         super().validate()
-        _positive("workload.num_requests", self.num_requests)
-        _positive("workload.input_len", self.input_len)
-        _check_distribution("workload.input_len", self.input_len_dist, self.input_len_spread)
+        require_positive("workload.num_requests", self.num_requests)
+        require_positive("workload.input_len", self.input_len)
+        check_length_distribution("workload.input_len", self.input_len_dist, self.input_len_spread)
 
 
 def user_only(text: str) -> list[dict[str, str]]:

@@ -31,13 +31,13 @@ import time
 from typing import Any, AsyncIterator, Optional
 
 import torch
-
 from transformers.generation.continuous_batching.cb_logits_processors import ContinuousBatchingLogitsProcessor
 from transformers.generation.continuous_batching.continuous_api import OutputRouter
 
 from backends.threaded import Job
 from core.errors import ConfigError
 from core.types import GenerationRequest, RequestDone, SamplingParams, StreamEvent, TokenChunk
+
 
 def _decoding_key(sampling: SamplingParams) -> tuple:
     return (True,) if sampling.greedy else (False, sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed)

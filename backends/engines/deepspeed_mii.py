@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from backends.registry import backend_registry
-from backends.server.engine_server import EngineServerBackend, EngineServerConfig
+from backends.server.presets import deepspeed_mii_preset
+from backends.server.standalone import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 
 
@@ -46,7 +47,5 @@ class DeepSpeedMIIBackend(EngineServerBackend):
 
     @classmethod
     def server_preset(cls, config: Any, model: Any):
-        from backends.server.presets import deepspeed_mii_preset
-
         assert isinstance(config, DeepSpeedMIIConfig)
         return deepspeed_mii_preset(config, model, extra_args=config.mii_args())

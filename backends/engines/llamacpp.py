@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from backends.base import BackendConfig
-from core.types import RequestDone, SamplingParams, TokenChunk
 from backends.registry import backend_registry
+from backends.server.presets import llamacpp_preset
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import gguf_quantization
 from core.sequences import common_prefix
+from core.types import RequestDone, SamplingParams, TokenChunk
 
 
 @dataclass
@@ -65,8 +66,6 @@ class LlamaCppBackend(ThreadedBackend):
     @classmethod
     def server_preset(cls, config: LlamaCppConfig, model: Any):
         """llama-cpp-python's server on the same GGUF, context, threads and GPU layers."""
-        from backends.server.presets import llamacpp_preset
-
         check_gguf_header(model.require_gguf())
         args = ["--n_ctx", str(config.n_ctx), "--n_batch", str(config.n_batch), "--n_gpu_layers", str(config.n_gpu_layers)]
         if config.n_threads:

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from backends.base import BackendConfig
-from core.types import RequestDone, SamplingParams, TokenChunk
 from backends.registry import backend_registry
+from backends.server.presets import mlx_preset
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
-from core.model import hf_dtype
+from core.model import cache_root, hf_dtype
+from core.types import RequestDone, SamplingParams, TokenChunk
 
 SUPPRESS = -1e9  # logit bias that keeps end-of-generation tokens from being sampled
 
@@ -68,8 +69,6 @@ def rope_compat_folder(folder: Path) -> Path:
     import hashlib
     import shutil
 
-    from core.model import cache_root
-
     folder = Path(folder).resolve()
     out = cache_root() / "mlx" / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:12]}-rope"
     if (out / "config.json").exists():
@@ -106,8 +105,6 @@ class MLXBackend(ThreadedBackend):
     @classmethod
     def server_preset(cls, config: MLXConfig, model: Any):
         """mlx-lm's server (mlx_lm.server) on the same folder."""
-        from backends.server.presets import mlx_preset
-
         if model.hf_dir is None:
             raise ModelError("backend=mlx loads Hugging Face or MLX folders: pass model.path=<HF folder>")
         if rope_compat(model.hf_dir):  # mlx_lm.server takes no config override: a folder that says it
@@ -133,8 +130,6 @@ class MLXBackend(ThreadedBackend):
 
     def _quantized_copy(self) -> Path:
         from mlx_lm import convert
-
-        from core.model import cache_root
 
         bits, group = self.config.quantize_bits, self.config.quantize_group_size
         out = cache_root() / "mlx" / f"{self.model.name}-q{bits}g{group}"

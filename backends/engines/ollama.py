@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from backends.registry import backend_registry
-from backends.server.engine_server import EngineServerBackend, EngineServerConfig
+from backends.server.presets import ollama_preset
+from backends.server.standalone import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
@@ -86,8 +87,6 @@ class OllamaBackend(EngineServerBackend):
 
     @classmethod
     def server_preset(cls, config: Any, model: Any):
-        from backends.server.presets import ollama_preset
-
         assert isinstance(config, OllamaConfig)
         return ollama_preset(config, model, model_name=config.model_name, parameters=config.parameters(),
                              env=config.server_env())

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
-from core.types import RequestDone, TokenChunk
 from backends.registry import backend_registry
+from backends.server.presets import sglang_preset
 from core.errors import ConfigError
+from core.types import RequestDone, TokenChunk
 
 CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
 
@@ -154,8 +155,6 @@ class SGLangBackend(Backend):
     @classmethod
     def server_preset(cls, config: SGLangConfig, model: Any):
         """``python -m sglang.launch_server`` with the same ServerArgs, as command-line flags."""
-        from backends.server.presets import sglang_preset
-
         return sglang_preset(config, model, extra_args=server_args_flags(config))
 
     def server_args(self) -> Any:

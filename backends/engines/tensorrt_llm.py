@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from backends.registry import backend_registry
-from backends.server.engine_server import EngineServerBackend, EngineServerConfig
+from backends.server.launch import resolve_python
+from backends.server.presets import tensorrt_llm_preset
+from backends.server.standalone import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 
 BACKENDS = ("pytorch", "tensorrt", "_autodeploy")
@@ -79,8 +81,6 @@ class TensorRTLLMBackend(EngineServerBackend):
         """``trtllm-serve`` next to ``backend.python`` when that is set (a virtual environment's
         bin folder), else the one on PATH."""
         if config.python:
-            from backends.server.launch import resolve_python
-
             beside = Path(resolve_python(config.python)).parent / cls.program
             if beside.is_file():
                 return str(beside)
@@ -88,8 +88,6 @@ class TensorRTLLMBackend(EngineServerBackend):
 
     @classmethod
     def server_preset(cls, config: Any, model: Any):
-        from backends.server.presets import tensorrt_llm_preset
-
         assert isinstance(config, TensorRTLLMConfig)
         return tensorrt_llm_preset(config, model, extra_args=config.serve_args(), llm_api_options=config.api_options(),
                                    program=cls.server_program(config))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from backends.registry import backend_registry
-from backends.server.engine_server import EngineServerBackend, EngineServerConfig
+from backends.server.presets import tgi_preset
+from backends.server.standalone import EngineServerBackend, EngineServerConfig
 from core.errors import ConfigError
 
 DTYPES = ("float16", "bfloat16")
@@ -74,7 +75,5 @@ class TGIBackend(EngineServerBackend):
 
     @classmethod
     def server_preset(cls, config: Any, model: Any):
-        from backends.server.presets import tgi_preset
-
         assert isinstance(config, TGIConfig)
         return tgi_preset(config, model, extra_args=config.launcher_args())

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
-from core.types import RequestDone, TokenChunk
 from backends.registry import backend_registry
+from backends.server.presets import transformers_preset
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError
 from core.model import ModelFiles
+from core.types import RequestDone, TokenChunk
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BATCHING = ("serial", "static", "continuous")
@@ -89,8 +90,6 @@ class TransformersBackend(ThreadedBackend):
     def server_preset(cls, config: BackendConfig, model: ModelFiles):
         """``transformers serve`` (backend.mode=server), where the chosen interpreter's
         transformers has it; device, dtype and attn_implementation carry over."""
-        from backends.server.presets import transformers_preset
-
         assert isinstance(config, TransformersConfig)
         args: list[str] = []
         if config.device != "auto":

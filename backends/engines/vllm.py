@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
-from core.types import RequestDone, TokenChunk
 from backends.registry import backend_registry
+from backends.server.presets import vllm_preset
 from core import shm
 from core.errors import ConfigError, ModelError
+from core.types import RequestDone, TokenChunk
 
 log = logging.getLogger("harness")
 
@@ -75,8 +76,6 @@ class VLLMBackend(Backend):
     @classmethod
     def server_preset(cls, config: VLLMConfig, model: Any):
         """vLLM's OpenAI server with the same engine arguments as in-process."""
-        from backends.server.presets import vllm_preset
-
         args = ["--dtype", config.dtype, "--gpu-memory-utilization", str(config.gpu_memory_utilization),
                 "--tensor-parallel-size", str(config.tensor_parallel_size), "--seed", str(config.seed)]
         if config.max_model_len is not None:

@@ -1,10 +1,11 @@
 """A backend that streams from an OpenAI-compatible server through the streaming client."""
 from __future__ import annotations
 
+import copy
 import os
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
-from backends.base import Backend
+from backends.base import Backend, RequestStream
 from backends.http.client import OpenAIClient
 from backends.http.probe import http_get
 from backends.http.urls import public_url
@@ -38,6 +39,16 @@ class HTTPBackend(Backend):
             raise RuntimeError("the backend is not loaded")
         return self.client.stream(request, self.extra_body(request))
 
+    def worker_client(self) -> Optional[RequestStream]:
+        """The HTTP client alone (a copy), with this backend's request extras: a forked worker
+        streams through it and never polls the server process, which is not its child (it would
+        take it for dead). The copy opens its own connection pool on the worker's loop; the
+        pool it was copied with stays referenced by this backend's client, so the fork never
+        collects it (its clean-up would act on the driver's loop)."""
+        if self.client is None:
+            return None
+        return ClientStream(copy.copy(self.client), self.extra_body)
+
     def engine_process(self) -> Optional[int]:
         return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched
 
@@ -48,3 +59,14 @@ class HTTPBackend(Backend):
         if status != 200:
             raise HarnessError(f"{public_url(self.metrics_url)} answered HTTP {status}")
         return body
+
+
+class ClientStream:
+    """An OpenAI-compatible server's stream through one client, with a backend's per-request extras."""
+
+    def __init__(self, client: OpenAIClient, extra_body: Callable[[GenerationRequest], dict[str, Any]]):
+        self.client = client
+        self.extra_body = extra_body
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        return self.client.stream(request, self.extra_body(request))

@@ -1,17 +1,11 @@
-"""Server mode (``backend.mode=server``): launch an engine's own OpenAI-compatible server as
-a child process, benchmark it over HTTP, stop it.
+"""Server mode (``backend.mode=server``): an engine's own OpenAI-compatible server, launched
+for the run, benchmarked over HTTP, stopped after it.
 
-- :class:`ServerPreset` — what an engine module says about its server: the command, the
-  health and metrics paths, extra environment, the model name to send, and per-request
-  body extras (e.g. ``ignore_eos`` for exact output lengths).
-- :class:`ManagedServer` — the child process: its own process group (session), bound to
-  127.0.0.1 on a free port, stdout and stderr in ``<run folder>/server.log``, a health
-  check with a time-out, and a stop that signals the whole group (SIGTERM, then SIGKILL
-  after a grace period) — also on error, Ctrl-C, SIGTERM or interpreter exit — and then runs
-  the preset's clean-up commands (``docker rm -f`` of a container), as its watchdog does
-  when the harness itself is killed.
-- :class:`ServerBackend` — a :class:`backends.base.Backend` that owns a ManagedServer and
-  streams from it with :class:`backends.http.client.OpenAIClient`.
+:class:`ServerBackend` is a :class:`backends.base.Backend` built from the engine's
+:class:`backends.preset.ServerPreset`: it launches the server (``backends/server/launch.py``:
+interpreter, command, port) as a :class:`backends.server.process.ManagedServer` (its own
+process group, its log, its health check, its stop, its watchdog) and streams from it with
+:class:`backends.http.client.OpenAIClient`.
 
 The server can run in another interpreter (``backend.python=/opt/vllm/bin/python`` or a
 virtual-environment folder), so engines whose pins conflict are benchmarked from one
@@ -34,7 +28,7 @@ from backends.http.client import OpenAIClient, client_limits
 from backends.http.probe import check_server, http_get
 from backends.preset import ServerPreset
 from backends.server.launch import choose_port, fill_placeholders, placeholder_values, resolve_python, server_argv
-from backends.server.process import ManagedServer, ServerStartError, _HealthWatch
+from backends.server.process import ManagedServer, ServerStartError, HealthWatch
 from core.model import ModelFiles, gguf_quantization, hf_dtype
 
 log = logging.getLogger("harness")
@@ -77,14 +71,14 @@ class ServerBackend(HTTPBackend):
         self._log_path: Optional[Path] = None  # set at the first launch, kept for a relaunch
         self._files_dir: Optional[Path] = None
         self._values: dict[str, Any] = {}  # the placeholders of the current launch
-        self._health: Optional[_HealthWatch] = None  # the health of the launch begun in begin_load
+        self._health: Optional[HealthWatch] = None  # the health of the launch begun in begin_load
 
     def begin_load(self) -> bool:
         """Launch the server and return at once: it loads while the harness reads the tokenizer
         and builds the workload. ``load`` then waits for it to be healthy."""
         if self.server is None:
             self._launch(attempt=0)
-            self._health = _HealthWatch(self.server, self.config.startup_timeout_s)
+            self._health = HealthWatch(self.server, self.config.startup_timeout_s)
         return True
 
     def _launch(self, attempt: int) -> None:

@@ -41,7 +41,7 @@ from core.errors import ConfigError
 from core.model import ModelFiles
 
 if TYPE_CHECKING:
-    from backends.server.engine_server import EngineServerConfig
+    from backends.server.standalone import EngineServerConfig
 
 # Tokens that end generation in common chat vocabularies (llama.cpp treats these as
 # end-of-generation too); suppressing one that a model never emits does no harm.

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 
 import psutil
 
-from harness.results import formulas as metrics
+from harness.results import formulas
 
 INTERVAL_S = 0.05
 
@@ -61,7 +61,7 @@ class ClientLoad:
         cpu = times.user + times.system - self._cpu0 + sum(cpu_s for _, cpu_s in worker_loads)
         lags = [lag for lags, _ in worker_loads for lag in lags] if worker_loads else self.lags
         self._figures = {
-            "loop_lag_s": metrics.distribution(lags),
+            "loop_lag_s": formulas.distribution(lags),
             "cpu_cores": cpu / wall if wall > 0 else None,
             "workers": max(1, len(worker_loads)),
         }

@@ -2,22 +2,28 @@
 
 The driver never serializes requests on the engine's behalf: every session in flight has
 its own request in the engine at once, and the engine decides how to batch them.
+
+:class:`Driver` runs a plan in this process, on one event loop. :class:`harness.client.workers.WorkerPool`
+runs it in several client processes (``client.workers``); it drives a Driver through the
+public methods marked *worker side* below, and each worker process runs its sessions with a
+Driver of its own. Which one runs a point is the point's choice (harness/run/point.py).
 """
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import gc
 import time
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
-from backends.base import Backend, GenerationRequest
-from core.types import RequestDone, SamplingParams, TokenChunk
+from backends.base import RequestStream
+from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChunk
 from harness.client.pacing import pace_until
 from harness.client.saturation import SaturationDetector
-from harness.results.record import RequestRecord, build_record
-from workloads.base import SessionSpec, WorkloadPlan
+from harness.results.record import RequestRecord, RequestTiming, build_record
+from workloads.base import SessionSpec, WorkloadPlan, first_request_ids
 from workloads.prompts import PromptRenderer, chat_messages
 
 # The error of a request cancelled because its open-loop point was stopped as over-saturated.
@@ -25,7 +31,7 @@ SATURATED_ERROR = "cancelled: over-saturated, the point was stopped"
 
 
 async def execute(
-    backend: Backend,
+    backend: RequestStream,
     request: GenerationRequest,
     t0: float,
     scheduled_s: Optional[float] = None,
@@ -38,30 +44,19 @@ async def execute(
     and the streamed output token ids. A request cut off by Ctrl-C is handed to
     ``on_cancel`` as a failed record, so what it had measured stays in the results.
     """
-    chunks: list[tuple[float, int]] = []
+    timing = RequestTiming(t0=t0, send_t=time.perf_counter(), scheduled_s=scheduled_s,
+                           expected_prompt_tokens=expected_prompt_tokens)
+    chunks = timing.chunks
     output_ids: list[int] = []
     ids_text: Optional[str] = None  # the reply's ids are this text's tokens, counted after the run
     lag_max = 0.0
     done: Optional[RequestDone] = None
     error = None
-    send_t = time.perf_counter()
 
     def record_now() -> RequestRecord:
-        return build_record(
-            request=request,
-            t0=t0,
-            send_t=send_t,
-            end_t=time.perf_counter(),
-            chunks=chunks,
-            output_token_ids=output_ids if ids_text is None else None,
-            scheduled_s=scheduled_s,
-            expected_prompt_tokens=expected_prompt_tokens,
-            scheduled_t=done.scheduled_t if done else None,
-            finish_reason=done.finish_reason if done else None,
-            error=error,
-            delivery_lag_max_s=lag_max if chunks else None,
-            engine_stats=done.engine_stats if done else {},
-        )
+        timing.end_t = time.perf_counter()
+        timing.delivery_lag_max_s = lag_max if chunks else None
+        return build_record(request, timing, done, output_ids if ids_text is None else None, error)
 
     try:
         async for event in backend.stream(request):
@@ -78,7 +73,7 @@ async def execute(
                 done = event
                 if (done.chunk_tokens is not None and len(done.chunk_tokens) == len(chunks)
                         and done.chunk_tokens != [n for _, n in chunks]):
-                    chunks = [(t, n) for (t, _), n in zip(chunks, done.chunk_tokens)]
+                    chunks[:] = [(t, n) for (t, _), n in zip(chunks, done.chunk_tokens)]
                 if done.token_ids is not None:
                     output_ids = list(done.token_ids)
                 elif done.token_ids_text is not None:
@@ -100,14 +95,12 @@ async def execute(
 class Driver:
     def __init__(
         self,
-        backend: Backend,
+        backend: RequestStream,
         renderer: PromptRenderer,
         plan: WorkloadPlan,
         on_record: Callable[[RequestRecord], None],
         saturation: Optional[SaturationDetector] = None,
-        workers: int = 1,
         spin: bool = True,
-        event_loop: str = "asyncio",
     ):
         self.backend = backend
         self.renderer = renderer
@@ -119,15 +112,9 @@ class Driver:
         # over-saturated (one detector per run). ``saturated`` is then the reason, one line.
         self.saturation = saturation
         self.saturated: Optional[str] = None
-        self._monitoring = False
-        self._sessions_done = 0
-        # More than 1: the sessions run in that many client processes (harness/client/workers.py),
-        # each on its own ``event_loop``; ``worker_loads`` then holds each one's (loop lags,
-        # CPU seconds) for the summary.
-        self.workers = workers
+        self.monitoring = False  # this run's saturation is watched here
+        self.sessions_done = 0
         self.spin = spin  # open-loop pacing: spin to the due time (harness/client/pacing.py), or asyncio's timer
-        self.event_loop = event_loop
-        self.worker_loads: list[tuple[list[float], float]] = []
 
     def _sampling_for(self, request_id: int) -> SamplingParams:
         """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
@@ -136,42 +123,31 @@ class Driver:
         return replace(self.sampling, seed=self.plan.seed + request_id)
 
     async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
-        """Run the sessions; returns the measured wall time T (first send to last finish).
+        """Run the sessions in this process; returns the measured wall time T (first send to last finish).
 
         Open loop with a saturation detector: a monitor task samples the backlog every
         ``sample_interval_s``; when the detector reports over-saturation, ``self.saturated``
         is set to its reason, nothing more is sent, the requests in flight are cancelled
         (recorded with ``SATURATED_ERROR``) and T is returned up to that point.
         """
-        self.saturated = None
-        self._monitoring = open_loop and self.saturation is not None
-        self._sessions_done = 0
-        # Everything alive now (engine, tokenizer, transformers: a million objects) is left
-        # out of the collector's passes until the point ends: a full pass over it stops the
-        # loop for up to ~0.3 s on a small machine, and every stream's stamps with it.
-        gc.freeze()
-        try:
+        self.begin(open_loop)
+        with collector_frozen():
             return await self._run(sessions, open_loop)
-        finally:
-            gc.unfreeze()
 
     async def _run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
-        if min(self.workers, len(sessions), self.cap(open_loop) or len(sessions)) > 1:
-            from harness.client.workers import run_workers
-
-            return await run_workers(self, sessions, open_loop)
-        semaphore = asyncio.Semaphore(self.cap(open_loop)) if self.cap(open_loop) else None
-        first_ids = _request_ids(sessions)
-        session = self._counted_session if self._monitoring else self._session
+        cap = self.cap(open_loop)
+        semaphore = asyncio.Semaphore(cap) if cap else None
+        first_ids = first_request_ids(sessions)
+        session = self._counted_session if self.monitoring else self.session
         self.t0 = time.perf_counter()
         if open_loop:
-            tasks = [asyncio.create_task(self.dispatch(list(zip(sessions, first_ids)), semaphore, session))]
+            tasks = [asyncio.create_task(self._dispatch(list(zip(sessions, first_ids)), semaphore, session))]
         else:
             tasks = [
                 asyncio.create_task(session(s, first_id, semaphore, open_loop))
                 for s, first_id in zip(sessions, first_ids)
             ]
-        monitor = asyncio.create_task(self._monitor(sessions)) if self._monitoring else None
+        monitor = asyncio.create_task(self.monitor(sessions)) if self.monitoring else None
         try:
             if monitor is None:
                 await asyncio.gather(*tasks)
@@ -186,12 +162,62 @@ class Driver:
             await asyncio.gather(*tasks, return_exceptions=True)
         return time.perf_counter() - self.t0
 
+    # --- worker side: what harness.client.workers.WorkerPool uses -------------------------
+
+    def begin(self, open_loop: bool) -> None:
+        """A run starts: no saturation yet, no session done; an open loop with a detector is watched."""
+        self.saturated = None
+        self.monitoring = open_loop and self.saturation is not None
+        self.sessions_done = 0
+
     def cap(self, open_loop: bool) -> Optional[int]:
         """Sessions in flight at most: the plan's concurrency (closed loop: 1 when unset)."""
         return self.plan.concurrency or (None if open_loop else 1)
 
-    async def dispatch(self, sessions: list[tuple[SessionSpec, int]], semaphore: Optional[asyncio.Semaphore],
-                       session: Callable) -> None:
+    def take_record(self, record: RequestRecord) -> None:
+        """A finished request: kept (``on_record``), and its TTFT shown to the saturation detector."""
+        self.on_record(record)
+        if self.monitoring and record.ok:
+            assert self.saturation is not None
+            # TTFT as the user sees it in an open loop: from the scheduled arrival (so it
+            # includes waiting for the concurrency cap) to the first token.
+            wait = record.start_s - record.scheduled_s if record.scheduled_s is not None else 0.0
+            self.saturation.observe_ttft(time.perf_counter() - self.t0, wait + record.ttft_s)
+
+    def session_finished(self) -> None:
+        self.sessions_done += 1
+
+    async def monitor(self, sessions: list[SessionSpec]) -> str:
+        """Sample the backlog every interval and ask the detector; returns its reason."""
+        detector = self.saturation
+        assert detector is not None
+        interval = detector.cfg.sample_interval_s
+        arrivals = sorted(s.arrival_s or 0.0 for s in sessions)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.perf_counter() - self.t0
+            # Backlog: sessions whose arrival has passed (bisect) and that have not finished,
+            # including those waiting for the concurrency cap.
+            backlog = max(0, bisect.bisect_right(arrivals, now) - self.sessions_done)
+            detector.observe_backlog(now, backlog)
+            reason = detector.check(now)
+            if reason:
+                return reason
+
+    async def session(
+        self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
+    ) -> None:
+        """One session, turn after turn, once ``semaphore`` (the concurrency cap) lets it in."""
+        if semaphore is not None:
+            async with semaphore:
+                await self._turns(session, first_id, open_loop)
+        else:
+            await self._turns(session, first_id, open_loop)
+
+    # --- this process -----------------------------------------------------------------------
+
+    async def _dispatch(self, sessions: list[tuple[SessionSpec, int]], semaphore: Optional[asyncio.Semaphore],
+                        session: Callable) -> None:
         """Open loop: start each session at its arrival (``pace_until``), in arrival order;
         one task paces them all, so at most one task spins at a time."""
         children: list[asyncio.Task] = []
@@ -216,45 +242,19 @@ class Driver:
             return
         self.saturated = monitor.result()  # set before the sessions are cancelled (_on_cancel)
 
-    async def _monitor(self, sessions: list[SessionSpec]) -> str:
-        """Sample the backlog every interval and ask the detector; returns its reason."""
-        detector = self.saturation
-        assert detector is not None
-        interval = detector.cfg.sample_interval_s
-        arrivals = sorted(s.arrival_s or 0.0 for s in sessions)
-        while True:
-            await asyncio.sleep(interval)
-            now = time.perf_counter() - self.t0
-            # Backlog: sessions whose arrival has passed (bisect) and that have not finished,
-            # including those waiting for the concurrency cap.
-            backlog = max(0, bisect.bisect_right(arrivals, now) - self._sessions_done)
-            detector.observe_backlog(now, backlog)
-            reason = detector.check(now)
-            if reason:
-                return reason
-
     async def _counted_session(
         self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
     ) -> None:
         try:
-            await self._session(session, first_id, semaphore, open_loop)
+            await self.session(session, first_id, semaphore, open_loop)
         finally:
-            self._sessions_done += 1
+            self.session_finished()
 
     def _on_cancel(self, record: RequestRecord) -> None:
         """A request cut off in flight: by Ctrl-C, or because the point was stopped as saturated."""
         if self.saturated is not None:
             record.error = SATURATED_ERROR
         self.on_record(record)
-
-    async def _session(
-        self, session: SessionSpec, first_id: int, semaphore: Optional[asyncio.Semaphore], open_loop: bool
-    ) -> None:
-        if semaphore is not None:
-            async with semaphore:
-                await self._turns(session, first_id, open_loop)
-        else:
-            await self._turns(session, first_id, open_loop)
 
     async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool) -> None:
         history: list[dict[str, str]] = list(session.history or [])
@@ -285,22 +285,20 @@ class Driver:
             # (a server's own reply text when it sent one, else the output ids decoded).
             if record.output_text is None:
                 record.output_text = self.renderer.decode(output_ids) if output_ids else ""
-            self.on_record(record)
-            if self._monitoring and record.ok:
-                # TTFT as the user sees it in an open loop: from the scheduled arrival (so it
-                # includes waiting for the concurrency cap) to the first token.
-                wait = record.start_s - scheduled if scheduled is not None else 0.0
-                self.saturation.observe_ttft(time.perf_counter() - self.t0, wait + record.ttft_s)
+            self.take_record(record)
             if not record.ok:
                 return  # a conversation cannot go on without its reply
             # the dataset's reply when the workload replays the dataset's history, else the engine's
             history.append({"role": "assistant", "content": record.output_text if turn.reply is None else turn.reply})
 
 
-def _request_ids(sessions: list[SessionSpec]) -> list[int]:
-    """The id of each session's first request: requests are numbered in plan order."""
-    ids, next_id = [], 0
-    for s in sessions:
-        ids.append(next_id)
-        next_id += len(s.turns)
-    return ids
+@contextlib.contextmanager
+def collector_frozen() -> Iterator[None]:
+    """Everything alive now (engine, tokenizer, transformers: a million objects) is left out of
+    the collector's passes until the point ends: a full pass over it stops the loop for up to
+    ~0.3 s on a small machine, and every stream's stamps with it."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -30,8 +30,8 @@ event loop (``client.event_loop``) and its own connection pool, and assigns them
   kills it with the driver (PR_SET_PDEATHSIG).
 
 Workers are forked, not spawned: they inherit the loaded backend, the tokenizer and the plan
-at no cost (a spawned worker would import transformers again). They use only the backend's
-HTTP client, never its server handle.
+at no cost (a spawned worker would import transformers again). They stream through the
+backend's ``worker_client()`` (its HTTP client alone), never its server handle.
 """
 from __future__ import annotations
 
@@ -45,14 +45,16 @@ import sys
 import time
 import warnings
 from collections import deque
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
+from backends.base import RequestStream
 from core.errors import ConfigError, HarnessError
+from harness.client.client_load import ClientLoad
+from harness.client.driver import Driver, collector_frozen
 from harness.client.pacing import pace_until
-
-if TYPE_CHECKING:
-    from harness.client.driver import Driver
-    from workloads.base import SessionSpec
+from workloads.base import SessionSpec, WorkloadPlan, first_request_ids
+from workloads.prompts import PromptRenderer
 
 log = logging.getLogger("harness")
 
@@ -84,9 +86,10 @@ def auto_workers(concurrency: Optional[int], cores: Optional[int] = None) -> int
     return max(1, min(cores - 1, -(-concurrency // STREAMS_PER_WORKER), MAX_AUTO_WORKERS))
 
 
-def resolve_workers(requested: Optional[int], http: bool, concurrency: Optional[int]) -> int:
-    """The workers a run uses: 1 for an in-process engine; else the setting, or the default."""
-    if not http:
+def resolve_workers(requested: Optional[int], forkable: bool, concurrency: Optional[int]) -> int:
+    """The workers a run uses: 1 for a backend that cannot be driven from other processes (an
+    in-process engine: ``worker_client()`` is None); else the setting, or the default."""
+    if not forkable:
         if requested is not None and requested > 1:
             raise ConfigError(f"client.workers={requested} needs an HTTP backend (backend.mode=server or "
                               "backend=openai): an in-process engine runs in the harness's own process")
@@ -132,58 +135,156 @@ class _Worker:
         self.gone = False  # said bye, or its pipe closed
 
 
-async def run_workers(driver: "Driver", sessions: list["SessionSpec"], open_loop: bool) -> float:
-    """Run ``sessions`` in ``driver.workers`` processes; returns T as ``Driver.run`` does."""
-    from harness.client.driver import _request_ids
+class WorkerPool:
+    """Runs a Driver's sessions in ``workers`` forked client processes, each streaming through
+    ``client`` (the backend's :meth:`~backends.base.Backend.worker_client`) on a loop of
+    ``event_loop``'s kind. The driver keeps its records, its saturation watch and ``t0``;
+    ``worker_loads`` holds each worker's (loop lags, CPU seconds) once the run is over."""
 
-    check_shared_clock()
-    cap = driver.cap(open_loop)
-    n = min(driver.workers, len(sessions), cap or len(sessions))  # each worker has a session and a slot
-    if n < driver.workers:
-        log.info("client.workers=%d: %d are enough for %d sessions at concurrency %s",
-                 driver.workers, n, len(sessions), cap)
-    shares = slots(cap, n) if cap else [0] * n
-    pairs = list(zip(range(len(sessions)), _request_ids(sessions)))
-    if open_loop:
-        order = sorted(pairs, key=lambda p: sessions[p[0]].arrival_s or 0.0)
-        initial = [[p for i, p in enumerate(order) if i % n == w] for w in range(n)]
-        queue: deque = deque()
-    else:
-        queue = deque(pairs)
-        initial = [[queue.popleft() for _ in range(min(share + 1, len(queue)))] for share in shares]
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue = asyncio.Queue()
-    workers = _fork(driver, sessions, initial, shares, open_loop, loop, events)
-    log.info("client: %d worker processes (%s loop)", n, driver.event_loop)
-    try:
-        await _wait_ready(workers, events)
-        driver.t0 = time.perf_counter() + START_LEAD_S
-        for w in workers:
-            w.conn.send(("go", driver.t0))
-            if not queue:
-                w.conn.send(("end",))
-        monitor = asyncio.create_task(driver._monitor(sessions)) if driver._monitoring else None
+    def __init__(self, driver: Driver, client: RequestStream, workers: int, event_loop: str = "asyncio"):
+        self.driver = driver
+        self.client = client
+        self.workers = workers
+        self.event_loop = event_loop
+        self.worker_loads: list[tuple[list[float], float]] = []
+
+    async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+        """Run ``sessions`` in the worker processes; returns T as :meth:`Driver.run` does."""
+        driver = self.driver
+        driver.begin(open_loop)
+        with collector_frozen():
+            return await self._run(sessions, open_loop)
+
+    async def _run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+        driver = self.driver
+        check_shared_clock()
+        cap = driver.cap(open_loop)
+        n = min(self.workers, len(sessions), cap or len(sessions))  # each worker has a session and a slot
+        if n < self.workers:
+            log.info("client.workers=%d: %d are enough for %d sessions at concurrency %s",
+                     self.workers, n, len(sessions), cap)
+        shares = slots(cap, n) if cap else [0] * n
+        pairs = list(zip(range(len(sessions)), first_request_ids(sessions)))
+        if open_loop:
+            order = sorted(pairs, key=lambda p: sessions[p[0]].arrival_s or 0.0)
+            initial = [[p for i, p in enumerate(order) if i % n == w] for w in range(n)]
+            queue: deque = deque()
+        else:
+            queue = deque(pairs)
+            initial = [[queue.popleft() for _ in range(min(share + 1, len(queue)))] for share in shares]
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        job = _Job(driver.renderer, driver.plan, self.client, sessions, open_loop, driver.spin, self.event_loop)
+        workers = _fork(job, initial, shares, loop, events)
+        log.info("client: %d worker processes (%s loop)", n, self.event_loop)
         try:
-            await _serve(driver, workers, events, queue, monitor)
+            await _wait_ready(workers, events)
+            driver.t0 = time.perf_counter() + START_LEAD_S
+            for w in workers:
+                w.conn.send(("go", driver.t0))
+                if not queue:
+                    w.conn.send(("end",))
+            monitor = asyncio.create_task(driver.monitor(sessions)) if driver.monitoring else None
+            try:
+                await self._serve(workers, events, queue, monitor)
+            finally:
+                if monitor is not None:
+                    monitor.cancel()
+        except asyncio.CancelledError:
+            await self._stop(workers, events, "interrupted")
+            raise
         finally:
-            if monitor is not None:
-                monitor.cancel()
-    except asyncio.CancelledError:
-        await _stop(workers, events, driver, "interrupted")
-        raise
-    finally:
-        _reap(workers, loop)
-    return time.perf_counter() - driver.t0
+            _reap(workers, loop)
+        return time.perf_counter() - driver.t0
+
+    async def _serve(self, workers: list[_Worker], events: asyncio.Queue, queue: deque,
+                     monitor: Optional[asyncio.Task]) -> None:
+        """Forward records, hand out sessions as slots free, until every worker said bye."""
+        driver = self.driver
+        waiter: Optional[asyncio.Task] = None
+        try:
+            while not all(w.gone for w in workers):
+                waiter = waiter or asyncio.create_task(events.get())
+                wait_for = {waiter} if monitor is None else {waiter, monitor}
+                await asyncio.wait(wait_for, return_when=asyncio.FIRST_COMPLETED)
+                if monitor is not None and monitor.done() and driver.saturated is None:
+                    driver.saturated = monitor.result()
+                    await self._stop(workers, events, "saturated")
+                    return
+                if not waiter.done():
+                    continue
+                worker, msg = waiter.result()
+                waiter = None
+                self._handle(worker, msg)
+                if msg[0] == "done":
+                    driver.session_finished()
+                    if queue:
+                        worker.conn.send(("session", queue.popleft()))
+                        if not queue:
+                            for w in workers:
+                                if not w.gone:
+                                    w.conn.send(("end",))
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+
+    def _handle(self, worker: _Worker, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "record":
+            self.driver.take_record(msg[1])
+        elif kind == "load":
+            self.worker_loads.append((msg[1], msg[2]))
+        elif kind == "bye":
+            worker.gone = True
+        elif kind == "eof":
+            if not worker.gone:
+                worker.gone = True
+                log.warning("client worker %d exited (code %s) before it finished: its requests in flight are "
+                            "not recorded", worker.index, worker.process.exitcode)
+        elif kind == "error":
+            raise HarnessError(f"client worker {worker.index} failed: {msg[1]}")
+
+    async def _stop(self, workers: list[_Worker], events: asyncio.Queue, why: str) -> None:
+        """Ask every worker to cancel what is in flight, and keep what they send, within STOP_GRACE_S."""
+        for w in workers:
+            if not w.gone:
+                try:
+                    w.conn.send(("stop", why))
+                except OSError:
+                    w.gone = True
+        deadline = time.perf_counter() + STOP_GRACE_S
+        while not all(w.gone for w in workers):
+            try:
+                worker, msg = await asyncio.wait_for(events.get(), max(0.0, deadline - time.perf_counter()))
+            except asyncio.TimeoutError:
+                log.warning("client workers did not finish within %g s of stop", STOP_GRACE_S)
+                return
+            if msg[0] != "done":
+                self._handle(worker, msg)
 
 
-def _fork(driver, sessions, initial, shares, open_loop, loop, events) -> list[_Worker]:
+@dataclass
+class _Job:
+    """What every forked worker inherits: the plan and its sessions, and how to send them."""
+
+    renderer: PromptRenderer
+    plan: WorkloadPlan
+    client: RequestStream
+    sessions: list[SessionSpec]
+    open_loop: bool
+    spin: bool
+    event_loop: str
+
+
+def _fork(job: _Job, initial: list[list[tuple[int, int]]], shares: list[int], loop: asyncio.AbstractEventLoop,
+          events: asyncio.Queue) -> list[_Worker]:
     ctx = multiprocessing.get_context("fork")
     workers: list[_Worker] = []
     # set, HF tokenizers neither warn in each forked worker nor risk a deadlock there
     parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        _fork_each(ctx, driver, sessions, initial, shares, open_loop, loop, events, workers)
+        _fork_each(ctx, job, initial, shares, loop, events, workers)
     finally:
         if parallelism is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -192,12 +293,13 @@ def _fork(driver, sessions, initial, shares, open_loop, loop, events) -> list[_W
     return workers
 
 
-def _fork_each(ctx, driver, sessions, initial, shares, open_loop, loop, events, workers: list[_Worker]) -> None:
+def _fork_each(ctx: Any, job: _Job, initial: list[list[tuple[int, int]]], shares: list[int],
+               loop: asyncio.AbstractEventLoop, events: asyncio.Queue, workers: list[_Worker]) -> None:
     for index, share in enumerate(shares):
         mine, theirs = ctx.Pipe(duplex=True)
         inherited = [w.conn for w in workers] + [mine]  # driver ends the worker must not hold
         process = ctx.Process(target=_worker_main, name=f"harness-client-{index}", daemon=True,
-                              args=(driver, sessions, initial[index], share, open_loop, theirs, inherited))
+                              args=(job, initial[index], share, theirs, inherited))
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
         # threads use (its own loop, the HTTP client, the tokenizer with parallelism off)
         with warnings.catch_warnings():
@@ -231,77 +333,6 @@ async def _wait_ready(workers: list[_Worker], events: asyncio.Queue) -> None:
             raise HarnessError(f"client worker {worker.index} exited at start (code {worker.process.exitcode})")
 
 
-async def _serve(driver: "Driver", workers: list[_Worker], events: asyncio.Queue, queue: deque,
-                 monitor: Optional[asyncio.Task]) -> None:
-    """Forward records, hand out sessions as slots free, until every worker said bye."""
-    waiter: Optional[asyncio.Task] = None
-    try:
-        while not all(w.gone for w in workers):
-            waiter = waiter or asyncio.create_task(events.get())
-            wait_for = {waiter} if monitor is None else {waiter, monitor}
-            await asyncio.wait(wait_for, return_when=asyncio.FIRST_COMPLETED)
-            if monitor is not None and monitor.done() and driver.saturated is None:
-                driver.saturated = monitor.result()
-                await _stop(workers, events, driver, "saturated")
-                return
-            if not waiter.done():
-                continue
-            worker, msg = waiter.result()
-            waiter = None
-            _handle(driver, worker, msg)
-            if msg[0] == "done":
-                driver._sessions_done += 1
-                if queue:
-                    worker.conn.send(("session", queue.popleft()))
-                    if not queue:
-                        for w in workers:
-                            if not w.gone:
-                                w.conn.send(("end",))
-    finally:
-        if waiter is not None:
-            waiter.cancel()
-
-
-def _handle(driver: "Driver", worker: _Worker, msg: tuple) -> None:
-    kind = msg[0]
-    if kind == "record":
-        record = msg[1]
-        driver.on_record(record)
-        if driver._monitoring and record.ok:
-            wait = record.start_s - record.scheduled_s if record.scheduled_s is not None else 0.0
-            driver.saturation.observe_ttft(time.perf_counter() - driver.t0, wait + record.ttft_s)
-    elif kind == "load":
-        driver.worker_loads.append((msg[1], msg[2]))
-    elif kind == "bye":
-        worker.gone = True
-    elif kind == "eof":
-        if not worker.gone:
-            worker.gone = True
-            log.warning("client worker %d exited (code %s) before it finished: its requests in flight are "
-                        "not recorded", worker.index, worker.process.exitcode)
-    elif kind == "error":
-        raise HarnessError(f"client worker {worker.index} failed: {msg[1]}")
-
-
-async def _stop(workers: list[_Worker], events: asyncio.Queue, driver: "Driver", why: str) -> None:
-    """Ask every worker to cancel what is in flight, and keep what they send, within STOP_GRACE_S."""
-    for w in workers:
-        if not w.gone:
-            try:
-                w.conn.send(("stop", why))
-            except OSError:
-                w.gone = True
-    deadline = time.perf_counter() + STOP_GRACE_S
-    while not all(w.gone for w in workers):
-        try:
-            worker, msg = await asyncio.wait_for(events.get(), max(0.0, deadline - time.perf_counter()))
-        except asyncio.TimeoutError:
-            log.warning("client workers did not finish within %g s of stop", STOP_GRACE_S)
-            return
-        if msg[0] != "done":
-            _handle(driver, worker, msg)
-
-
 def _reap(workers: list[_Worker], loop: asyncio.AbstractEventLoop) -> None:
     """No worker outlives the run: join each, kill what is left."""
     for w in workers:
@@ -322,8 +353,7 @@ def _reap(workers: list[_Worker], loop: asyncio.AbstractEventLoop) -> None:
 # --- a worker -------------------------------------------------------------------------------
 
 
-def _worker_main(driver: "Driver", sessions: list["SessionSpec"], initial: list[tuple[int, int]], share: int,
-                 open_loop: bool, conn: Any, inherited: list[Any]) -> None:
+def _worker_main(job: _Job, initial: list[tuple[int, int]], share: int, conn: Any, inherited: list[Any]) -> None:
     for other in inherited:
         other.close()  # else a worker's pipe would not close when the driver dies
     # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
@@ -336,10 +366,10 @@ def _worker_main(driver: "Driver", sessions: list["SessionSpec"], initial: list[
         signal.set_wakeup_fd(-1)  # the driver's loop's wake-up pipe
     except (ValueError, OSError):
         pass
-    loop = new_loop(driver.event_loop)
+    loop = new_loop(job.event_loop)
     try:
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(_Work(driver, sessions, initial, share, open_loop, conn).run())
+        loop.run_until_complete(_Work(job, initial, share, conn).run())
     except BaseException as exc:  # noqa: BLE001 - the driver must hear why
         try:
             conn.send(("error", f"{type(exc).__name__}: {exc}"[:300]))
@@ -361,11 +391,13 @@ def _die_with_parent() -> None:
 
 
 class _Work:
-    """One worker's event loop: its sessions, its slots, its end."""
+    """One worker's event loop: its sessions, its slots, its end. Its sessions run on a Driver of
+    its own, which streams through the job's client and sends each record to the driver's process
+    (which watches saturation)."""
 
-    def __init__(self, driver: "Driver", sessions: list["SessionSpec"], initial: list[tuple[int, int]],
-                 share: int, open_loop: bool, conn: Any):
-        self.driver, self.sessions, self.conn, self.open_loop = driver, sessions, conn, open_loop
+    def __init__(self, job: _Job, initial: list[tuple[int, int]], share: int, conn: Any):
+        self.job, self.sessions, self.conn, self.open_loop = job, job.sessions, conn, job.open_loop
+        self.driver = Driver(job.client, job.renderer, job.plan, on_record=self._send_record, spin=job.spin)
         self.initial = initial
         self.semaphore = asyncio.Semaphore(share) if share else None
         self.tasks: set[asyncio.Task] = set()
@@ -375,20 +407,7 @@ class _Work:
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
-        from backends.http.backend import HTTPBackend
-        from harness.client.client_load import ClientLoad
-
         driver = self.driver
-        backend = driver.backend
-        if isinstance(backend, HTTPBackend):
-            if backend.client is not None:
-                # the driver's connection pool, as forked: never used here, and never collected
-                # (its clean-up would log errors about the driver's loop); the worker exits
-                # with os._exit and opens a pool of its own on this loop
-                _INHERITED.append(dict(vars(backend.client)))
-            driver.backend = _ClientOnly(backend)  # type: ignore[assignment]
-        driver.on_record = self._send_record
-        driver._monitoring = False  # the driver's process watches saturation
         loop = asyncio.get_running_loop()
         loop.add_reader(self.conn.fileno(), self._on_control)
         self.conn.send(("ready",))
@@ -411,7 +430,7 @@ class _Work:
             await self._wait()
         if self.stopped is not None:
             if self.stopped == "saturated":
-                driver.saturated = "saturated"  # marks the cancelled records (Driver._on_cancel)
+                driver.saturated = "saturated"  # marks the cancelled records (SATURATED_ERROR)
             for task in list(self.tasks):
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -454,7 +473,7 @@ class _Work:
 
     async def _session(self, index: int, first_id: int) -> None:
         try:
-            await self.driver._session(self.sessions[index], first_id, self.semaphore, self.open_loop)
+            await self.driver.session(self.sessions[index], first_id, self.semaphore, self.open_loop)
         finally:
             self.tasks.discard(asyncio.current_task())
             self.wake.set()
@@ -464,7 +483,7 @@ class _Work:
     async def _pace(self) -> None:
         try:
             for pair in self.initial:  # in arrival order
-                await pace_until(self.t0 + (self.sessions[pair[0]].arrival_s or 0.0), self.driver.spin)
+                await pace_until(self.t0 + (self.sessions[pair[0]].arrival_s or 0.0), self.job.spin)
                 self._start(pair)
         finally:
             self.tasks.discard(asyncio.current_task())
@@ -473,22 +492,6 @@ class _Work:
 
     def _send_record(self, record: Any) -> None:
         self.conn.send(("record", record))
-
-
-_INHERITED: list[Any] = []
-
-
-class _ClientOnly:
-    """The backend's HTTP client alone: a forked worker must not poll the server process
-    (not its child) and so take it for dead; the driver's process watches the server."""
-
-    def __init__(self, backend: Any):
-        self._backend = backend
-
-    def stream(self, request: Any) -> Any:
-        from backends.http.backend import HTTPBackend
-
-        return HTTPBackend.stream(self._backend, request)
 
 
 def _cpu_s() -> float:

@@ -4,15 +4,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Optional
 
-from harness.results import metrics as registry
+from harness.results import metrics
 from harness.results.schema import RunSummary
-from harness.results.summary import _num, cache_hit_figures
+from harness.results.summary import is_number, cache_hit_figures
 from harness.results.sweep_file import figure_name, varying_overrides
 
 
 def _client_line(harness: dict[str, Any]) -> Optional[str]:
     lag, cores = harness.get("loop_lag_s") or {}, harness.get("cpu_cores")
-    if not _num(lag.get("p99")) or not _num(cores):
+    if not is_number(lag.get("p99")) or not is_number(cores):
         return None
     workers = harness.get("workers") or 1
     where = "this process" if workers == 1 else f"{workers} worker processes and the driver"
@@ -35,14 +35,14 @@ def format_summary(summary: RunSummary) -> str:
         f"{summary.duration_s:.2f} s · {summary.status}{reused}"
     )
     rows = {}
-    for key, metric in registry.REQUEST_METRICS.items():
+    for key, metric in metrics.REQUEST_METRICS.items():
         d = summary.latency.get(key) or {}
         if metric.in_console and d.get("count"):
-            rows[f"{metric.label} ({metric.unit})"] = {c: _shown(metric, d.get(c)) for c in registry.STATS}
+            rows[f"{metric.label} ({metric.unit})"] = {c: _shown(metric, d.get(c)) for c in metrics.STATS}
     if rows:
         lines.append(pd.DataFrame(rows).T.to_string(float_format=lambda v: f"{v:.1f}"))
     by_source: dict[Optional[str], list[str]] = defaultdict(list)
-    for key, metric in registry.RUN_METRICS.items():
+    for key, metric in metrics.RUN_METRICS.items():
         value = summary.throughput.get(key)
         if metric.in_console and value is not None:
             by_source[metric.source].append(f"{metric.label} {metric.show(value):.{metric.digits}f} {metric.unit}")
@@ -100,7 +100,7 @@ def cache_hit_line(summary: RunSummary) -> Optional[str]:
             f"measured {pct(figures['measured'])}" + ("" if figures["measured"] is not None else " (the engine reports no cached tokens)"))
 
 
-def _shown(metric: type[registry.Metric], value: Optional[float]) -> float:
+def _shown(metric: type[metrics.Metric], value: Optional[float]) -> float:
     return float("nan") if value is None else metric.show(value)
 
 
@@ -149,14 +149,14 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     rows = []
     points = sweep.get("points", [])
     varying = varying_overrides([p.get("overrides") or [] for p in points])
-    sourced = [(k, None) for k, m in registry.RUN_METRICS.items()
+    sourced = [(k, None) for k, m in metrics.RUN_METRICS.items()
                if m.source and any(k in (p.get("figures") or {}) for p in points)]
     for p, changed in zip(points, varying):
         row: dict[str, Any] = {"point": p.get("index"), "overrides": " ".join(changed) or "-",
                                "status": p.get("status"), "load s": f"{p.get('load_s') or 0:.1f}",
                                "reused": "yes" if p.get("engine_reused") else "no"}
         for metric, stat in (*TABLE_FIGURES, *sourced):
-            m = registry.get(metric)
+            m = metrics.get(metric)
             label = f"{m.label} {stat}" if stat else m.label
             row[f"{label} ({m.unit})"] = _figure_text(m, (p.get("figures") or {}).get(figure_name(metric, stat)))
         rows.append(row)
@@ -170,7 +170,7 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _figure_text(metric: type[registry.Metric], value: Any) -> str:
+def _figure_text(metric: type[metrics.Metric], value: Any) -> str:
     if isinstance(value, dict):  # repeats: mean ± half-width of the 95 % CI
         mean = value.get("mean")
         if mean is None:

@@ -20,6 +20,7 @@ any of the last five may be missing) and writes ``report.html`` next to them:
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -30,14 +31,15 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from harness.reports import figures as plots
-from harness.reports import html
+from core.errors import HarnessError
+from harness.client.client_load import INTERVAL_S
+from harness.reports import figures, html
 from harness.reports.describe import backend_text, engine_text, hardware_text, model_text, run_date, workload_text
 from harness.reports.html import esc, fmt
-from harness.results import metrics as registry
+from harness.results import metrics
 from harness.results.schema import REPORT, RunResult, RunSummary
 from harness.results.store import load_run
-from harness.results.summary import cache_hit_figures
+from harness.results.summary import CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, cache_hit_figures, client_warnings
 
 REPORT_NAME = REPORT
 PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "failed": "#e15759"}
@@ -63,12 +65,12 @@ def write_report(run_dir: Path) -> Path:
 def build_report(run: RunResult) -> tuple[str, list[str]]:
     """The report's HTML and the ids of the plots in it."""
     summary = run.summary
-    figures: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
+    charts: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
     for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _memory_over_time, _gpu_over_time,
                  _chat_figures):
         made = make(run)
         if made is not None:
-            figures.append(made)
+            charts.append(made)
 
     status = summary.status or "?"
     parts = [
@@ -80,10 +82,10 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
         _client_html(summary),
     ]
     plot_ids = []
-    for div_id, title, fig, note in figures:
+    for div_id, title, fig, note in charts:
         plot_ids.append(div_id)
-        parts.append(html.section(title, plots.figure_div(fig, div_id), note))
-    if not figures:
+        parts.append(html.section(title, figures.figure_div(fig, div_id), note))
+    if not charts:
         parts.append(html.section("Charts", '<p class="note">No completed request: nothing to plot.</p>'))
     parts.append(_requests_html(run))
     parts.append(_details_html(run))
@@ -116,26 +118,26 @@ def _header_items(run: RunResult) -> list[tuple[str, str]]:
 
 def _summary_html(summary: RunSummary) -> str:
     rows = []
-    for key, metric in registry.REQUEST_METRICS.items():
+    for key, metric in metrics.REQUEST_METRICS.items():
         if not metric.in_console:
             continue
         d = summary.latency.get(key) or {}
         row = {"metric": f"{metric.label} ({metric.unit})", "count": d.get("count", 0)}
-        for c in (*registry.STATS, "max"):
+        for c in (*metrics.STATS, "max"):
             row[c] = fmt(d.get(c), metric.digits, metric.scale)
         rows.append(row)
-    table = html.table(rows, ["metric", "count", *registry.STATS, "max"], text_columns=["metric"])
+    table = html.table(rows, ["metric", "count", *metrics.STATS, "max"], text_columns=["metric"])
     req = summary.requests
     items = [
         ("requests ok / sent", f"{req.get('completed', 0)} / {req.get('sent', 0)}"),
         ("failed", str(req.get("failed", 0))),
         ("duration", fmt(summary.duration_s, 2, unit=" s")),
     ]
-    for key in registry.shown_run_metrics(summary.throughput):
-        metric = registry.RUN_METRICS[key]
+    for key in metrics.shown_run_metrics(summary.throughput):
+        metric = metrics.RUN_METRICS[key]
         unit = " %" if metric.unit == "%" else (f" {metric.unit}" if metric.source else "")
         items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale, unit)))
-    for key, metric in registry.REQUEST_METRICS.items():
+    for key, metric in metrics.REQUEST_METRICS.items():
         if not metric.in_console:  # per-request rates: their mean as a card
             items.append((f"{metric.label} (mean)", fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale)))
     cache = summary.prefix_cache
@@ -152,7 +154,7 @@ def _summary_html(summary: RunSummary) -> str:
                        ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"), ("weights_bytes", "weights")):
         if mem.get(key):
             items.append((label, html.fmt_bytes(mem[key])))
-    html = html.cards(items) + table
+    page = html.cards(items) + table
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
@@ -163,8 +165,8 @@ def _summary_html(summary: RunSummary) -> str:
              "TTFT p90 ms": fmt(t.get("ttft_p90_s"), 1, 1000), "E2E mean ms": fmt(t.get("e2e_mean_s"), 1, 1000)}
             for t in turns
         ]
-        html += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
-    return html + _engine_stages_html(summary)
+        page += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
+    return page + _engine_stages_html(summary)
 
 
 def _engine_stages_html(summary: RunSummary) -> str:
@@ -188,9 +190,6 @@ def _engine_stages_html(summary: RunSummary) -> str:
 def _client_html(summary: RunSummary) -> str:
     """The client's own state through the measured phase (harness/client/client_load.py) and, when it
     may have been the bottleneck, why; empty for runs that did not record it."""
-    from harness.client.client_load import INTERVAL_S
-    from harness.results.summary import CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, client_warnings
-
     lag, cores = summary.harness.get("loop_lag_s") or {}, summary.harness.get("cpu_cores")
     if not lag.get("count") and not html.is_num(cores):
         return ""
@@ -217,10 +216,10 @@ def _latency_cdfs(run: RunResult):
     data = {k: run.values(k) for k, _ in panels}
     if not any(v.size for v in data.values()):
         return None
-    fig = plots.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=340)
+    fig = figures.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=340)
     for i, (key, label) in enumerate(panels, start=1):
-        x, y = plots.cdf_points(data[key] * 1000)
-        fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines", line=dict(color=plots.color(i - 1), shape="hv"), name=label,
+        x, y = figures.cdf_points(data[key] * 1000)
+        fig.add_trace(figures.trace("scatter", x=x, y=y, mode="lines", line=dict(color=figures.color(i - 1), shape="hv"), name=label,
                                  hovertemplate=f"{label} %{{x:.1f}} ms<br>fraction ≤ %{{y:.3f}}<extra></extra>"), 1, i)
         fig.update_xaxes(title_text="ms", row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
@@ -234,8 +233,8 @@ def _itl_figure(run: RunResult):
     gaps = run.values("itl_s")
     if gaps.size == 0:
         return None
-    fig = plots.figure(1, 2, ["ITL histogram (ms)", "ITL by position in the output (ms)"], height=340)
-    fig.add_trace(plots.trace("histogram", x=gaps * 1000, nbinsx=60, marker=dict(color=plots.color(0)), name="ITL",
+    fig = figures.figure(1, 2, ["ITL histogram (ms)", "ITL by position in the output (ms)"], height=340)
+    fig.add_trace(figures.trace("histogram", x=gaps * 1000, nbinsx=60, marker=dict(color=figures.color(0)), name="ITL",
                                hovertemplate="%{x} ms: %{y} gaps<extra></extra>"), 1, 1)
     fig.update_xaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="token gaps", row=1, col=1)
@@ -249,8 +248,8 @@ def _itl_figure(run: RunResult):
         warnings.simplefilter("ignore", RuntimeWarning)  # positions no request reached
         p50 = np.nanpercentile(padded, 50, axis=0) * 1000
         p90 = np.nanpercentile(padded, 90, axis=0) * 1000
-    fig.add_trace(plots.trace("scatter", x=pos, y=p50, mode="lines", name="p50", line=dict(color=plots.color(0))), 1, 2)
-    fig.add_trace(plots.trace("scatter", x=pos, y=p90, mode="lines", name="p90", line=dict(color=plots.color(1), dash="dot")), 1, 2)
+    fig.add_trace(figures.trace("scatter", x=pos, y=p50, mode="lines", name="p50", line=dict(color=figures.color(0))), 1, 2)
+    fig.add_trace(figures.trace("scatter", x=pos, y=p90, mode="lines", name="p90", line=dict(color=figures.color(1), dash="dot")), 1, 2)
     fig.update_xaxes(title_text="output token", row=1, col=2)
     return ("itl", "Inter-token latency", fig,
             "Gaps between consecutive output tokens, pooled over all requests (token-weighted); right: median and p90 of the gap before each output token.")
@@ -284,21 +283,21 @@ def _timeline(run: RunResult):
         ("decode (to last token)", "decode", start + ttft, end - start - ttft, ok_mask),
         ("failed", "failed", start, end - start, ~ok_mask),
     ]
-    fig = plots.figure(height=int(min(900, max(320, 160 + 3 * len(df)))))
+    fig = figures.figure(height=int(min(900, max(320, 160 + 3 * len(df)))))
     for label, key, base, width, mask in segments:
         mask = np.asarray(mask) & np.isfinite(base) & np.isfinite(width)
         if not mask.any():
             continue
         hover = dict(hovertext=errors[mask], hovertemplate=template.replace("<extra>", "<br>%{hovertext}<extra>")) \
             if key == "failed" else dict(hovertemplate=template)
-        fig.add_trace(plots.trace("bar",
+        fig.add_trace(figures.trace("bar",
             y=y[mask], x=np.maximum(width[mask], 0), base=base[mask], orientation="h", name=label,
             marker=dict(color=PHASE_COLORS[key], line=dict(width=0)), customdata=custom[mask], **hover,
         ))
     sched = pd.to_numeric(df["scheduled_s"], errors="coerce").to_numpy(float)
     if np.isfinite(sched).any():
         m = np.isfinite(sched)
-        fig.add_trace(plots.trace("scatter", x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
+        fig.add_trace(figures.trace("scatter", x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
                                  marker=dict(symbol="line-ns-open", size=6, color="#52606d"), hoverinfo="skip"))
     fig.update_layout(barmode="overlay", bargap=0.15)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
@@ -325,18 +324,18 @@ def _throughput_over_time(run: RunResult):
     if times.size == 0:
         return None
     span = max(float(times.max()), 1e-3)
-    width = max(plots.nice_bin(span), 0.01)
+    width = max(figures.nice_bin(span), 0.01)
     edges = np.arange(0, span + width, width)
     if edges.size < 2:
         edges = np.array([0.0, width])
     counts, _ = np.histogram(times, bins=edges)
     mids = (edges[:-1] + edges[1:]) / 2
-    fig = plots.figure(height=340, secondary_y=True)
-    fig.add_trace(plots.trace("bar", x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
-                         marker=dict(color=plots.color(0)), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
+    fig = figures.figure(height=340, secondary_y=True)
+    fig.add_trace(figures.trace("bar", x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
+                         marker=dict(color=figures.color(0)), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
     inflight = mean_in_flight(run.requests, edges)
     if inflight is not None:
-        fig.add_trace(plots.trace("scatter", x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=plots.color(1)),
+        fig.add_trace(figures.trace("scatter", x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=figures.color(1)),
                                  name="requests in flight (mean per bin)",
                                  hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>"), secondary_y=True)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
@@ -363,15 +362,15 @@ def _memory_over_time(run: RunResult):
     mem = run.memory
     if mem is None or mem.empty or "t_s" not in mem:
         return None
-    fig = plots.figure(height=320)
+    fig = figures.figure(height=320)
     t = pd.to_numeric(mem["t_s"], errors="coerce")
-    fig.add_trace(plots.trace("scatter", x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
-                             name="RSS (MiB)", line=dict(color=plots.color(0))))
+    fig.add_trace(figures.trace("scatter", x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
+                             name="RSS (MiB)", line=dict(color=figures.color(0))))
     gpu = pd.to_numeric(mem.get("gpu_used_bytes"), errors="coerce") if "gpu_used_bytes" in mem else None
     if gpu is not None and gpu.notna().any():  # runs from before gpu.parquet
-        fig.add_trace(plots.trace("scatter", x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=plots.color(2))))
+        fig.add_trace(figures.trace("scatter", x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=figures.color(2))))
     for i, (name, gt, values) in enumerate(gpu_memory_series(run.gpu)):
-        fig.add_trace(plots.trace("scatter", x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=plots.color(2 + i))))
+        fig.add_trace(figures.trace("scatter", x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=figures.color(2 + i))))
     fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), annotation_text="measured phase")
     fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up")
     fig.update_yaxes(title_text="MiB", rangemode="tozero")
@@ -398,7 +397,7 @@ def _gpu_over_time(run: RunResult):
     gpu = run.gpu
     if gpu is None or gpu.empty or not gpu[["util_pct", "power_w"]].notna().any().any():
         return None
-    fig = plots.figure(2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12)
+    fig = figures.figure(2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12)
     names = {d.get("index"): d.get("name") for d in (run.summary.gpu or {}).get("devices") or []}
     for i, (device, rows) in enumerate(gpu.sort_values("t_s").groupby("device")):
         label = esc(f"GPU {int(device)}" + (f" ({names[device]})" if names.get(device) else ""))
@@ -406,8 +405,8 @@ def _gpu_over_time(run: RunResult):
         for row, key, unit in ((1, "util_pct", "%"), (2, "power_w", "W")):
             values = pd.to_numeric(rows[key], errors="coerce")
             if values.notna().any():
-                fig.add_trace(plots.trace("scatter", x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
-                                         showlegend=not drawn, line=dict(color=plots.color(i)),
+                fig.add_trace(figures.trace("scatter", x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
+                                         showlegend=not drawn, line=dict(color=figures.color(i)),
                                          hovertemplate=f"{label}: %{{y:.1f}} {unit} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
                 drawn = True
     for row in (1, 2):
@@ -428,18 +427,18 @@ def _chat_figures(run: RunResult):
     if ok.empty or pd.to_numeric(ok["turn"], errors="coerce").max() < 1:
         return None
     ok = ok[pd.to_numeric(ok["ttft_s"], errors="coerce").notna()]
-    fig = plots.figure(1, 2, ["TTFT by turn (ms)", "TTFT against context length (ms)"], height=360)
+    fig = figures.figure(1, 2, ["TTFT by turn (ms)", "TTFT against context length (ms)"], height=360)
     turns = sorted(int(t) for t in ok["turn"].unique())
     for i, turn in enumerate(turns):
         rows = ok[ok["turn"] == turn]
         ttft_ms = rows["ttft_s"].astype(float) * 1000
-        fig.add_trace(plots.trace("box", x=[turn] * len(rows), y=ttft_ms, name=f"turn {turn}", marker=dict(color=plots.color(i)),
+        fig.add_trace(figures.trace("box", x=[turn] * len(rows), y=ttft_ms, name=f"turn {turn}", marker=dict(color=figures.color(i)),
                              boxpoints="all", jitter=0.3, pointpos=0, showlegend=False), 1, 1)
-        fig.add_trace(plots.trace("scatter", x=rows["prompt_tokens"], y=ttft_ms, mode="markers", name=f"turn {turn}",
-                                 marker=dict(color=plots.color(i), size=7),
+        fig.add_trace(figures.trace("scatter", x=rows["prompt_tokens"], y=ttft_ms, mode="markers", name=f"turn {turn}",
+                                 marker=dict(color=figures.color(i), size=7),
                                  hovertemplate="%{x} context tokens: TTFT %{y:.1f} ms<extra>turn " + str(turn) + "</extra>"), 1, 2)
     med = ok.groupby("turn")["ttft_s"].median() * 1000
-    fig.add_trace(plots.trace("scatter", x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")), 1, 1)
+    fig.add_trace(figures.trace("scatter", x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")), 1, 1)
     fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
     fig.update_xaxes(title_text="context length (prompt tokens)", row=1, col=2)
     return ("ttft-turn", "Chat: TTFT against turn and context length", fig,
@@ -514,16 +513,16 @@ def _details_html(run: RunResult) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``python -m harness.report RUN_DIR…``: (re)build report.html in each run folder."""
-    from core.errors import HarnessError
-
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m harness.report RUN_DIR [RUN_DIR …]", file=sys.stderr)
-        return 2
-    for arg in args:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.report",
+        description="(Re)build report.html in each run folder, from its summary.json and requests.",
+    )
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders")
+    args = parser.parse_args(argv)
+    for run_dir in args.runs:
         t0 = time.perf_counter()
         try:
-            path = write_report(Path(arg))
+            path = write_report(run_dir)
         except HarnessError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -13,7 +13,7 @@ Two kinds:
 The summary, the console table, the report, compare (its table, CSV and gate) and the sweep
 table iterate over :data:`REQUEST_METRICS` and :data:`RUN_METRICS`. Adding a metric is one
 class here, registered with :func:`register`; the per-request formulas it uses live in
-``harness/results/formulas.py``. The class docstring is the formula, and docs/metrics.md lists it.
+``harness/results/formulas.py``. The class docstring is the formula, and docs/formulas.md lists it.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
-from harness.results import formulas as metrics
+from harness.results import formulas
 from harness.results.record import RequestRecord
 from harness.telemetry.gpu_phase import GpuPhase
 
@@ -218,7 +218,7 @@ class RequestThroughput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return metrics.request_throughput(len(totals.ok), totals.duration_s)
+        return formulas.request_throughput(len(totals.ok), totals.duration_s)
 
 
 @register
@@ -230,7 +230,7 @@ class OutputThroughput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return metrics.output_token_throughput([r.output_tokens for r in totals.ok], totals.duration_s)
+        return formulas.output_token_throughput([r.output_tokens for r in totals.ok], totals.duration_s)
 
 
 @register
@@ -243,7 +243,7 @@ class TotalThroughput(RunMetric):
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
         ok = totals.ok
-        return metrics.total_token_throughput([r.prompt_tokens for r in ok], [r.output_tokens for r in ok], totals.duration_s)
+        return formulas.total_token_throughput([r.prompt_tokens for r in ok], [r.output_tokens for r in ok], totals.duration_s)
 
 
 @register
@@ -256,7 +256,7 @@ class Goodput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return metrics.goodput(totals.meeting_slo, totals.duration_s)
+        return formulas.goodput(totals.meeting_slo, totals.duration_s)
 
 
 @register
@@ -280,7 +280,7 @@ class MeanConcurrency(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return metrics.mean_concurrency([r.e2e_s for r in totals.ok], totals.duration_s)
+        return formulas.mean_concurrency([r.e2e_s for r in totals.ok], totals.duration_s)
 
 
 # --- per run, from the GPUs (NVML; absent on runs without it) ----------------------------
@@ -407,8 +407,8 @@ def engine_stage_figures(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Any
         out[key] = {
             "label": stage.label, "interval": stage.interval,
             "harness_label": stage.harness_label, "harness_interval": stage.harness_interval,
-            "engine": metrics.distribution([e for e, _ in pairs]),
-            "harness": metrics.distribution([h for _, h in pairs if h is not None]),
+            "engine": formulas.distribution([e for e, _ in pairs]),
+            "harness": formulas.distribution([h for _, h in pairs if h is not None]),
         }
     return out
 
@@ -420,7 +420,7 @@ def shown_run_metrics(throughput: dict[str, Optional[float]]) -> list[str]:
 
 def distributions(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Optional[float]]]:
     """``latency`` of the summary: each request metric's distribution over completed requests."""
-    return {key: metrics.distribution(m.values(ok)) for key, m in REQUEST_METRICS.items()}
+    return {key: formulas.distribution(m.values(ok)) for key, m in REQUEST_METRICS.items()}
 
 
 def run_figures(totals: RunTotals) -> dict[str, Optional[float]]:

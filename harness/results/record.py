@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from core.sequences import reconcile_counts
 from core.text import valid_text
+from core.types import GenerationRequest, RequestDone
 from harness.results.formulas import (
     decode_tokens_per_second,
     e2e_latency,
@@ -61,31 +62,35 @@ class RequestRecord:
         return self.error is None
 
 
-def build_record(
-    *,
-    request: Any,
-    t0: float,
-    send_t: float,
-    end_t: float,
-    chunks: list[tuple[float, int]],
-    output_token_ids: Optional[list[int]],
-    scheduled_s: Optional[float],
-    expected_prompt_tokens: Optional[int],
-    scheduled_t: Optional[float],
-    finish_reason: Optional[str],
-    error: Optional[str],
-    delivery_lag_max_s: Optional[float],
-    engine_stats: dict[str, Any],
-) -> RequestRecord:
+@dataclass
+class RequestTiming:
+    """One request as the client saw it: stamps on its clock (``perf_counter`` seconds) and what
+    the workload expected of it."""
+
+    t0: float  # the measured phase began
+    send_t: float  # the request was handed to the engine
+    end_t: float = 0.0  # the stream ended, or failed
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (stamp, tokens) of each chunk received
+    scheduled_s: Optional[float] = None  # open loop: when it was due to be sent, from t0
+    expected_prompt_tokens: Optional[int] = None  # a prompt fixed in advance: its length
+    delivery_lag_max_s: Optional[float] = None  # the worst token's hand-over from the engine to the client
+
+
+def build_record(request: GenerationRequest, timing: RequestTiming, done: Optional[RequestDone],
+                 output_token_ids: Optional[list[int]] = None, error: Optional[str] = None) -> RequestRecord:
     """Apply the per-request formulas to one request's timestamps.
 
     Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
     ``engine_stats["output_tokens"]``: an HTTP server's usage), else the harness's: the
     rendered prompt's length and the number of streamed ids (``output_token_ids`` None: ids
-    still to be counted, so the chunks' own counts). ITL per token spreads each
+    still to be counted, so the chunks' own counts). ``done`` is the engine's last event, None
+    when the stream failed before it. ITL per token spreads each
     chunk's gap over its tokens, the counts reconciled with n_out (:func:`reconcile_counts`);
     ITL per chunk is the chunks' own gaps.
     """
+    chunks, send_t, end_t = timing.chunks, timing.send_t, timing.end_t
+    engine_stats = done.engine_stats if done is not None else {}
+    finish_reason = done.finish_reason if done is not None else None
     chunk_counts = [n for _, n in chunks]
     n_streamed = len(output_token_ids) if output_token_ids is not None else sum(chunk_counts)
     n_out = n_streamed
@@ -118,10 +123,10 @@ def build_record(
         output_tokens=n_out,
         requested_output_tokens=request.max_new_tokens,
         exact_output_len=request.exact_output_len,
-        expected_prompt_tokens=expected_prompt_tokens,
-        scheduled_s=scheduled_s,
-        start_s=send_t - t0,
-        end_s=end_t - t0,
+        expected_prompt_tokens=timing.expected_prompt_tokens,
+        scheduled_s=timing.scheduled_s,
+        start_s=send_t - timing.t0,
+        end_s=end_t - timing.t0,
         ttft_s=ttft_s,
         tpot_s=tpot_s,
         e2e_s=e2e_s,
@@ -129,9 +134,9 @@ def build_record(
         itl_chunk_s=itl_chunk,
         output_tps=output_tokens_per_second(n_out, e2e_s) if e2e_s else None,
         decode_tps=decode_tokens_per_second(tpot_s),
-        queue_wait_s=queue_wait(send_t, scheduled_t),
+        queue_wait_s=queue_wait(send_t, done.scheduled_t if done is not None else None),
         cached_tokens=engine_stats.get("cached_tokens"),
-        delivery_lag_max_s=delivery_lag_max_s,
+        delivery_lag_max_s=timing.delivery_lag_max_s,
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,

@@ -28,6 +28,8 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from harness.results.metrics import REQUEST_METRICS
+
 SUMMARY = "summary.json"
 
 REQUESTS_PARQUET = "requests.parquet"
@@ -151,8 +153,6 @@ class RunResult:
 
     def values(self, metric: str) -> np.ndarray:
         """A request metric's per-request values over completed requests (ITL pooled)."""
-        from harness.results.metrics import REQUEST_METRICS
-
         return REQUEST_METRICS[metric].frame_values(self.completed)
 
     def config(self) -> dict[str, Any]:

@@ -27,7 +27,9 @@ from typing import Any, Callable, Optional, Sequence
 import orjson
 import pandas as pd
 
+from core.errors import HarnessError
 from core.text import valid_text
+from harness.config import SLOConfig
 from harness.results.record import RequestRecord
 from harness.results.schema import (
     CLAIM,
@@ -45,6 +47,7 @@ from harness.results.schema import (
     RunResult,
     RunSummary,
 )
+from harness.results.summary import summarize
 
 
 def clean_text(value: Any) -> Optional[str]:
@@ -114,8 +117,6 @@ class RunWriter:
             mem["t_s"] = mem.pop("t") - t0
             mem[["t_s", "rss_bytes"]].to_parquet(self.run_dir / MEMORY, index=False)
         if gpu_samples:
-            from harness.telemetry.gpu_phase import frame
-
             gpu = frame(gpu_samples).sort_values(["t", "device"], kind="stable")
             gpu["t_s"] = gpu.pop("t") - t0
             # floats throughout (NaN: not read): bytes stay exact below 2**53
@@ -148,8 +149,6 @@ def holds_run(run_dir: Path) -> bool:
 def check_run_dir_free(run_dir: Path) -> None:
     """Claim the run folder for this run, atomically: two runs started in the same second (or
     given the same ``hydra.run.dir``) must not write into one folder."""
-    from core.errors import HarnessError
-
     run_dir = Path(run_dir)
     taken = f"{run_dir} already holds a run; start the new run again in a second, or give it another hydra.run.dir"
     if holds_run(run_dir):
@@ -199,9 +198,6 @@ def read_jsonl_rows(path: Path) -> list[dict[str, Any]]:
 def summary_from_jsonl(run_dir: Path) -> RunSummary:
     """What a killed run's requests.jsonl still says, when it left no summary.json (SIGKILL,
     power loss): the figures of the requests that finished. No SLO is known here."""
-    from harness.config import SLOConfig
-    from harness.results.summary import summarize
-
     fields = {f.name for f in dataclasses.fields(RequestRecord)}
     records = []
     for row in read_jsonl_rows(Path(run_dir) / REQUESTS_JSONL):
@@ -230,8 +226,6 @@ def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
     elif (run_dir / REQUESTS_JSONL).exists():
         summary = summary_from_jsonl(run_dir)
     else:
-        from core.errors import HarnessError
-
         raise HarnessError(f"{run_dir} is not a run folder: it has neither summary.json nor requests.jsonl")
     try:
         requests = load_requests(run_dir)

@@ -1,15 +1,15 @@
 """The run's summary: per-run figures from the request records, and the table a user reads.
 
 Which figures exist, their units and formulas come from the metric registry
-(harness/results/metrics.py); this module fills and prints them.
+(harness/results/formulas.py); this module fills and prints them.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
-from harness.results import formulas as metrics
-from harness.results import metrics as registry
+from harness.results import formulas
+from harness.results import metrics
 from harness.results.record import RequestRecord
 from harness.results.schema import COMPLETE, INTERRUPTED, SATURATED, RunSummary
 from harness.telemetry.gpu_phase import GpuPhase
@@ -27,14 +27,14 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
     ``gpu``: the measured phase's GPU figures, for the run metrics that need them."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
-    meeting = sum(1 for r in ok if metrics.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+    meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
     return {
         "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
         "duration_s": duration_s,
-        "latency": registry.distributions(ok),
-        "throughput": registry.run_figures(registry.RunTotals(ok, meeting, duration_s, gpu)),
+        "latency": metrics.distributions(ok),
+        "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s, gpu)),
         "prefix_cache": {
-            "cached_share": metrics.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
+            "cached_share": formulas.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
             "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
             "reported_by_engine": any(r.cached_tokens is not None for r in ok),
         },
@@ -45,12 +45,12 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
             "output_mean": _mean([r.output_tokens for r in ok]),
         },
         "per_turn": per_turn(ok),
-        "engine_stages": registry.engine_stage_figures(ok),
+        "engine_stages": metrics.engine_stage_figures(ok),
         "harness": {
-            "delivery_lag_max_s": metrics.distribution(
+            "delivery_lag_max_s": formulas.distribution(
                 [r.delivery_lag_max_s for r in ok if r.delivery_lag_max_s is not None]
             ),
-            "send_lag_s": metrics.distribution(
+            "send_lag_s": formulas.distribution(
                 [r.start_s - r.scheduled_s for r in records if r.scheduled_s is not None]
             ),
         },
@@ -85,15 +85,15 @@ def client_warnings(summary: RunSummary) -> list[str]:
     every stream's stamps."""
     harness, out = summary.harness, []
     lag = (harness.get("loop_lag_s") or {}).get("p99")
-    if _num(lag) and lag > LOOP_LAG_WARN_S:
+    if is_number(lag) and lag > LOOP_LAG_WARN_S:
         out.append(f"The client may be the bottleneck: its event loop ran {lag * 1000:.0f} ms late (p99), "
                    "and chunk stamps wait as long.")
     cores = harness.get("cpu_cores")
-    if _num(cores):
+    if is_number(cores):
         cores /= harness.get("workers") or 1  # each worker's loop uses one core at most
     # a busy core that does not delay the loop (a short run, the sampler's thread) is no bottleneck
-    lagging = _num(lag) and lag > LOOP_LAG_WARN_S / 2
-    if _num(cores) and cores > CLIENT_CPU_WARN_CORES and lagging and summary.backend.get("mode") != "inprocess":
+    lagging = is_number(lag) and lag > LOOP_LAG_WARN_S / 2
+    if is_number(cores) and cores > CLIENT_CPU_WARN_CORES and lagging and summary.backend.get("mode") != "inprocess":
         out.append(f"The client may be the bottleneck: it used {cores:.0%} of a core (one event loop's limit).")
     return out
 
@@ -103,19 +103,19 @@ def overhead_warnings(harness: dict[str, Any], latency: dict[str, Any]) -> list[
     out = []
     lag = (harness.get("delivery_lag_max_s") or {}).get("p90")
     e2e = (latency.get("e2e_s") or {}).get("p50")
-    if _num(lag) and (lag > OVERHEAD_WARN_S or (_num(e2e) and e2e > 0 and lag > OVERHEAD_WARN_SHARE_OF_E2E * e2e)):
-        e2e_text = f"{e2e * 1000:.0f}" if _num(e2e) else "–"
+    if is_number(lag) and (lag > OVERHEAD_WARN_S or (is_number(e2e) and e2e > 0 and lag > OVERHEAD_WARN_SHARE_OF_E2E * e2e)):
+        e2e_text = f"{e2e * 1000:.0f}" if is_number(e2e) else "–"
         out.append(
             f"Large harness overhead: tokens reached the runner up to {lag * 1000:.0f} ms after the engine made them "
             f"(p90 over requests of the worst delivery lag; median E2E {e2e_text} ms)."
         )
     send = (harness.get("send_lag_s") or {}).get("p90")
-    if _num(send) and send > OVERHEAD_WARN_S:
+    if is_number(send) and send > OVERHEAD_WARN_S:
         out.append(f"Large harness overhead: open-loop requests were sent {send * 1000:.0f} ms late (p90) after their scheduled time.")
     return out
 
 
-def _num(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and v == v
 
 
@@ -127,14 +127,14 @@ def per_turn(ok: Sequence[RequestRecord]) -> list[dict[str, Any]]:
     rows = []
     for turn in sorted(by_turn):
         rs = by_turn[turn]
-        ttft = metrics.distribution([r.ttft_s for r in rs])
+        ttft = formulas.distribution([r.ttft_s for r in rs])
         rows.append(
             {
                 "turn": turn,
                 "requests": len(rs),
                 "prompt_tokens_mean": _mean([r.prompt_tokens for r in rs]),
                 "output_tokens_mean": _mean([r.output_tokens for r in rs]),
-                "cached_share": metrics.cached_share([r.cached_tokens for r in rs], [r.prompt_tokens for r in rs]),
+                "cached_share": formulas.cached_share([r.cached_tokens for r in rs], [r.prompt_tokens for r in rs]),
                 "ttft_mean_s": ttft["mean"],
                 "ttft_p50_s": ttft["p50"],
                 "ttft_p90_s": ttft["p90"],

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from harness.results import metrics as registry
+from harness.results import metrics
 from harness.results.schema import FAILED, RunSummary
 from harness.results.store import is_run_dir, write_json
 
@@ -36,7 +36,7 @@ def figure_name(metric: str, stat: Optional[str]) -> str:
 def key_figures(summary: RunSummary) -> dict[str, Optional[float]]:
     """KEY_FIGURES, and the run metrics with a source (GPU) where the run has them."""
     figures = {figure_name(m, s): summary.stat(m, s or "") for m, s in KEY_FIGURES}
-    for key, metric in registry.RUN_METRICS.items():
+    for key, metric in metrics.RUN_METRICS.items():
         if metric.source and summary.stat(key) is not None:
             figures[key] = summary.stat(key)
     return figures

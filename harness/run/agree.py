@@ -21,7 +21,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.reports import agreement as agree
+from backends.registry import backend_registry
+from core.errors import BackendUnavailable
+from harness.reports import agreement
+from harness.reports.compare.outputs import compare_runs
+from harness.reports.compare.token_agreement import format_agreement  # rendering lives there
 from harness.reports.tables import text_table, wrap
 from harness.results.schema import RunResult
 from harness.results.store import load_run
@@ -38,9 +42,6 @@ ENGINES: dict[str, list[str]] = {
 
 def installed(label: str) -> Optional[str]:
     """None when the engine behind ``label`` is installed, else why not (one line)."""
-    from backends.registry import backend_registry
-    from core.errors import BackendUnavailable
-
     name = ENGINES[label][0].removeprefix("backend=")
     backend_registry.discover()
     try:
@@ -76,7 +77,7 @@ def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -
 
 def matrix_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[str]:
     """The identical share of every pair, then the mean common prefix against the first run."""
-    frame = agree.matrix(results, labels)
+    frame = agreement.matrix(results, labels)
     rows = [[lab, *(f"{v:.0%}" if v == v and v is not None else "–" for v in frame.loc[lab])] for lab in labels]
     lines = ["identical replies, every pair (row against column):"]
     lines += text_table([[""], *([lab] for lab in labels)], rows)
@@ -86,7 +87,7 @@ def matrix_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[st
 def numerics_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[str]:
     rows = []
     for r, lab in zip(results, labels):
-        dtype, quant = agree.numerics(r)
+        dtype, quant = agreement.numerics(r)
         b = r.summary.backend
         rows.append([lab, f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip(), b.get("mode") or "?",
                      dtype or "–", quant or "–"])
@@ -140,11 +141,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     results = [load_run(p, with_workload=False) for p in folders]
     lines = ["", *numerics_lines(results, labels), "", *matrix_lines(results, labels), ""]
-    from harness.reports.compare.comparison import compare_runs
-    from harness.reports.compare.token_agreement import format_agreement  # rendering lives there
-
     compare_runs(folders, out / "compare", resamples=200)
-    lines += format_agreement(agree.against_baseline(results, labels))
+    lines += format_agreement(agreement.against_baseline(results, labels))
     lines += ["", *wrap(f"runs: {out} · comparison: {out / 'compare' / 'compare.html'}", indent="")]
     print("\n".join(lines))
     return 0

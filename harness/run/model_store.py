@@ -28,7 +28,6 @@ from core.errors import ModelError
 from core.model import ModelFiles, cache_root
 from harness.config import ModelConfig
 
-
 # --- resolution -------------------------------------------------------------------------
 
 

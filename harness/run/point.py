@@ -7,6 +7,10 @@ load the engine, or wait for the server, if the session has not yet → warm up 
 scrape the engine's metrics → the measured phase → scrape again → tables, summary and report,
 also after an error or Ctrl-C.
 
+The measured phase runs in this process (:class:`harness.client.driver.Driver`), or in
+client worker processes (:class:`harness.client.workers.WorkerPool`, ``client.workers``) where
+the backend can be driven from them (``Backend.worker_client()``): the point chooses.
+
 ``run_benchmark(cfg, run_dir)`` is one point on its own session, opened and closed for it.
 """
 from __future__ import annotations
@@ -16,18 +20,20 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from core.errors import ConfigError, EngineFailed
+from core.errors import EngineFailed
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver
 from harness.client.saturation import SaturationDetector
+from harness.client.workers import WorkerPool, resolve_workers
 from harness.config import RunConfig, config_sha256
+from harness.reports.run_report import write_report
 from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.results.record import RequestRecord
 from harness.results.schema import COMPLETE, FAILED, INTERRUPTED, SATURATED, RunSummary
@@ -49,17 +55,6 @@ class RunOutcome:
     run_dir: Path
     summary: RunSummary
     records: list[RequestRecord]
-
-
-def to_run_config(cfg: DictConfig) -> RunConfig:
-    """The composed Hydra config as dataclasses, validated; ConfigError on bad values."""
-    try:
-        run_cfg = OmegaConf.to_object(cfg)
-    except Exception as exc:  # noqa: BLE001 - omegaconf's errors are multi-line
-        raise ConfigError(str(exc).splitlines()[0]) from None
-    assert isinstance(run_cfg, RunConfig)
-    run_cfg.validate()
-    return run_cfg
 
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
@@ -97,17 +92,9 @@ def run_point(
     except BaseException:
         sampler.stop()
         raise
-    backend = session.backend
     if not reused and on_loaded is not None:
         on_loaded()
     session.points_served += 1
-    engine = {
-        "reused": reused,
-        "session_load_s": session.load_s,
-        "import_s": session.import_s,
-        "points_served": session.points_served,
-        "prefix_cache_reset": prefix_cache_reset,
-    }
 
     # The engine is up: from here on the run folder fills, and is finished even on error.
     writer = RunWriter(run_dir, save_output_text=cfg.save_output_text, tokenize=session.renderer.encode_batch)
@@ -116,94 +103,207 @@ def run_point(
     workload_json = plan.to_json()
     writer.write_json("workload.json", workload_json)
     writer.write_json("env.json", capture_environment())
-    status, error = FAILED, None
-    started_at = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-    duration_s, t_measured = 0.0, None
-    t0 = time.perf_counter()
-    scrapes: dict[str, Optional[str]] = {"before": None, "after": None}
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
     driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector,
-                    workers=_client_workers(cfg, plan, backend), spin=cfg.client.pacing == "spin",
-                    event_loop=cfg.client.event_loop)
-    client_load = ClientLoad()
+                    spin=cfg.client.pacing == "spin")
+    point = PointRun(
+        session=session, cfg=cfg, plan=plan, workload_json=workload_json, writer=writer, sampler=sampler,
+        driver=driver, load_s=load_s, repeat=repeat,
+        engine={"reused": reused, "session_load_s": session.load_s, "import_s": session.import_s,
+                "points_served": session.points_served, "prefix_cache_reset": prefix_cache_reset},
+    )
+    measurement = _measurement(driver, session, cfg, plan)
     try:
-
-        warm_up = plan.warmup and (not reused or cfg.sweep.warmup_every_point)
-        engine["warmed_up"] = bool(warm_up)
-
-        async def warm_up_then_measure() -> float:
-            if warm_up:
-                log.info("warm-up: %d requests (not counted)", len(plan.warmup))
-                await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
-                _check_engine(session, writer, run_dir)
-                if cfg.sweep.reset_prefix_cache:  # the warm-up's prompts must not be cached for the measured ones
-                    engine["prefix_cache_reset"] = await session.reset_prefix_cache_async()
-            scrapes["before"] = session.scrape_metrics()
-            mem.reset_torch_gpu_peaks()
-            client_load.start()
-            try:
-                return await driver.run(plan.sessions, plan.open_loop)
-            finally:
-                client_load.stop(driver.worker_loads)
-
         try:
-            duration_s = session.run(warm_up_then_measure())
+            point.duration_s = session.run(_warm_up_then_measure(point, measurement))
         finally:
             close_progress()
             if driver.t0:  # the measured phase began (also when it was interrupted)
-                t0 = t_measured = driver.t0
+                point.t_measured = driver.t0
         _check_engine(session, writer, run_dir)
-        status = SATURATED if driver.saturated else COMPLETE
+        point.status = SATURATED if driver.saturated else COMPLETE
     except KeyboardInterrupt:
-        status, error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
+        point.status, point.error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
         raise
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        point.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
         with _interrupts_deferred():  # a second Ctrl-C must not cut the writing short
-            # Each of the three is written on its own: one failing costs only itself, never the
-            # others (requests.jsonl already holds every row).
-            summary = _guarded("summary", lambda: _final_summary(
-                session, cfg, plan, workload_json, writer, sampler, scrapes, driver, status, error, started_at,
-                duration_s, t_measured, load_s, engine, repeat, client_load), run_dir)
-            sampler.stop()
-            if summary is None:
-                summary = RunSummary(status=status, error=error, started_at=started_at, load_s=load_s, engine=engine,
-                                     requests={"sent": len(writer.records), "completed": sum(r.ok for r in writer.records),
-                                               "failed": sum(not r.ok for r in writer.records)})
-            _guarded("requests.parquet and memory.parquet",
-                     lambda: writer.write_tables(sampler.samples, t0, sampler.gpu_samples), run_dir)
-            _guarded("summary.json", lambda: writer.write_summary(summary), run_dir)
-            if cfg.report:
-                _write_report(run_dir)
+            summary = _write_results(point, run_dir)
     return RunOutcome(run_dir, summary, writer.records)
 
 
-def _final_summary(session: EngineSession, cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any],
-                   writer: RunWriter, sampler: mem.MemorySampler, scrapes: dict[str, Optional[str]], driver: Driver,
-                   status: str, error: Optional[str], started_at: str, duration_s: float, t_measured: Optional[float],
-                   load_s: float, engine: dict[str, Any], repeat: Optional[dict[str, int]],
-                   client_load: ClientLoad) -> RunSummary:
-    """The run's summary, after the last sample and the second scrape."""
-    sampler.stop()  # its last sample comes after the measured phase
-    if scrapes["before"] is not None:
-        scrapes["after"] = session.scrape_metrics()
-    if status not in (COMPLETE, SATURATED) and writer.records:
-        duration_s = max(r.end_s for r in writer.records)
-    gpu = _gpu_figures(sampler, t_measured, duration_s)
-    summary = RunSummary(
-        status=status, error=error, started_at=started_at, backend=session.describe(),
-        model=session.model.describe() if session.model else {},
-        workload=_workload_summary(cfg, plan, workload_json),
-        seed=cfg.seed, **summarize(writer.records, duration_s, cfg.slo, gpu.phase if gpu else None),
-        memory=_memory_summary(session, sampler, t_measured, cfg, gpu), load_s=load_s, engine=engine,
-        config_sha256=config_sha256(cfg), repeat=repeat, saturated=driver.saturated,
-        server_metrics=_server_metrics(scrapes, writer), gpu=gpu.section if gpu else None,
-    )
-    summary.harness.update(client_load.figures())
-    summary.warnings = run_warnings(summary) + summary.warnings
+Measurement = Union[Driver, WorkerPool]
+
+
+def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: WorkloadPlan) -> Measurement:
+    """The measured phase in this process, or in ``client.workers`` client processes where the
+    backend can be driven from them and the point has sessions and slots for more than one."""
+    assert session.backend is not None
+    client = session.backend.worker_client()
+    in_flight = driver.cap(plan.open_loop)
+    workers = resolve_workers(cfg.client.workers, client is not None, in_flight)
+    if client is None or min(workers, len(plan.sessions), in_flight or len(plan.sessions)) <= 1:
+        return driver
+    return WorkerPool(driver, client, workers, cfg.client.event_loop)
+
+
+async def _warm_up_then_measure(point: PointRun, measurement: Measurement) -> float:
+    session, cfg, plan = point.session, point.cfg, point.plan
+    warm_up = bool(plan.warmup) and (not point.engine["reused"] or cfg.sweep.warmup_every_point)
+    point.engine["warmed_up"] = warm_up
+    if warm_up:
+        log.info("warm-up: %d requests (not counted)", len(plan.warmup))
+        await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
+        _check_engine(session, point.writer, point.writer.run_dir)
+        if cfg.sweep.reset_prefix_cache:  # the warm-up's prompts must not be cached for the measured ones
+            point.engine["prefix_cache_reset"] = await session.reset_prefix_cache_async()
+    point.scrapes["before"] = session.scrape_metrics()
+    mem.reset_torch_gpu_peaks()
+    point.client_load.start()
+    try:
+        return await measurement.run(plan.sessions, plan.open_loop)
+    finally:
+        point.worker_loads = measurement.worker_loads if isinstance(measurement, WorkerPool) else []
+        point.client_load.stop(point.worker_loads)
+
+
+@dataclass
+class PointRun:
+    """One point while it runs: what it was given, what it gathers, and how it ended. The
+    summary is made from it at the end, also after an error or Ctrl-C."""
+
+    session: EngineSession
+    cfg: RunConfig
+    plan: WorkloadPlan
+    workload_json: dict[str, Any]
+    writer: RunWriter
+    sampler: mem.MemorySampler
+    driver: Driver
+    load_s: float  # the engine's load paid by this point (0 when it reused a loaded engine)
+    engine: dict[str, Any]  # summary.engine: reused, session_load_s, import_s, points_served, …
+    repeat: Optional[dict[str, int]] = None
+    started_at: str = field(default_factory=lambda: datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"))
+    client_load: ClientLoad = field(default_factory=ClientLoad)
+    worker_loads: list[tuple[list[float], float]] = field(default_factory=list)
+    scrapes: dict[str, Optional[str]] = field(default_factory=lambda: {"before": None, "after": None})
+    status: str = FAILED
+    error: Optional[str] = None
+    duration_s: float = 0.0  # the measured phase's wall time
+    t_measured: Optional[float] = None  # when the measured phase began (perf_counter)
+    t_created: float = field(default_factory=time.perf_counter)  # the tables' zero when nothing was measured
+
+    def summary(self) -> RunSummary:
+        """The run's summary, after the last memory sample and the second scrape."""
+        self.sampler.stop()  # its last sample comes after the measured phase
+        if self.scrapes["before"] is not None:
+            self.scrapes["after"] = self.session.scrape_metrics()
+        records = self.writer.records
+        if self.status not in (COMPLETE, SATURATED) and records:
+            self.duration_s = max(r.end_s for r in records)
+        gpu = self._gpu_figures()
+        summary = RunSummary(
+            status=self.status, error=self.error, started_at=self.started_at, backend=self.session.describe(),
+            model=self.session.model.describe() if self.session.model else {},
+            workload=self._workload_summary(), seed=self.cfg.seed,
+            **summarize(records, self.duration_s, self.cfg.slo, gpu.phase if gpu else None),
+            memory=self._memory_summary(gpu), load_s=self.load_s, engine=self.engine,
+            config_sha256=config_sha256(self.cfg), repeat=self.repeat, saturated=self.driver.saturated,
+            server_metrics=self._server_metrics(), gpu=gpu.section if gpu else None,
+        )
+        summary.harness.update(self.client_load.figures())
+        summary.warnings = run_warnings(summary) + summary.warnings
+        return summary
+
+    def fallback_summary(self) -> RunSummary:
+        """When the summary itself failed: how the run ended and its request counts."""
+        records = self.writer.records
+        return RunSummary(status=self.status, error=self.error, started_at=self.started_at, load_s=self.load_s,
+                          engine=self.engine, requests={"sent": len(records), "completed": sum(r.ok for r in records),
+                                                        "failed": sum(not r.ok for r in records)})
+
+    def _workload_summary(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "name": plan.name,
+            "sha256": self.workload_json["sha256"],
+            "prompts_sha256": self.workload_json.get("prompts_sha256"),
+            "requests_planned": plan.num_requests,
+            "sessions": len(plan.sessions),
+            "open_loop": plan.open_loop,
+            "concurrency": plan.concurrency,
+            "rate": getattr(self.cfg.workload, "rate", None),
+            "exact_output_len": plan.exact_output_len,
+            **({"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
+               if plan.source else {}),
+            **plan.info,
+            "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
+        }
+
+    def _server_metrics(self) -> Optional[dict[str, Any]]:
+        """Both raw scrapes into the run folder, and the measured phase's difference for the summary."""
+        before, after = self.scrapes["before"], self.scrapes["after"]
+        if before is None:
+            return None
+        self.writer.write_text("metrics_before.txt", before)
+        if after is None:
+            return None
+        self.writer.write_text("metrics_after.txt", after)
+        try:
+            return prometheus.phase_difference(before, after)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not parse the engine's metrics: %s", exc)
+            return None
+
+    def _gpu_figures(self) -> Optional[GpuRun]:
+        """The GPUs' figures from NVML's samples; None without NVML (a CPU machine)."""
+        sampler = self.sampler
+        if sampler.gpu is None or not sampler.gpu_samples:
+            return None
+        t0 = self.t_measured
+        t1 = t0 + self.duration_s if t0 is not None else None
+        return run_figures([d.describe() for d in sampler.gpu.devices], sampler.gpu.notes, sampler.gpu_samples,
+                           sampler.engine_local, t0, t1, max(sampler.interval_s, sampler.GPU_MIN_INTERVAL_S))
+
+    def _memory_summary(self, gpu: Optional[GpuRun]) -> dict[str, Any]:
+        sampler, cfg = self.sampler, self.cfg
+        engine = self.session.engine_memory()
+        out: dict[str, Any] = {
+            "rss_peak_bytes": sampler.peak_rss(),
+            "rss_peak_measured_bytes": sampler.peak_rss(self.t_measured) if self.t_measured else None,
+            "gpu_nvml_peak_used_bytes": None,
+            "gpu_nvml_peak_process_used_bytes": None,
+            **(gpu.memory if gpu else {}),
+            **mem.torch_gpu_peaks(),
+            **engine,
+        }
+        bytes_per_value = engine.get("kv_bytes_per_value")
+        if bytes_per_value:
+            out["kv_bytes_per_token"] = kv_cache_bytes_per_token(self.session.hf_config(), bytes_per_value)
+            if cfg.memory.budget_gib and out["kv_bytes_per_token"] and engine.get("weights_bytes"):
+                out["budget_gib"] = cfg.memory.budget_gib
+                out["kv_tokens_in_budget"] = kv_tokens_in_budget(
+                    cfg.memory.budget_gib * 2**30, engine["weights_bytes"], out["kv_bytes_per_token"]
+                )
+        return out
+
+
+def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
+    """summary.json, the tables and the report. Each is written on its own: one failing costs
+    only itself, never the others (requests.jsonl already holds every row)."""
+    summary = _guarded("summary", point.summary, run_dir)
+    point.sampler.stop()
+    if summary is None:
+        summary = point.fallback_summary()
+    writer, sampler = point.writer, point.sampler
+    t0 = point.t_measured if point.t_measured is not None else point.t_created
+    _guarded("requests.parquet and memory.parquet",
+             lambda: writer.write_tables(sampler.samples, t0, sampler.gpu_samples), run_dir)
+    _guarded("summary.json", lambda: writer.write_summary(summary), run_dir)
+    if point.cfg.report:
+        _write_report(run_dir)
     return summary
 
 
@@ -235,38 +335,9 @@ def _guarded(what: str, write: Callable[[], Any], run_dir: Path) -> Any:
         return None
 
 
-def _client_workers(cfg: RunConfig, plan: WorkloadPlan, backend: Any) -> int:
-    """``client.workers`` resolved: an HTTP backend's setting or default; 1 in-process."""
-    from backends.http.backend import HTTPBackend
-    from harness.client.workers import resolve_workers
-
-    in_flight = plan.concurrency or (None if plan.open_loop else 1)
-    return resolve_workers(cfg.client.workers, isinstance(backend, HTTPBackend), in_flight)
-
-
-def _workload_summary(cfg: RunConfig, plan: WorkloadPlan, workload_json: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": plan.name,
-        "sha256": workload_json["sha256"],
-        "prompts_sha256": workload_json.get("prompts_sha256"),
-        "requests_planned": plan.num_requests,
-        "sessions": len(plan.sessions),
-        "open_loop": plan.open_loop,
-        "concurrency": plan.concurrency,
-        "rate": getattr(cfg.workload, "rate", None),
-        "exact_output_len": plan.exact_output_len,
-        **({"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
-           if plan.source else {}),
-        **plan.info,
-        "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
-    }
-
-
 def _write_report(run_dir: Path) -> None:
     """report.html from the finished run folder; a failure loses the report only, never the data."""
     try:
-        from harness.reports.run_report import write_report
-
         log.info("report: %s", write_report(run_dir))
     except Exception as exc:  # noqa: BLE001 - the run's tables and summary are already on disk
         log.warning("report.html not written (%s: %s); rebuild it with: python -m harness.report %s",
@@ -281,54 +352,6 @@ def _check_engine(session: EngineSession, writer: RunWriter, run_dir: Path) -> N
         raise EngineFailed(
             f"{reason}; {failed} of {len(writer.records)} requests failed; the results so far are in {run_dir}"
         )
-
-
-def _server_metrics(scrapes: dict[str, Optional[str]], writer: RunWriter) -> Optional[dict[str, Any]]:
-    """Both raw scrapes into the run folder, and the measured phase's difference for the summary."""
-    before, after = scrapes["before"], scrapes["after"]
-    if before is None:
-        return None
-    writer.write_text("metrics_before.txt", before)
-    if after is None:
-        return None
-    writer.write_text("metrics_after.txt", after)
-    try:
-        return prometheus.summarize(before, after)
-    except Exception as exc:  # noqa: BLE001
-        log.warning("could not parse the engine's metrics: %s", exc)
-        return None
-
-
-def _gpu_figures(sampler: mem.MemorySampler, t_measured: Optional[float], duration_s: float) -> Optional[GpuRun]:
-    """The GPUs' figures from NVML's samples; None without NVML (a CPU machine)."""
-    if sampler.gpu is None or not sampler.gpu_samples:
-        return None
-    t1 = t_measured + duration_s if t_measured is not None else None
-    return run_figures([d.describe() for d in sampler.gpu.devices], sampler.gpu.notes, sampler.gpu_samples,
-                       sampler.engine_local, t_measured, t1, max(sampler.interval_s, sampler.GPU_MIN_INTERVAL_S))
-
-
-def _memory_summary(session: EngineSession, sampler: mem.MemorySampler, t_measured, cfg: RunConfig,
-                    gpu: Optional[GpuRun]) -> dict[str, Any]:
-    engine = session.engine_memory()
-    out: dict[str, Any] = {
-        "rss_peak_bytes": sampler.peak_rss(),
-        "rss_peak_measured_bytes": sampler.peak_rss(t_measured) if t_measured else None,
-        "gpu_nvml_peak_used_bytes": None,
-        "gpu_nvml_peak_process_used_bytes": None,
-        **(gpu.memory if gpu else {}),
-        **mem.torch_gpu_peaks(),
-        **engine,
-    }
-    bytes_per_value = engine.get("kv_bytes_per_value")
-    if bytes_per_value:
-        out["kv_bytes_per_token"] = kv_cache_bytes_per_token(session.hf_config(), bytes_per_value)
-        if cfg.memory.budget_gib and out["kv_bytes_per_token"] and engine.get("weights_bytes"):
-            out["budget_gib"] = cfg.memory.budget_gib
-            out["kv_tokens_in_budget"] = kv_tokens_in_budget(
-                cfg.memory.budget_gib * 2**30, engine["weights_bytes"], out["kv_bytes_per_token"]
-            )
-    return out
 
 
 def _with_progress(append, plan: WorkloadPlan, override: Optional[bool], enabled: bool):

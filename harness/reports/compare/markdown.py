@@ -8,12 +8,12 @@ from typing import Sequence
 import pandas as pd
 
 from harness.reports.compare.comparison import Comparison
-from harness.reports.compare.differences import _pct_text, ci_text, gate_results
+from harness.reports.compare.differences import ci_text, gate_results, pct_text
 from harness.reports.compare.runs import (
     Comparability,
     CompareError,
     Run,
-    _figure_label,
+    figure_label,
     figure_rows,
     present_figures,
     run_description,
@@ -21,7 +21,7 @@ from harness.reports.compare.runs import (
 from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_NOTE, agreement_cells, divergence_lines
 from harness.reports.html import fmt
 from harness.reports.tables import md_table, md_text
-from harness.results import metrics as registry
+from harness.results import metrics
 
 
 def comparison_markdown(result: Comparison) -> str:
@@ -47,11 +47,11 @@ def _md_problems(comp: Comparability) -> str:
 def _md_gate(result: Comparison) -> str:
     if result.fail_pct is None:
         return ""
-    pct, m = result.fail_pct, registry.get(result.metric)
+    pct, m = result.fail_pct, metrics.get(result.metric)
     rows = gate_results(result.diffs, result.metric, pct)
     verdict = "FAILED" if any(failed for _, failed in rows) else "passed"
     what = f"{m.label} {result.stat}"
-    cells = [[r["run"], fmt(r["value"], 2), _pct_text(r["change_pct"]), ci_text(r), "FAIL" if failed else "pass"]
+    cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), "FAIL" if failed else "pass"]
              for r, failed in rows]
     return (f"### Regression gate: {verdict}\n\n"
             f"A run fails when its {md_text(what)} is worse than the baseline's by more than {pct:g}% and the 95% CI "
@@ -66,9 +66,9 @@ def _md_runs(runs: Sequence[Run]) -> str:
 
 def _md_figures(table: pd.DataFrame) -> str:
     latency, whole_run = present_figures(table)
-    heads = [f"{_figure_label(m, st)} ({registry.get(m).unit})" for m, st in latency]
+    heads = [f"{figure_label(m, st)} ({metrics.get(m).unit})" for m, st in latency]
     parts = ["### Figures", md_table(["run", *heads], figure_rows(table, latency, counts=False))]
-    heads = ["ok", "failed", *(f"{_figure_label(m, st)} ({registry.get(m).unit})" for m, st in whole_run)]
+    heads = ["ok", "failed", *(f"{figure_label(m, st)} ({metrics.get(m).unit})" for m, st in whole_run)]
     parts.append(md_table(["run", *heads], figure_rows(table, whole_run, counts=True)))
     return "\n\n".join(parts)
 
@@ -77,7 +77,7 @@ def _md_differences(result: Comparison) -> str:
     if not result.diffs:
         return ""
     cells = [[r["run"], f"{r['label']} {r['stat']} ({r['unit']})", fmt(r["baseline_value"], 2), fmt(r["value"], 2),
-              _pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in result.diffs]
+              pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in result.diffs]
     return ("### Against the baseline\n\n"
             + md_table(["run", "metric", "baseline", "this run", "change", "95% CI", "verdict"], cells, align="llrrrrl"))
 

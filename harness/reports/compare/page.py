@@ -5,21 +5,19 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
-from harness.reports import agreement as agree
-from harness.reports import figures as plots
-from harness.reports import html
+from harness.reports import agreement, figures, html
 from harness.reports.compare import stats
-from harness.reports.compare.differences import _pct_text, gate_passed_text
+from harness.reports.compare.comparison import Comparison
+from harness.reports.compare.differences import gate_passed_text, pct_text
 from harness.reports.compare.runs import (
     LOAD_KEYS,
-    Comparability,
     Run,
-    _figure_label,
     column,
+    figure_label,
     fit_label,
     label_parts,
     shown,
@@ -29,10 +27,10 @@ from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_N
 from harness.reports.describe import backend_text, engine_text, hardware_text, load_text, model_text, run_date
 from harness.reports.html import esc, fmt
 from harness.reports.run_report import REPORT_NAME
-from harness.results import metrics as registry
+from harness.results import metrics
 
 
-def _agreement_html(agreements: Sequence[agree.Agreement]) -> str:
+def _agreement_html(agreements: Sequence[agreement.Agreement]) -> str:
     rows = []
     for a in agreements:
         cells = dict(zip(AGREEMENT_HEADS, agreement_cells(a)))
@@ -44,13 +42,12 @@ def _agreement_html(agreements: Sequence[agree.Agreement]) -> str:
                        excerpt_columns=["baseline text", "this run's text"])
 
 
-def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, diffs: Sequence[dict[str, Any]],
-                       comp: Comparability, out_dir: Path, metric: str, stat: str,
-                       gate: Optional[tuple[float, list[str]]] = None,
-                       agreements: Sequence[agree.Agreement] = ()) -> tuple[str, list[str]]:
-    """compare.html and the ids of its plots."""
-    figures = [f for f in (_cdf_overlay(runs), _latency_vs_throughput(runs), _throughput_bars(runs),
-                           _per_turn(runs), _differences_figure(diffs)) if f is not None]
+def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
+    """compare.html and the ids of its figures."""
+    runs, baseline, table, diffs, comp = result.runs, result.baseline, result.table, result.diffs, result.comparability
+    metric, stat, gate, agreements = result.metric, result.stat, result.gate, result.agreements
+    charts = [f for f in (_cdf_overlay(runs), _latency_vs_throughput(runs), _throughput_bars(runs),
+                          _per_turn(runs), _differences_figure(diffs)) if f is not None]
     parts = [
         f"<h1>Comparison of {len(runs)} runs</h1>",
         f'<p class="sub">LLM inference benchmark comparison · {esc(datetime.now().strftime("%Y-%m-%d %H:%M:%S"))} · '
@@ -61,12 +58,12 @@ def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, 
     if gate is not None:
         pct, lines = gate
         if lines:
-            parts.append(html.banner(lines, f"Regression beyond {pct:g}% in {registry.get(metric).label} {stat}", "error"))
+            parts.append(html.banner(lines, f"Regression beyond {pct:g}% in {metrics.get(metric).label} {stat}", "error"))
         else:
             passed = gate_passed_text(metric, stat, pct)
             parts.append(html.banner([passed[0].upper() + passed[1:] + "."], "Regression gate passed", "ok"))
     parts.append(html.banner(comp.notes, "What differs between the runs", "info"))
-    parts.append(html.section("Runs", _runs_html(runs, table, out_dir), "Latencies in ms (from each run's summary.json)."))
+    parts.append(html.section("Runs", _runs_html(runs, table, result.out_dir), "Latencies in ms (from each run's summary.json)."))
     if diffs:
         parts.append(html.section(
             "Differences against the baseline", _diffs_html(diffs),
@@ -76,9 +73,9 @@ def build_compare_html(runs: Sequence[Run], baseline: Run, table: pd.DataFrame, 
     if agreements:
         parts.append(html.section("Token agreement with the baseline", _agreement_html(agreements), AGREEMENT_NOTE))
     plot_ids = []
-    for div_id, title, fig, note in figures:
+    for div_id, title, fig, note in charts:
         plot_ids.append(div_id)
-        parts.append(html.section(title, plots.figure_div(fig, div_id), note))
+        parts.append(html.section(title, figures.figure_div(fig, div_id), note))
     return html.page(f"Comparison · {len(runs)} runs", "\n".join(p for p in parts if p)), plot_ids
 
 
@@ -89,7 +86,7 @@ HTML_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p90"), ("ttft_s", "p99"), ("tpot_
 
 def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
     """Two tables: the figures of each run, then what each run was (setup, hardware, date)."""
-    figures, setups = [], []
+    rows, setups = [], []
     shown_figures = [*HTML_FIGURES, *sourced_figures(table)]
     for run, row in zip(runs, table.to_dict("records")):
         report = run.path / REPORT_NAME
@@ -97,9 +94,9 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
         if report.exists():
             rel = os.path.relpath(report.resolve(), out_dir.resolve())
             href = (rel if rel.startswith((".", "/")) else "./" + rel, "report")
-        figures.append({
+        rows.append({
             "run": row["run"], "status": row["status"], "ok": row["ok"], "failed": row["failed"],
-            **{_figure_label(m, s): fmt(row[column(m, s)], registry.get(m).digits) for m, s in shown_figures},
+            **{figure_label(m, s): fmt(row[column(m, s)], metrics.get(m).digits) for m, s in shown_figures},
             "report": href,
         })
         setups.append({
@@ -108,7 +105,7 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
             "hardware": hardware_text(run.data.env), "date": run_date(run.path), "folder": str(run.path),
         })
     return (
-        html.table(figures, list(figures[0]), text_columns=["run", "status"], link_columns=["report"])
+        html.table(rows, list(rows[0]), text_columns=["run", "status"], link_columns=["report"])
         + '<p class="note">What each run was:</p>'
         + html.table(setups, list(setups[0]), text_columns=list(setups[0]))
     )
@@ -121,8 +118,8 @@ def _verdict_class(v: str) -> str:
 def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
     rows = [{
         "run": r["run"], "metric": f"{r['label']} {r['stat']}", "baseline": fmt(r["baseline_value"], 2, unit=f" {r['unit']}"),
-        "this run": fmt(r["value"], 2, unit=f" {r['unit']}"), "change": _pct_text(r["change_pct"]),
-        "95% CI": f"[{_pct_text(r['ci_low_pct'])}, {_pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "–",
+        "this run": fmt(r["value"], 2, unit=f" {r['unit']}"), "change": pct_text(r["change_pct"]),
+        "95% CI": f"[{pct_text(r['ci_low_pct'])}, {pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "–",
         "requests": f"{r['n_baseline']} / {r['n']}", "verdict": r["verdict"],
     } for r in diffs]
     return html.table(rows, list(rows[0]), text_columns=["run", "metric"], classes={"verdict": _verdict_class})
@@ -130,15 +127,15 @@ def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
 
 def _cdf_overlay(runs: Sequence[Run]):
     panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
-    fig = plots.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=380)
+    fig = figures.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=380)
     drawn = False
     for i, run in enumerate(runs):
         for j, (key, label) in enumerate(panels, start=1):
-            x, y = plots.cdf_points(run.data.values(key) * 1000)
+            x, y = figures.cdf_points(run.data.values(key) * 1000)
             if x.size == 0:
                 continue
             drawn = True
-            fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines", line=dict(color=plots.color(i), shape="hv"), name=esc(run.label),
+            fig.add_trace(figures.trace("scatter", x=x, y=y, mode="lines", line=dict(color=figures.color(i), shape="hv"), name=esc(run.label),
                                      legendgroup=f"run{i}", showlegend=j == 1,
                                      hovertemplate=f"{esc(run.label)}<br>{label} %{{x:.1f}} ms, fraction ≤ %{{y:.3f}}<extra></extra>"), 1, j)
             fig.update_xaxes(title_text="ms", row=1, col=j)
@@ -174,7 +171,7 @@ def _latency_vs_throughput(runs: Sequence[Run]):
             groups.setdefault(setup_key(run), []).append(run)
     if not groups:
         return None
-    fig = plots.figure(1, 2, ["TTFT p50 (ms) against output tokens/s", "TPOT p50 (ms) against output tokens/s"], height=400)
+    fig = figures.figure(1, 2, ["TTFT p50 (ms) against output tokens/s", "TPOT p50 (ms) against output tokens/s"], height=400)
     names = setup_names([g[0] for g in groups.values()])
     for i, members in enumerate(groups.values()):
         members = sorted(members, key=_load_order)
@@ -183,9 +180,9 @@ def _latency_vs_throughput(runs: Sequence[Run]):
         texts = [esc(_point_label(m)) for m in members]
         for j, metric in enumerate(("ttft_s", "tpot_s"), start=1):
             y = [shown(m.summary, metric, "p50") for m in members]
-            fig.add_trace(plots.trace("scatter",
+            fig.add_trace(figures.trace("scatter",
                 x=x, y=y, mode="lines+markers+text", text=texts, textposition="top center", name=esc(name),
-                legendgroup=f"g{i}", showlegend=j == 1, line=dict(color=plots.color(i)), marker=dict(size=9),
+                legendgroup=f"g{i}", showlegend=j == 1, line=dict(color=figures.color(i)), marker=dict(size=9),
                 hovertext=[esc(f"{m.label} · {_point_label(m)}") for m in members],
                 hovertemplate="%{hovertext}<br>%{x:.1f} tok/s, %{y:.1f} ms<extra></extra>",
             ), 1, j)
@@ -209,11 +206,11 @@ def _throughput_bars(runs: Sequence[Run]):
     req_s = [r.summary.stat("requests_per_s") for r in runs]
     if not any(html.is_num(v) and v for v in out_tps):
         return None
-    fig = plots.figure(1, 2, ["output tokens/s", "requests/s"], height=max(300, 120 + 36 * len(runs)))
-    colors = [plots.color(i) for i in range(len(runs))]
-    fig.add_trace(plots.trace("bar", y=labels, x=out_tps, orientation="h", marker=dict(color=colors), showlegend=False,
+    fig = figures.figure(1, 2, ["output tokens/s", "requests/s"], height=max(300, 120 + 36 * len(runs)))
+    colors = [figures.color(i) for i in range(len(runs))]
+    fig.add_trace(figures.trace("bar", y=labels, x=out_tps, orientation="h", marker=dict(color=colors), showlegend=False,
                          hovertemplate="%{y}: %{x:.1f} tok/s<extra></extra>"), 1, 1)
-    fig.add_trace(plots.trace("bar", y=labels, x=req_s, orientation="h", marker=dict(color=colors), showlegend=False,
+    fig.add_trace(figures.trace("bar", y=labels, x=req_s, orientation="h", marker=dict(color=colors), showlegend=False,
                          hovertemplate="%{y}: %{x:.3f} req/s<extra></extra>"), 1, 2)
     fig.update_yaxes(autorange="reversed")
     fig.update_yaxes(showticklabels=False, row=1, col=2)
@@ -224,13 +221,13 @@ def _per_turn(runs: Sequence[Run]):
     chat = [(i, r) for i, r in enumerate(runs) if len(r.summary.per_turn) > 1]
     if not chat:
         return None
-    fig = plots.figure(1, 2, ["TTFT p50 by turn (ms)", "TTFT p50 against context length (ms)"], height=380)
+    fig = figures.figure(1, 2, ["TTFT p50 by turn (ms)", "TTFT p50 against context length (ms)"], height=380)
     for i, run in chat:
         turns = run.summary.per_turn
         y = [t.get("ttft_p50_s") * 1000 if html.is_num(t.get("ttft_p50_s")) else None for t in turns]
         for j, x in enumerate(([t.get("turn") for t in turns], [t.get("prompt_tokens_mean") for t in turns]), start=1):
-            fig.add_trace(plots.trace("scatter", x=x, y=y, mode="lines+markers", name=esc(run.label), legendgroup=f"run{i}", showlegend=j == 1,
-                                     line=dict(color=plots.color(i))), 1, j)
+            fig.add_trace(figures.trace("scatter", x=x, y=y, mode="lines+markers", name=esc(run.label), legendgroup=f"run{i}", showlegend=j == 1,
+                                     line=dict(color=figures.color(i))), 1, j)
     fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
     fig.update_xaxes(title_text="mean context length (prompt tokens)", row=1, col=2)
     return ("per-turn", "Chat: TTFT per turn", fig, "Median TTFT of each turn; later turns re-send a longer history.")
@@ -240,23 +237,23 @@ def _differences_figure(diffs: Sequence[dict[str, Any]]):
     usable = [r for r in diffs if r["change_pct"] is not None and r["ci_low_pct"] is not None]
     if not usable:
         return None
-    metrics = list(dict.fromkeys(r["metric"] for r in usable))
-    fig = plots.figure(1, len(metrics), [f"{registry.get(m).label} change (%)" for m in metrics],
+    keys = list(dict.fromkeys(r["metric"] for r in usable))
+    fig = figures.figure(1, len(keys), [f"{metrics.get(m).label} change (%)" for m in keys],
                        height=max(300, 130 + 40 * len({r["run"] for r in usable})), shared_yaxes=True)
     verdict_colors = {stats.FASTER: "#59a14f", stats.SLOWER: "#e15759", stats.NO_DIFFERENCE: "#7b8794"}
-    for j, metric in enumerate(metrics, start=1):
+    for j, metric in enumerate(keys, start=1):
         rows = [r for r in usable if r["metric"] == metric]
         for verdict, colr in verdict_colors.items():
             sel = [r for r in rows if r["verdict"] == verdict]
             if not sel:
                 continue
-            fig.add_trace(plots.trace("scatter",
+            fig.add_trace(figures.trace("scatter",
                 x=[r["change_pct"] for r in sel], y=[esc(r["run"]) for r in sel], mode="markers", name=verdict,
                 legendgroup=verdict, showlegend=not any(t.get("legendgroup") == verdict for t in fig.data),
                 marker=dict(color=colr, size=10),
                 error_x=dict(type="data", symmetric=False, array=[r["ci_high_pct"] - r["change_pct"] for r in sel],
                              arrayminus=[r["change_pct"] - r["ci_low_pct"] for r in sel], color=colr, thickness=2),
-                hovertemplate="%{y}<br>%{x:+.1f}%<extra>" + esc(registry.get(metric).label) + "</extra>",
+                hovertemplate="%{y}<br>%{x:+.1f}%<extra>" + esc(metrics.get(metric).label) + "</extra>",
             ), 1, j)
         fig.add_vline(x=0, line=dict(color="#1f2933", width=1), row=1, col=j)
     fig.update_yaxes(autorange="reversed", type="category")

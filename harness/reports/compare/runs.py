@@ -16,9 +16,11 @@ from harness.reports import html
 from harness.reports.describe import backend_text, engine_text, load_text, model_text
 from harness.reports.html import fmt
 from harness.reports.tables import header_lines, text_table, wrap
-from harness.results import metrics as registry
+from harness.results import metrics
 from harness.results.schema import WORKLOAD, RunResult, RunSummary
 from harness.results.store import is_run_dir, load_run, read_json
+from harness.results.sweep_file import point_run_dirs
+from workloads.base import WorkloadPlan
 
 TABLE_STATS = ("p50", "p90", "p99")  # of each request metric shown in the console, in compare.csv
 LOAD_KEYS = ("concurrency", "rate")  # what a sweep varies; the rest of the workload is its shape
@@ -87,8 +89,6 @@ def _runs_below(folder: Path) -> list[Path]:
     """The runs of a sweep folder: its sweep.json's points in order, else run folders one or two levels down."""
     sweep = folder / "sweep.json"
     if sweep.is_file():
-        from harness.results.sweep_file import point_run_dirs
-
         try:
             return point_run_dirs(json.loads(sweep.read_text()))
         except ValueError:
@@ -104,8 +104,6 @@ def prompts_sha256(run: RunResult) -> Optional[str]:
     workload = read_json(run.run_dir / WORKLOAD)
     if not workload or "sessions" not in workload:
         return None
-    from workloads.base import WorkloadPlan
-
     return WorkloadPlan.prompts_hash(workload)
 
 
@@ -292,7 +290,7 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
 
 def column(metric: str, stat: Optional[str]) -> str:
     """compare.csv's column for a figure, in the metric's display unit: ``ttft_p50_ms``, ``output_tokens_per_s``."""
-    m = registry.get(metric)
+    m = metrics.get(metric)
     if stat is None:
         return metric if m.unit != "%" else f"{metric}_pct"
     return f"{metric.removesuffix('_s')}_{stat}_{m.unit.replace('/', '_per_')}"
@@ -301,14 +299,14 @@ def column(metric: str, stat: Optional[str]) -> str:
 def table_figures() -> list[tuple[str, Optional[str]]]:
     """The (metric, statistic) pairs of the table: each console request metric's p50/p90/p99, then every run metric."""
     figures: list[tuple[str, Optional[str]]] = [
-        (key, stat) for key, m in registry.REQUEST_METRICS.items() if m.in_console for stat in TABLE_STATS
+        (key, stat) for key, m in metrics.REQUEST_METRICS.items() if m.in_console for stat in TABLE_STATS
     ]
-    return figures + [(key, None) for key in registry.RUN_METRICS]
+    return figures + [(key, None) for key in metrics.RUN_METRICS]
 
 
 def shown(summary: RunSummary, metric: str, stat: Optional[str]) -> Optional[float]:
     """A figure of the summary in its display unit."""
-    return registry.get(metric).show(summary.stat(metric, stat or ""))
+    return metrics.get(metric).show(summary.stat(metric, stat or ""))
 
 
 def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
@@ -330,13 +328,13 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
         rows.append(row)
     table = pd.DataFrame(rows)
     # a figure with a source (GPU) that no run has is left out, not shown as empty
-    absent = [column(k, None) for k, m in registry.RUN_METRICS.items() if m.source and table[column(k, None)].isna().all()]
+    absent = [column(k, None) for k, m in metrics.RUN_METRICS.items() if m.source and table[column(k, None)].isna().all()]
     return table.drop(columns=absent)
 
 
 def sourced_figures(table: pd.DataFrame) -> list[tuple[str, Optional[str]]]:
     """The run metrics with a source (GPU) that some run of the table has."""
-    return [(k, None) for k, m in registry.RUN_METRICS.items() if m.source and column(k, None) in table.columns]
+    return [(k, None) for k, m in metrics.RUN_METRICS.items() if m.source and column(k, None) in table.columns]
 
 
 CONSOLE_STATS = ("p50", "p90")  # of each console request metric in the printed and markdown tables
@@ -345,8 +343,8 @@ CONSOLE_STATS = ("p50", "p90")  # of each console request metric in the printed 
 def console_figures() -> list[list[tuple[str, Optional[str]]]]:
     """The printed (and markdown) figures in two tables: each console request metric's
     CONSOLE_STATS, then every console run metric."""
-    latency = [(k, st) for k, m in registry.REQUEST_METRICS.items() if m.in_console for st in CONSOLE_STATS]
-    whole_run = [(k, None) for k, m in registry.RUN_METRICS.items() if m.in_console]
+    latency = [(k, st) for k, m in metrics.REQUEST_METRICS.items() if m.in_console for st in CONSOLE_STATS]
+    whole_run = [(k, None) for k, m in metrics.RUN_METRICS.items() if m.in_console]
     return [latency, whole_run]
 
 
@@ -356,15 +354,15 @@ def present_figures(table: pd.DataFrame) -> list[list[tuple[str, Optional[str]]]
             for group in console_figures()]
 
 
-def _figure_label(metric: str, stat: Optional[str]) -> str:
-    m = registry.get(metric)
+def figure_label(metric: str, stat: Optional[str]) -> str:
+    m = metrics.get(metric)
     if stat:
         return f"{m.label} {stat}"
     return f"{m.label} ({m.unit})" if getattr(m, "source", None) else m.label
 
 
 def figure_text(row: dict[str, Any], metric: str, stat: Optional[str]) -> str:
-    return fmt(row[column(metric, stat)], registry.get(metric).digits)
+    return fmt(row[column(metric, stat)], metrics.get(metric).digits)
 
 
 def count_text(value: Any) -> str:
@@ -380,9 +378,9 @@ def figure_rows(table: pd.DataFrame, figures: Sequence[tuple[str, Optional[str]]
 def format_runs_table(table: pd.DataFrame) -> str:
     """The figures of each run: latencies, then requests and throughputs (fits 120 columns)."""
     latency, whole_run = present_figures(table)
-    heads = [header_lines(_figure_label(m, st), registry.get(m).unit) for m, st in latency]
+    heads = [header_lines(figure_label(m, st), metrics.get(m).unit) for m, st in latency]
     lines = text_table([["run"], *heads], figure_rows(table, latency, counts=False))
-    heads = [["ok"], ["failed"], *(header_lines(_figure_label(m, st), registry.get(m).unit) for m, st in whole_run)]
+    heads = [["ok"], ["failed"], *(header_lines(figure_label(m, st), metrics.get(m).unit) for m, st in whole_run)]
     lines += [""] + text_table([["run"], *heads], figure_rows(table, whole_run, counts=True))
     return "\n".join(lines)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from harness.reports import agreement as agree
+from harness.reports import agreement
 from harness.reports.compare.runs import Run
 from harness.reports.tables import text_table, wrap
 
@@ -19,18 +19,18 @@ AGREEMENT_CONSOLE_HEADS = [["run"], ["dtype"], ["quantization"], ["identical"], 
                            ["first", "divergence"]]
 
 
-def token_agreement(runs: Sequence[Run]) -> list[agree.Agreement]:
+def token_agreement(runs: Sequence[Run]) -> list[agreement.Agreement]:
     """Each run against the baseline, when the runs recorded output ids (else none)."""
-    if len(runs) < 2 or not any(agree.any_ids(r.data) for r in runs):
+    if len(runs) < 2 or not any(agreement.any_ids(r.data) for r in runs):
         return []
-    return agree.against_baseline([r.data for r in runs], [r.label for r in runs])
+    return agreement.against_baseline([r.data for r in runs], [r.label for r in runs])
 
 
 def _numerics_text(value: Optional[str]) -> str:
     return value if value else "–"
 
 
-def agreement_cells(a: agree.Agreement) -> list[str]:
+def agreement_cells(a: agreement.Agreement) -> list[str]:
     share = a.identical_share
     first = f"request {a.first.request_id}, token {a.first.position}" if a.first else ("none" if a.compared else "–")
     return [a.run, _numerics_text(a.dtype), _numerics_text(a.quantization),
@@ -39,7 +39,7 @@ def agreement_cells(a: agree.Agreement) -> list[str]:
             f"{a.prefix_share:.0%}" if a.prefix_share is not None else "–", first]
 
 
-def divergence_lines(a: agree.Agreement) -> list[str]:
+def divergence_lines(a: agreement.Agreement) -> list[str]:
     """The first divergence's two texts, and why the figures may not mean much."""
     lines = [f"{a.run}: {p}" for p in a.problems]
     if a.first:
@@ -48,7 +48,7 @@ def divergence_lines(a: agree.Agreement) -> list[str]:
     return lines
 
 
-def format_agreement(agreements: Sequence[agree.Agreement]) -> list[str]:
+def format_agreement(agreements: Sequence[agreement.Agreement]) -> list[str]:
     a0 = agreements[0]
     lines = wrap(f"token agreement with the baseline ({a0.baseline}: dtype {_numerics_text(a0.baseline_dtype)}, "
                  f"quantization {_numerics_text(a0.baseline_quantization)}), greedy replies token for token:")

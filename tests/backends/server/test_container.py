@@ -32,7 +32,7 @@ if args[0] == "run":
     serve = os.environ.get("FAKE_DOCKER_SERVE")
     if serve:  # the container's server, on the port published as 127.0.0.1:PORT:INSIDE
         port = args[args.index("-p") + 1].split(":")[1]
-        os.execv(sys.executable, [sys.executable, "-m", "harness.reference_server", "--port", port, *serve.split()])
+        os.execv(sys.executable, [sys.executable, "-m", "refserver", "--port", port, *serve.split()])
     time.sleep(3600)
 """
 

@@ -188,7 +188,7 @@ def test_each_engines_http_path_against_its_dialect(tmp_path, monkeypatch, real_
     fake_program(tmp_path / "bin", "ollama", log)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     cfg = engine_config(name, startup_timeout_s=60, server_command=[
-        "{python}", "-m", "harness.reference_server", "--port", "{port}", "--dialect", name, "--tokens", "1000",
+        "{python}", "-m", "refserver", "--port", "{port}", "--dialect", name, "--tokens", "1000",
         "--ttft-ms", "2", "--itl-ms", "1", "--tokenizer", "{model}", "--model-name", "whatever"])
     backend = ServerBackend(cfg, real_model, backend_registry.get(name).cls.server_preset(cfg, real_model))
     backend.run_dir = tmp_path

@@ -168,7 +168,7 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
     """Each engine's preset (health path, model name, body extras, prompt form) talks to a
     reference server that streams the way that engine's server does."""
     cfg = BackendConfig(name=dialect, mode="server", startup_timeout_s=60, server_command=[
-        "{python}", "-m", "harness.reference_server", "--port", "{port}", "--dialect", dialect, "--tokens", "1000",
+        "{python}", "-m", "refserver", "--port", "{port}", "--dialect", dialect, "--tokens", "1000",
         "--ttft-ms", "2", "--itl-ms", "1", "--tokenizer", "{model}", "--model-name", "whatever"])
     backend = ServerBackend(cfg, real_model, preset_fn(cfg, real_model))
     backend.run_dir = tmp_path
@@ -265,7 +265,7 @@ def test_cli_run_in_server_mode(tmp_path):
     assert summary["backend"]["engine"] == "reference" and summary["backend"]["engine_version"] == "0.1.0"
     info = summary["backend"]["info"]["server"]
     assert gone(info["pid"])  # the server and its group are gone
-    assert info["command"][:3] == [sys.executable, "-m", "harness.reference_server"]
+    assert info["command"][:3] == [sys.executable, "-m", "refserver"]
     key = summary["server_metrics"]["key"]
     assert key["ttft_s"]["count"] == 6 and key["itl_s"]["count"] == 6 * 5  # the measured phase only
     assert summary["server_metrics"]["counters"]["vllm:generation_tokens"] == 36

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import as_foreground_job, make_config
 from core.errors import ConfigError
-from harness.client.workers import auto_workers, resolve_workers, slots
+from harness.client.workers import WorkerPool, auto_workers, resolve_workers, slots
 from harness.client.pacing import pace_until
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
@@ -43,7 +43,7 @@ def test_the_default_is_one_worker_up_to_32_streams_then_one_per_32_leaving_a_co
     assert auto_workers(33, cores=16) == 2 and auto_workers(128, cores=16) == 4
     assert auto_workers(128, cores=2) == 1  # a core stays free for the driver and a local server
     assert auto_workers(10_000, cores=64) == 8
-    assert resolve_workers(None, http=False, concurrency=512) == 1  # in-process engines: one process
+    assert resolve_workers(None, forkable=False, concurrency=512) == 1  # in-process engines: one process
 
 
 def test_slots_split_the_cap_exactly():
@@ -193,13 +193,14 @@ def test_an_over_saturated_open_loop_stops_every_worker():
 
     plan = open_loop_plan(200.0, 2000)  # 200 sessions/s against ~20/s per worker
     records = []
-    driver = Driver(OneAtATime(), NoRenderer(), plan, on_record=records.append,
-                    saturation=SaturationDetector(FAST), workers=2)
+    backend = OneAtATime()
+    driver = Driver(backend, NoRenderer(), plan, on_record=records.append, saturation=SaturationDetector(FAST))
+    pool = WorkerPool(driver, backend, workers=2)
     t = time.perf_counter()
-    duration = asyncio.run(driver.run(plan.sessions, True))
+    duration = asyncio.run(pool.run(plan.sessions, True))
     assert driver.saturated and driver.saturated.startswith("over-saturated")
     assert duration < 4.0 and time.perf_counter() - t < 15.0
-    assert len(driver.worker_loads) == 2
+    assert len(pool.worker_loads) == 2
     cancelled = [r for r in records if not r.ok]
     assert cancelled and all(r.error == SATURATED_ERROR for r in cancelled)
     assert sum(r.ok for r in records) >= 10 and len({r.request_id for r in records}) == len(records)

@@ -9,8 +9,7 @@ import pytest
 
 from conftest import make_config
 from core.model import gguf_quantization, hf_dtype
-from harness.reports import agreement as agree
-from harness.reports.compare import runs as compare
+from harness.reports import agreement
 from harness.results.store import load_run
 from harness.run.point import run_benchmark
 
@@ -51,7 +50,7 @@ def test_each_run_records_its_output_ids_and_numerics(run_dir):
 
 def test_identical_runs_agree_fully(run_dir):
     result = load_run(run_dir)
-    a = agree.agreement(result, result)
+    a = agreement.agreement(result, result)
     assert (a.compared, a.identical, a.identical_share, a.first) == (3, 3, 1.0, None)
     assert a.mean_common_prefix == a.mean_baseline_tokens and a.prefix_share == 1.0 and a.problems == []
 
@@ -67,11 +66,11 @@ def test_a_divergence_is_found_where_it_is(run_dir, tmp_path):
     other = load_run(copy_with_ids(run_dir, tmp_path / "other", change))
     base = load_run(run_dir)
     n = [len(ids) for ids in base.requests.sort_values("request_id").output_token_ids]
-    a = agree.agreement(base, other)
+    a = agreement.agreement(base, other)
     assert (a.compared, a.identical) == (3, 1)
     assert a.mean_common_prefix == pytest.approx((n[0] + 3 + 5) / 3)
     assert (a.first.request_id, a.first.position, a.first.tokens) == (1, 3, n[1])
-    assert agree.matrix([base, other], ["a", "b"]).loc["a", "b"] == pytest.approx(1 / 3)
+    assert agreement.matrix([base, other], ["a", "b"]).loc["a", "b"] == pytest.approx(1 / 3)
 
 
 def test_sampled_or_different_prompts_are_flagged(run_dir, tmp_path):
@@ -81,7 +80,7 @@ def test_sampled_or_different_prompts_are_flagged(run_dir, tmp_path):
     summary["workload"]["greedy"] = False
     summary["workload"]["prompts_sha256"] = "0" * 64
     (other / "summary.json").write_text(json.dumps(summary))
-    problems = agree.agreement(load_run(run_dir), load_run(other)).problems
+    problems = agreement.agreement(load_run(run_dir), load_run(other)).problems
     assert any("sampled" in p for p in problems) and any("different prompts" in p for p in problems)
 
 

@@ -16,7 +16,7 @@ from conftest import REPO, make_config
 from harness.reports.compare import runs as compare
 from harness.reports.compare import cli
 from harness.reports.compare import page as compare_page
-from harness.results import metrics as registry
+from harness.results import metrics
 from harness.reports.tables import CONSOLE_WIDTH, md_table, md_text, text_table
 from harness.run.point import run_benchmark
 from pages import PAYLOAD, PWNED_JS
@@ -76,10 +76,10 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
         assert str(runs / name) in " ".join(runs_list[described:described + 4])
     table = pd.read_csv(out / "compare.csv")
     latency, _ = compare.present_figures(table)
-    assert {m for m, _ in latency} == {k for k, m in registry.REQUEST_METRICS.items() if m.in_console}
+    assert {m for m, _ in latency} == {k for k, m in metrics.REQUEST_METRICS.items() if m.in_console}
     for row in table.to_dict("records"):  # the latency table: compare.csv's figures with the registry's digits
         printed = next(line for line in lines if line.startswith(row["run"] + " "))
-        assert printed[len(row["run"]):].split() == [f"{row[compare.column(m, st)]:,.{registry.get(m).digits}f}" for m, st in latency]
+        assert printed[len(row["run"]):].split() == [f"{row[compare.column(m, st)]:,.{metrics.get(m).digits}f}" for m, st in latency]
     assert len(table) == 3 and table.ok.tolist() == [8, 8, 8]
     assert {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p90_ms", "output_tokens_per_s", "requests_per_s"} <= set(table.columns)
     diffs = pd.read_csv(out / "differences.csv")
@@ -277,9 +277,9 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     assert [r[0] for r in figures] == labels * 2 and [len(r) for r in figures] == [1 + len(latency)] * 3 + [3 + len(whole_run)] * 3
     table = pd.read_csv(tmp_path / "a" / "compare.csv").set_index("run")
     for row in figures[:3]:  # rendered from summary.json's figures with the registry's digits, not re-derived
-        assert row[1] == f"{table.loc[row[0], compare.column('ttft_s', 'p50')]:,.{registry.get('ttft_s').digits}f}"
+        assert row[1] == f"{table.loc[row[0], compare.column('ttft_s', 'p50')]:,.{metrics.get('ttft_s').digits}f}"
     for metric, stat in whole_run:  # every console run metric, from the registry
-        assert f"| {md_text(registry.get(metric).label)} ({md_text(registry.get(metric).unit)}) |" in sections["Figures"]
+        assert f"| {md_text(metrics.get(metric).label)} ({md_text(metrics.get(metric).unit)}) |" in sections["Figures"]
     differences = md_rows(sections["Against the baseline"])
     assert len(differences) == 2 * 4 and {r[0] for r in differences} == set(labels[1:])
     assert {r[-1] for r in differences} <= VERDICTS and differences[0][1] == "TTFT median (ms)"

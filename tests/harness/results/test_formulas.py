@@ -4,80 +4,81 @@ import math
 import pytest
 
 from core.sequences import reconcile_counts
-from harness.results.record import build_record
-from harness.results import formulas as metrics
+from core.types import RequestDone
+from harness.results.record import RequestTiming, build_record
+from harness.results import formulas
 from harness.config import SLOConfig
 
 
 def test_request_formulas_by_hand():
     send = 10.0
     chunks = [(10.5, 1), (10.6, 1), (10.8, 1), (11.1, 1)]  # 4 tokens
-    assert metrics.ttft(send, chunks[0][0]) == pytest.approx(0.5)
-    assert metrics.e2e_latency(send, chunks[-1][0]) == pytest.approx(1.1)
-    assert metrics.tpot(1.1, 0.5, 4) == pytest.approx(0.2)  # (1.1 - 0.5) / 3
-    assert metrics.inter_token_latencies(chunks) == pytest.approx([0.1, 0.2, 0.3])
-    assert metrics.output_tokens_per_second(4, 1.1) == pytest.approx(4 / 1.1)
-    assert metrics.decode_tokens_per_second(0.2) == pytest.approx(5.0)
-    assert metrics.queue_wait(send, 10.25) == pytest.approx(0.25)
-    assert metrics.queue_wait(send, None) is None
+    assert formulas.ttft(send, chunks[0][0]) == pytest.approx(0.5)
+    assert formulas.e2e_latency(send, chunks[-1][0]) == pytest.approx(1.1)
+    assert formulas.tpot(1.1, 0.5, 4) == pytest.approx(0.2)  # (1.1 - 0.5) / 3
+    assert formulas.inter_token_latencies(chunks) == pytest.approx([0.1, 0.2, 0.3])
+    assert formulas.output_tokens_per_second(4, 1.1) == pytest.approx(4 / 1.1)
+    assert formulas.decode_tokens_per_second(0.2) == pytest.approx(5.0)
+    assert formulas.queue_wait(send, 10.25) == pytest.approx(0.25)
+    assert formulas.queue_wait(send, None) is None
 
 
 def test_tpot_undefined_for_one_token():
-    assert metrics.tpot(0.5, 0.5, 1) is None
-    assert metrics.decode_tokens_per_second(None) is None
+    assert formulas.tpot(0.5, 0.5, 1) is None
+    assert formulas.decode_tokens_per_second(None) is None
 
 
 def test_multi_token_chunks_spread_their_gap():
     # first chunk carries 2 tokens, then a chunk of 3 tokens 0.3 s later
-    gaps = metrics.inter_token_latencies([(1.0, 2), (1.3, 3)])
+    gaps = formulas.inter_token_latencies([(1.0, 2), (1.3, 3)])
     assert gaps == pytest.approx([0.0, 0.1, 0.1, 0.1])
     assert sum(gaps) == pytest.approx(0.3)  # Σ ITL = E2E − TTFT
     assert len(gaps) == 5 - 1
 
 
 def test_distribution_percentiles():
-    d = metrics.distribution([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    d = formulas.distribution([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
     assert d["count"] == 10
     assert d["mean"] == pytest.approx(5.5)
     assert d["p50"] == pytest.approx(5.5)
     assert d["p90"] == pytest.approx(9.1)  # linear: 1 + 0.9 * 9
     assert d["p99"] == pytest.approx(9.91)
     assert d["min"] == 1 and d["max"] == 10
-    empty = metrics.distribution([])
+    empty = formulas.distribution([])
     assert empty["count"] == 0 and empty["mean"] is None
 
 
 def test_run_throughputs_by_hand():
-    assert metrics.request_throughput(8, 4.0) == 2.0
-    assert metrics.output_token_throughput([10, 20, 30], 6.0) == 10.0
-    assert metrics.total_token_throughput([100, 100], [10, 30], 4.0) == 60.0
-    assert metrics.goodput(3, 2.0) == 1.5
-    assert metrics.mean_concurrency([1.0, 2.0, 3.0], 3.0) == 2.0
+    assert formulas.request_throughput(8, 4.0) == 2.0
+    assert formulas.output_token_throughput([10, 20, 30], 6.0) == 10.0
+    assert formulas.total_token_throughput([100, 100], [10, 30], 4.0) == 60.0
+    assert formulas.goodput(3, 2.0) == 1.5
+    assert formulas.mean_concurrency([1.0, 2.0, 3.0], 3.0) == 2.0
 
 
 def test_slo():
     slo = SLOConfig(ttft_s=0.5, tpot_s=0.05, e2e_s=None)
-    assert metrics.meets_slo(0.4, 0.04, 99.0, slo)
-    assert not metrics.meets_slo(0.6, 0.04, 1.0, slo)
-    assert not metrics.meets_slo(0.4, 0.06, 1.0, slo)
-    assert metrics.meets_slo(0.4, None, 1.0, slo)  # one-token outputs have no TPOT
-    assert metrics.meets_slo(9.0, 9.0, 9.0, SLOConfig())
+    assert formulas.meets_slo(0.4, 0.04, 99.0, slo)
+    assert not formulas.meets_slo(0.6, 0.04, 1.0, slo)
+    assert not formulas.meets_slo(0.4, 0.06, 1.0, slo)
+    assert formulas.meets_slo(0.4, None, 1.0, slo)  # one-token outputs have no TPOT
+    assert formulas.meets_slo(9.0, 9.0, 9.0, SLOConfig())
 
 
 def test_kv_cache_bytes_for_smollm2_shape():
     config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
     # 2 × 30 layers × 3 KV heads × head_dim 64 × 2 bytes (bf16) = 23,040 bytes
-    assert metrics.kv_cache_bytes_per_token(config, 2) == 23040
-    assert metrics.kv_cache_bytes_per_token({**config, "head_dim": 128}, 4) == 2 * 30 * 3 * 128 * 4
-    assert metrics.kv_cache_bytes_per_token({}, 2) is None
+    assert formulas.kv_cache_bytes_per_token(config, 2) == 23040
+    assert formulas.kv_cache_bytes_per_token({**config, "head_dim": 128}, 4) == 2 * 30 * 3 * 128 * 4
+    assert formulas.kv_cache_bytes_per_token({}, 2) is None
     # 1 GiB budget, 100 MiB of weights: (1024 − 100) MiB / 23,040 B
-    assert metrics.kv_tokens_in_budget(2**30, 100 * 2**20, 23040) == math.floor((2**30 - 100 * 2**20) / 23040)
-    assert metrics.kv_tokens_in_budget(10, 100, 23040) == 0
+    assert formulas.kv_tokens_in_budget(2**30, 100 * 2**20, 23040) == math.floor((2**30 - 100 * 2**20) / 23040)
+    assert formulas.kv_tokens_in_budget(10, 100, 23040) == 0
 
 
 def test_cached_share():
-    assert metrics.cached_share([10, 0, None], [20, 20, 100]) == pytest.approx(0.25)  # unknown ones left out
-    assert metrics.cached_share([None, None], [5, 5]) is None
+    assert formulas.cached_share([10, 0, None], [20, 20, 100]) == pytest.approx(0.25)  # unknown ones left out
+    assert formulas.cached_share([None, None], [5, 5]) is None
 
 
 @pytest.mark.parametrize("stats,error", [
@@ -91,10 +92,8 @@ def test_counts_a_server_lies_about_fail_that_request(stats, error):
     from core.types import GenerationRequest
 
     request = GenerationRequest(request_id=0, prompt_token_ids=[1, 2, 3], max_new_tokens=4, exact_output_len=True)
-    record = build_record(
-        request=request, t0=0.0, send_t=1.0, end_t=2.0, chunks=[(1.5, 1), (1.6, 1)], output_token_ids=[7, 8],
-        scheduled_s=None, expected_prompt_tokens=3, scheduled_t=None, finish_reason="length", error=None,
-        delivery_lag_max_s=None, engine_stats=stats)
+    timing = RequestTiming(t0=0.0, send_t=1.0, end_t=2.0, chunks=[(1.5, 1), (1.6, 1)], expected_prompt_tokens=3)
+    record = build_record(request, timing, RequestDone("length", engine_stats=stats), output_token_ids=[7, 8])
     assert record.error == f"the engine reported an {error}"
     assert record.prompt_tokens == 3 and record.output_tokens == 2 and record.ttft_s is None
 
@@ -102,9 +101,9 @@ def test_counts_a_server_lies_about_fail_that_request(stats, error):
 def test_itl_per_chunk_is_the_chunks_own_gaps():
     # 2 tokens at 1.0, 3 at 1.3, 1 at 1.4: per chunk 2 gaps, per token 5
     chunks = [(1.0, 2), (1.3, 3), (1.4, 1)]
-    assert metrics.inter_chunk_latencies(chunks) == pytest.approx([0.3, 0.1])
-    assert sum(metrics.inter_chunk_latencies(chunks)) == pytest.approx(sum(metrics.inter_token_latencies(chunks)))
-    assert metrics.inter_chunk_latencies([(1.0, 1), (1.1, 0), (1.5, 1)]) == pytest.approx([0.5])  # no-token chunks skipped
+    assert formulas.inter_chunk_latencies(chunks) == pytest.approx([0.3, 0.1])
+    assert sum(formulas.inter_chunk_latencies(chunks)) == pytest.approx(sum(formulas.inter_token_latencies(chunks)))
+    assert formulas.inter_chunk_latencies([(1.0, 1), (1.1, 0), (1.5, 1)]) == pytest.approx([0.5])  # no-token chunks skipped
 
 
 @pytest.mark.parametrize("counts,total,expected", [
@@ -123,10 +122,8 @@ def _record(chunks, engine_stats, ids):
     from core.types import GenerationRequest
 
     request = GenerationRequest(request_id=0, prompt_token_ids=[1, 2, 3], max_new_tokens=8, exact_output_len=False)
-    return build_record(
-        request=request, t0=0.0, send_t=1.0, end_t=2.0, chunks=chunks, output_token_ids=ids, scheduled_s=None,
-        expected_prompt_tokens=3, scheduled_t=None, finish_reason="stop", error=None, delivery_lag_max_s=None,
-        engine_stats=engine_stats)
+    timing = RequestTiming(t0=0.0, send_t=1.0, end_t=2.0, chunks=chunks, expected_prompt_tokens=3)
+    return build_record(request, timing, RequestDone("stop", engine_stats=engine_stats), output_token_ids=ids)
 
 
 def test_itl_per_token_agrees_with_usage_and_tpot():

@@ -1,14 +1,14 @@
-"""Every metric defined once: tag, label, unit, direction and formula; the summary follows the registry."""
+"""Every metric defined once: tag, label, unit, direction and formula; the summary follows the metrics."""
 import pytest
 
-from harness.results import metrics as registry
+from harness.results import metrics
 from harness.config import SLOConfig
 from harness.results.summary import summarize
 from records import record
 
 
 def test_every_metric_is_fully_defined():
-    for key, metric in {**registry.REQUEST_METRICS, **registry.RUN_METRICS}.items():
+    for key, metric in {**metrics.REQUEST_METRICS, **metrics.RUN_METRICS}.items():
         assert metric.key == key and metric.label and metric.unit
         assert "=" in metric.formula(), f"{key}: the docstring is its formula"
         assert isinstance(metric.lower_is_better, bool)
@@ -16,29 +16,29 @@ def test_every_metric_is_fully_defined():
 
 def test_summary_sections_follow_the_registry():
     s = summarize([record(0), record(1, ttft=0.3)], 2.0, SLOConfig(ttft_s=0.2))
-    assert list(s["latency"]) == list(registry.REQUEST_METRICS)
-    assert list(s["throughput"]) == list(registry.RUN_METRICS)
+    assert list(s["latency"]) == list(metrics.REQUEST_METRICS)
+    assert list(s["throughput"]) == list(metrics.RUN_METRICS)
     assert s["throughput"]["slo_attainment"] == pytest.approx(0.5)
 
 
 def test_a_metric_cannot_be_defined_twice():
     with pytest.raises(ValueError, match="defined twice"):
-        @registry.register
-        class AnotherTTFT(registry.RequestMetric):
+        @metrics.register
+        class AnotherTTFT(metrics.RequestMetric):
             """TTFT again = no."""
             key, label, unit = "ttft_s", "TTFT", "ms"
 
 
 def test_display_and_direction():
-    ttft, tps = registry.get("ttft_s"), registry.get("output_tokens_per_s")
+    ttft, tps = metrics.get("ttft_s"), metrics.get("output_tokens_per_s")
     assert ttft.show(0.25) == 250 and ttft.better(0.1, 0.2)
     assert tps.show(3.0) == 3.0 and tps.better(20, 10)
     with pytest.raises(KeyError, match="unknown metric"):
-        registry.get("nope")
+        metrics.get("nope")
 
 
 def test_itl_per_token_and_per_chunk_are_both_registered():
-    per_token, per_chunk = registry.get("itl_s"), registry.get("itl_chunk_s")
+    per_token, per_chunk = metrics.get("itl_s"), metrics.get("itl_chunk_s")
     assert per_token.pooled and per_chunk.pooled
     assert "usage" in per_token.formula() and "chunk" in per_chunk.formula()
     assert per_chunk.label == "ITL per chunk" and per_token.label == "ITL per token"
@@ -62,7 +62,7 @@ def test_engine_stage_times_sit_beside_the_harness_measure_of_the_same_interval(
     assert "queued_ts → scheduled_ts" in queue["interval"] and "input path" in queue["harness_interval"]
     assert stages["vllm_prefill_s"]["harness"]["mean"] == pytest.approx(((0.30 - 0.156) + (0.40 - 0.080)) / 2)
     assert stages["vllm_decode_s"]["harness"]["mean"] == pytest.approx(((1.0 - 0.3) + (1.2 - 0.4)) / 2)
-    ms = registry.ENGINE_STAGES["llama_t_p_eval_ms"]
+    ms = metrics.ENGINE_STAGES["llama_t_p_eval_ms"]
     a.engine_stats = {"llama_t_p_eval_ms": 250.0}
     assert ms.engine_value(a) == pytest.approx(0.25)
 

@@ -2,7 +2,6 @@
 import pytest
 
 from harness.config import SLOConfig
-from harness.results.record import RequestRecord
 from harness.results.schema import RunSummary
 from harness.results.summary import overhead_warnings, run_warnings, summarize
 from harness.reports.console import format_summary

@@ -1,7 +1,6 @@
 """Sweeps through `python -m harness -m …`: one engine load, failure isolation, sweep.json,
 compare.html, resume, repeats; and the SLO search."""
 import json
-import shutil
 from pathlib import Path
 
 import pytest

@@ -13,27 +13,27 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-
 from browser import chromium  # noqa: F401 - the fixture
 from conftest import make_config
 from fake_nvml import GIB, FakeGpu, FakeNVML
-from harness.reports.compare import runs as compare
-from harness.reports.compare import comparison
-from harness.telemetry import gpu_phase
-from harness.results import metrics as registry
-from harness.telemetry.gpu import GpuTelemetry, visible_devices
-from harness.telemetry.processes import engine_pids
-from harness.reports.run_report import build_report
-from harness.results.store import load_run
-from harness.results.schema import RunSummary
-from harness.run.point import run_benchmark
-from harness.reports.console import format_summary
 from pages import assert_renders
 from records import record
 
+from harness.reports.compare import outputs
+from harness.reports.compare import runs as compare
+from harness.reports.console import format_summary
+from harness.reports.run_report import build_report
+from harness.results import metrics
+from harness.results.schema import RunSummary
+from harness.results.store import load_run
+from harness.run.point import run_benchmark
+from harness.telemetry import gpu_phase
+from harness.telemetry.gpu import GpuTelemetry, visible_devices
+from harness.telemetry.processes import engine_pids
+
 FAST = ["model=tiny-random", "workload=synthetic", "workload.num_requests=6", "workload.input_len=32",
         "workload.output_len=5", "workload.concurrency=2"]
-GPU_KEYS = [k for k, m in registry.RUN_METRICS.items() if m.source == "gpu"]
+GPU_KEYS = [k for k, m in metrics.RUN_METRICS.items() if m.source == "gpu"]
 
 
 class Clock:
@@ -95,12 +95,12 @@ def test_measured_phase_sums_energy_and_averages_utilisation():
     assert [d["mean_power_w"] for d in phase.devices] == pytest.approx([100.0, 50.0])
     assert phase.energy_j == pytest.approx(300.0) and phase.energy_source == "mixed"
     assert phase.util == pytest.approx(0.4)
-    totals = registry.RunTotals([record(i, n_out=25) for i in range(4)], 4, 2.0, phase)  # 100 output tokens in T = 2 s
-    figures = registry.run_figures(totals)
+    totals = metrics.RunTotals([record(i, n_out=25) for i in range(4)], 4, 2.0, phase)  # 100 output tokens in T = 2 s
+    figures = metrics.run_figures(totals)
     assert figures["energy_per_token_j"] == pytest.approx(3.0)
     assert figures["gpu_power_w"] == pytest.approx(150.0)
     assert figures["gpu_util"] == pytest.approx(0.4)
-    assert all(registry.run_figures(registry.RunTotals(totals.ok, 4, 2.0))[k] is None for k in GPU_KEYS)
+    assert all(metrics.run_figures(metrics.RunTotals(totals.ok, 4, 2.0))[k] is None for k in GPU_KEYS)
 
 
 # --- devices and sampling through the fake -------------------------------------------------
@@ -226,7 +226,7 @@ def test_a_cpu_run_has_no_gpu_figures(monkeypatch, tmp_path, caplog):
     html, plots = build_report(load_run(tmp_path / "cpu"))
     assert "gpu" not in plots and "energy per output token" not in html and "GPU power" not in html
     shutil.copytree(tmp_path / "cpu", tmp_path / "cpu-again")
-    result = comparison.compare_runs([tmp_path / "cpu", tmp_path / "cpu-again"], tmp_path / "cmp", resamples=50)
+    result = outputs.compare_runs([tmp_path / "cpu", tmp_path / "cpu-again"], tmp_path / "cmp", resamples=50)
     assert not {"energy_per_token_j", "gpu_power_w", "gpu_util_pct"} & set(result.table.columns)
     assert "J/token" not in compare.format_runs_table(result.table)
     assert "energy per output token" not in (tmp_path / "cmp" / "compare.html").read_text()
@@ -281,7 +281,7 @@ def test_a_gpu_run_reports_energy_power_and_utilisation(gpu_run, tmp_path, chrom
     assert_renders(chromium, run_dir / "report.html", tmp_path / "gpu-report.png", plots)
 
     shutil.copytree(run_dir, tmp_path / "again")
-    result = comparison.compare_runs([run_dir, tmp_path / "again"], tmp_path / "cmp", resamples=50)
+    result = outputs.compare_runs([run_dir, tmp_path / "again"], tmp_path / "cmp", resamples=50)
     assert result.table["energy_per_token_j"].tolist() == pytest.approx([s["throughput"]["energy_per_token_j"]] * 2)
     assert result.table["gpu_util_pct"].tolist() == pytest.approx([50.0, 50.0])
     printed = compare.format_runs_table(result.table)
@@ -297,7 +297,7 @@ def test_a_managed_server_counts_its_own_processes(monkeypatch, tmp_path, no_cud
         out = [(1, 9 * GIB)]
         for child in psutil.Process().children(recursive=True):
             try:
-                engine = "refserver.app" in " ".join(child.cmdline())
+                engine = "-m refserver" in " ".join(child.cmdline())
             except psutil.Error:
                 continue
             out.append((child.pid, 300 * 2**20 if engine else 7 * GIB))

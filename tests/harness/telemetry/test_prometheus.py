@@ -69,7 +69,7 @@ def test_histogram_quantiles_interpolate_inside_buckets():
 
 
 def test_summarize_is_the_difference_over_the_phase():
-    out = prometheus.summarize(BEFORE, AFTER)
+    out = prometheus.phase_difference(BEFORE, AFTER)
     ttft = out["histograms"]["vllm:time_to_first_token_seconds"]
     assert ttft["count"] == 20 and ttft["sum"] == pytest.approx(4.0) and ttft["mean"] == pytest.approx(0.2)
     # Δbuckets: ≤0.01: 0, ≤0.1: 10, ≤1: 19, +Inf: 20 → p50 at rank 10 is the 0.1 bound
@@ -87,7 +87,7 @@ def test_summarize_is_the_difference_over_the_phase():
 
 
 def test_histograms_without_new_observations_are_left_out():
-    assert prometheus.summarize(BEFORE, BEFORE)["histograms"] == {}
+    assert prometheus.phase_difference(BEFORE, BEFORE)["histograms"] == {}
 
 
 def _tgi_histogram(name: str, count: int, total: float) -> str:
@@ -101,7 +101,7 @@ def test_tgi_metric_names_map_to_the_key_figures():
              "tgi_request_validation_duration", "tgi_request_inference_duration")
     before = "".join(_tgi_histogram(n, 0, 0.0) for n in names)
     after = "".join(_tgi_histogram(n, 4, 0.2) for n in names)
-    key = prometheus.summarize(before, after)["key"]
+    key = prometheus.phase_difference(before, after)["key"]
     assert key["e2e_s"]["metric"] == "tgi_request_duration"
     assert key["queue_s"]["metric"] == "tgi_request_queue_duration"
     assert key["itl_s"]["metric"] == "tgi_request_mean_time_per_token_duration"

@@ -1,4 +1,4 @@
-"""refserver/http_server.py: the reference server's HTTP/1.1 layer."""
+"""refserver/http11.py: the reference server's HTTP/1.1 layer."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from refserver.http_server import Request, Response, StreamResponse, json_response, start_server
+from refserver.http11 import Request, Response, StreamResponse, json_response, start_server
 
 
 async def _serve(handler):

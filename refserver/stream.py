@@ -1,0 +1,141 @@
+"""One streamed reply, as a server of the chosen dialect sends it, each token at its due time.
+
+The events, in order: the dialect's comment (keep-alive, ping) and role chunk; the tokens,
+``--chunk-tokens`` at a time, each chunk written at the due time of its last token; the
+finish (on the last token's chunk, or a chunk of its own); the usage chunk where asked for;
+``[DONE]``. A fault (``refserver/faults.py``) changes one step.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any, Optional
+
+from refserver import faults
+from refserver.dialects import Dialect, word
+from refserver.http11 import Request, StreamResponse
+from refserver.metrics import ServedMetrics
+
+
+class StreamedReply:
+    """The events of one reply in ``dialect`` (already the endpoint's: ``Dialect.on(chat)``)."""
+
+    def __init__(self, dialect: Dialect, chat: bool, body: dict[str, Any], model_name: str, n: int,
+                 finish: str, fault: Optional[str]):
+        self.dialect, self.chat, self.n, self.fault = dialect, chat, n, fault
+        self.base = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}",
+                     "object": "chat.completion.chunk" if chat else "text_completion",
+                     "created": int(time.time()), "model": body.get("model") or model_name}
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.messages = len(body.get("messages") or [])
+        self.trtllm = dialect.extras == "stop_reason"
+        self.finish = faults.corrupt_finish_reason(fault, dialect.stop_finish if finish == "stop" else finish)
+        self.last_t: Optional[float] = None  # when the last token was written
+        # with a zeroed usage on every chunk before the real one (Ollama's completions)
+        self.zeroed = ({"usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+                       if self.include_usage and dialect.usage == "zeroed" else {})
+
+    # --- events -----------------------------------------------------------------------------
+
+    def event(self, choices: list, **extra: Any) -> bytes:
+        return b"data: " + json.dumps({**self.base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
+
+    def choice(self, text: Optional[str], reason: Any, role: bool = False) -> dict[str, Any]:
+        if not self.chat:
+            c: dict[str, Any] = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+            if self.trtllm:
+                c.update(token_ids=None, stop_reason=None, avg_decoded_tokens_per_iter=None)
+            return c
+        extras = self.dialect.extras
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        if extras == "matched_stop":
+            delta["reasoning_content"] = None
+        elif self.trtllm and text is not None:
+            delta["reasoning_content"] = ""
+        c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        if extras == "matched_stop":
+            c["matched_stop"] = (2 if reason == "stop" else None) if reason else None
+        if self.trtllm:  # its chat chunks are dumped with exclude_none
+            c = {k: v for k, v in c.items() if v is not None}
+        return c
+
+    def usage(self, n_prompt: int) -> dict[str, Any]:
+        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": self.n, "total_tokens": n_prompt + self.n}
+        if self.trtllm:
+            usage["prompt_tokens_details"] = {"cached_tokens": 0}
+        return faults.lie_about_usage(self.fault, usage)
+
+    def token_event(self, text: str) -> bytes:
+        return self.event([self.choice(text, None)])
+
+    def role_here(self, first: bool) -> bool:
+        """Whether this chunk's delta carries the role: in every delta, or in the first token's."""
+        role_chunk = self.dialect.role_chunk
+        return self.chat and (role_chunk == "every" or (role_chunk == "first" and first))
+
+    # --- the stream -------------------------------------------------------------------------
+
+    async def send(self, request: Request, response: StreamResponse, index: int, chunk_tokens: int,
+                   due: list[float], prompt_tokens: asyncio.Future, timer: Any, size_mib: float,
+                   metrics: ServedMetrics, arrival: float) -> bool:
+        """Write the reply; False when a fault cut it short (the stream ends with the fault).
+        ``last_t`` is then when the last token was written (None: no token)."""
+        await self._preamble(response)
+        groups = [list(range(i, min(i + chunk_tokens, self.n))) for i in range(0, self.n, chunk_tokens)]
+        finish_apart = not self.dialect.finish_on_last_token or not groups or self.fault == "finish-reason-object"
+        prev_t: Optional[float] = None
+        injected = False
+        for gi, group in enumerate(groups):
+            last = group[-1]
+            if self.fault in faults.MID_STREAM_FAULTS and last >= self.n // 2 and not injected:
+                injected = True
+                await timer.sleep_until(due[last])
+                if await faults.mid_stream(self.fault, request, response, size_mib, self.token_event):
+                    return False
+            text = faults.corrupt_text(self.fault, "".join(word(index, k) for k in group), first=gi == 0)
+            final = gi == len(groups) - 1 and not finish_apart
+            extra = dict(self.zeroed)
+            if final and self.dialect.usage == "final":
+                extra["usage"] = self.usage(await prompt_tokens)
+            reason = self.finish if final else self.dialect.open_finish
+            payload = self.event([self.choice(text, reason, role=self.role_here(gi == 0))], **extra)  # ready before its due time
+            await timer.sleep_until(due[last])
+            await faults.write(response, payload, self.fault)
+            t = time.perf_counter()
+            metrics.observe_chunk(t, due[last], prev_t, arrival, len(group))
+            prev_t = self.last_t = t
+        n_prompt = await prompt_tokens
+        await self._finish(response, n_prompt, finish_apart, bool(groups))
+        await faults.hold_before_done(self.fault)
+        await faults.write(response, b"data: [DONE]\n\n", self.fault)
+        await response.write_eof()
+        return True
+
+    async def _preamble(self, response: StreamResponse) -> None:
+        """The dialect's comment line, and its role chunk."""
+        comment = self.dialect.comment
+        if comment == "keepalive":
+            await faults.write(response, f": keepalive 0/{self.messages}\n\n".encode(), self.fault)
+        elif comment == "ping":
+            await faults.write(response, f": ping - {time.strftime('%Y-%m-%d %H:%M:%S')}\n\n".encode(), self.fault)
+        elif comment == "empty":
+            await faults.write(response, b":\n\n", self.fault)
+        if self.chat and self.dialect.role_chunk == "empty":
+            await faults.write(response, self.event([self.choice("", None, role=True)]), self.fault)
+        elif self.chat and self.dialect.role_chunk == "bare":
+            await faults.write(response, self.event([self.choice(None, None, role=True)]), self.fault)
+
+    async def _finish(self, response: StreamResponse, n_prompt: int, apart: bool, had_tokens: bool) -> None:
+        """The finish in a chunk of its own where the dialect sends it so, and the usage chunk."""
+        if apart:
+            extra = {"usage": self.usage(n_prompt)} if self.dialect.usage == "final" else dict(self.zeroed)
+            choice = self.choice(None if self.chat else "", self.finish, role=self.role_here(not had_tokens))
+            await faults.write(response, self.event([choice], **extra), self.fault)
+        if self.include_usage and self.dialect.usage in ("chunk", "zeroed"):
+            await faults.write(response, self.event([], usage=self.usage(n_prompt)), self.fault)
