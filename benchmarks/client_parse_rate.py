@@ -87,7 +87,8 @@ def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers
     from backends.engines.openai import OpenAIBackend, OpenAIConfig
     from harness.client.client_load import ClientLoad
     from harness.client.driver import Driver
-    from harness.client.workers import WorkerPool, new_loop
+    from harness.client.event_loops import new_loop
+    from harness.client.workers import WorkerPool
     from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
     from workloads.prompts import PromptRenderer
 

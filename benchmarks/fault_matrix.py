@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from backends.server.process import ManagedServer
 from backends.server.launch import free_port  # noqa: E402
+from backends.server.process import ManagedServer  # noqa: E402
 from refserver.faults import FAULTS  # noqa: E402
 
 RUN = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=8",

@@ -185,8 +185,9 @@ def reference_server(args: argparse.Namespace) -> Server:
 
 
 def parse_server(tokens: int) -> Server:
-    from backends.server.launch import free_port
     from client_parse_rate import SERVER
+
+    from backends.server.launch import free_port
 
     port = free_port()
     return Server([sys.executable, "-c", SERVER, str(tokens), str(port), str(REPO)], port)

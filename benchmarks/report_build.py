@@ -27,6 +27,7 @@ OVERRIDES = [
 
 def make_run(out: Path) -> Path:
     from conftest import make_config
+
     from harness.run.point import run_benchmark
 
     run_dir = out / "run-1000"

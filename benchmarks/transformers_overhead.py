@@ -18,8 +18,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backends import GenerationRequest, TokenChunk
-from backends.registry import backend_registry
 from backends.engines.transformers import TransformersConfig
+from backends.registry import backend_registry
 from harness.config import ModelConfig
 from harness.run.model_store import resolve_model
 from workloads.prompts import PromptRenderer

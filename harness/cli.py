@@ -4,6 +4,9 @@
 - ``-m`` runs each point through :func:`harness.run.sweep.run_sweep_point`, which shares one
   loaded engine between consecutive points of the same engine settings;
 - ``slo_search.enabled=true`` probes loads against one engine (harness/run/slo_search.py).
+
+The packages below are imported where a command needs them, not at the top: ``--help``, a
+misspelled config group or a bad value answer before pandas, torch and the engines load.
 """
 from __future__ import annotations
 

@@ -56,3 +56,39 @@ def real_tokenizer(real_model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(real_model.hf_dir)
+
+
+# vLLM's settings in every test that loads it: small enough for this machine, prefix caching on
+VLLM = ("backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1",
+        "backend.enable_prefix_caching=true")
+
+
+def shared_session(tmp_path_factory, *overrides: str):
+    """An engine session loaded once for the tests that share it (a vLLM load is 25-40 s here),
+    closed when the test session ends."""
+    from harness.run.session import EngineSession
+
+    session = EngineSession(make_config(*overrides), tmp_path_factory.mktemp("shared-engine"))
+    try:
+        session.open()
+        session.ensure_loaded()
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_inprocess(tmp_path_factory):
+    """vLLM in-process on the real model: the conformance cases and vLLM's own run checks."""
+    from core import shm
+
+    before = shm.segments()
+    yield from shared_session(tmp_path_factory, *VLLM)
+    # the engine core, killed at its shutdown timeout, left its workers' queue: removed at close
+    assert shm.segments() - before == set(), "vLLM's shared memory outlived the engine"
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """vLLM's own server on the real model: the conformance cases and vLLM's server-mode checks."""
+    yield from shared_session(tmp_path_factory, *VLLM, "backend.mode=server", "backend.startup_timeout_s=300")

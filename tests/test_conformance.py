@@ -10,7 +10,8 @@ One case per clause, each run against every target (engine × mode):
 - timestamps that increase; ``RequestDone`` last, exactly once.
 
 Each target's engine loads once for the module (a module-scoped parametrized fixture, so
-pytest runs all cases of one target before loading the next). Engines that run only on a
+pytest runs all cases of one target before loading the next); vLLM's two are the sessions
+its own tests use too (tests/conftest.py), loaded once for the whole run. Engines that run only on a
 GPU are driven through their preset against the reference server speaking their dialect
 (their HTTP path, not their numerics). ``python benchmarks/conformance_table.py`` runs this
 module and prints the engine × mode × case table.
@@ -21,7 +22,7 @@ import asyncio
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import pytest
 
@@ -55,18 +56,18 @@ class Target:
     eos_budget: int = 24  # most tokens in the stop-at-EOS case
     long: int = 120  # the request cancelled mid-stream asks this many
     model_reply: bool = True  # a model answers (False: the reference server's scripted words)
+    shared: Optional[str] = None  # the session fixture whose engine this target uses (loaded once for the tests)
     server_ids: bool = False  # the server sends the reply's token ids (else they are its text re-tokenized)
     notes: dict[str, str] = field(default_factory=dict)  # case → why it does not apply
 
 
-VLLM = dict(max_model_len=1024, cpu_kvcache_space_gib=1)
 SCRIPTED = {"batched_equals_serial": "the reference server's words depend on arrival order, not on the prompt"}
 TARGETS = [
     Target("transformers-inprocess", "transformers", "inprocess", dict(batching="static", max_batch_size=4, batch_wait_s=0.05),
            notes={"prompt_tokens": "the engine is handed the ids and reports no count of its own"}),
     Target("transformers-server", "transformers", "server", dict(startup_timeout_s=240)),
-    Target("vllm-inprocess", "vllm", "inprocess", VLLM),
-    Target("vllm-server", "vllm", "server", {**VLLM, "startup_timeout_s": 300}, server_ids=True),
+    Target("vllm-inprocess", "vllm", "inprocess", shared="vllm_inprocess"),
+    Target("vllm-server", "vllm", "server", server_ids=True, shared="vllm_server"),
     Target("llamacpp-inprocess", "llamacpp", "inprocess", dict(batched=True, max_batch_size=4, n_ctx=1024),
            notes={"prompt_tokens": "batched, llama.cpp's counters belong to the context the sequences share "
                                    "(every batched step counts as prompt eval): no per-request prompt count"}),
@@ -88,12 +89,9 @@ TARGETS = [
 class Engine:
     target: Target
     backend: Any
-    loop: asyncio.AbstractEventLoop
+    run: Callable[[Awaitable], Any]  # a coroutine run to its end on the engine's event loop
     renderer: PromptRenderer
     eos_ids: set[int]
-
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
 
     def request(self, i: int, text: str, n: int, exact: bool = True) -> GenerationRequest:
         messages = [{"role": "user", "content": text}]
@@ -114,6 +112,12 @@ def _config(target: Target, model):
 @pytest.fixture(scope="module", params=TARGETS, ids=[t.id for t in TARGETS])
 def engine(request, real_model, real_tokenizer, tmp_path_factory):
     target: Target = request.param
+    ids = {real_tokenizer.eos_token_id, *(real_tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>"))}
+    renderer = PromptRenderer(real_tokenizer)
+    if target.shared:  # an engine session other tests use too, loaded once (tests/conftest.py)
+        session = request.getfixturevalue(target.shared)
+        yield Engine(target, session.backend, session.run, renderer, ids)
+        return
     cfg = _config(target, real_model)
     cfg.validate()
     backend = create_backend(cfg, real_model)
@@ -122,8 +126,7 @@ def engine(request, real_model, real_tokenizer, tmp_path_factory):
     asyncio.set_event_loop(loop)
     try:
         backend.load()
-        ids = {real_tokenizer.eos_token_id, *(real_tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>"))}
-        yield Engine(target, backend, loop, PromptRenderer(real_tokenizer), ids)
+        yield Engine(target, backend, loop.run_until_complete, renderer, ids)
     finally:
         backend.close()
         pending = asyncio.all_tasks(loop)

@@ -52,6 +52,7 @@ from backends.base import RequestStream
 from core.errors import ConfigError, HarnessError
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver, collector_frozen
+from harness.client.event_loops import new_loop
 from harness.client.pacing import pace_until
 from workloads.base import SessionSpec, WorkloadPlan, first_request_ids
 from workloads.prompts import PromptRenderer
@@ -111,18 +112,6 @@ def check_shared_clock() -> None:
 def slots(cap: int, workers: int) -> list[int]:
     """The cap split over the workers: ``cap // workers`` each, one more for the first ``cap % workers``."""
     return [cap // workers + (1 if w < cap % workers else 0) for w in range(workers)]
-
-
-def new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """A new event loop of ``client.event_loop``'s kind."""
-    if kind == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            raise ConfigError("client.event_loop=uvloop needs uvloop, which is not installed: "
-                              "pip install -e '.[client]' (or pip install uvloop)") from None
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
 
 
 # --- the driver's side ----------------------------------------------------------------------

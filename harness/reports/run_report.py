@@ -54,10 +54,10 @@ PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "
 def write_report(run_dir: Path) -> Path:
     """Build ``report.html`` in the run folder and return its path."""
     run_dir = Path(run_dir)
-    html, _ = build_report(load_run(run_dir))
+    page, _ = build_report(load_run(run_dir))
     path = run_dir / REPORT_NAME
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
+    tmp.write_text(page, encoding="utf-8", errors="replace")  # a lone surrogate a server sent must not cost the page
     tmp.replace(path)
     return path
 

@@ -88,7 +88,7 @@ class RunSummary:
     prefix_cache: dict[str, Any] = field(default_factory=dict)
     tokens: dict[str, Any] = field(default_factory=dict)
     per_turn: list[dict[str, Any]] = field(default_factory=list)
-    # each stage time the engine reported (metric_registry.ENGINE_STAGES), named by the interval
+    # each stage time the engine reported (harness/results/metrics.py ENGINE_STAGES), named by the interval
     # it covers, with the harness's measure of the same interval beside it
     engine_stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     harness: dict[str, Any] = field(default_factory=dict)

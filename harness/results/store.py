@@ -48,6 +48,7 @@ from harness.results.schema import (
     RunSummary,
 )
 from harness.results.summary import summarize
+from harness.telemetry import gpu_phase
 
 
 def clean_text(value: Any) -> Optional[str]:
@@ -110,14 +111,13 @@ class RunWriter:
             self._jsonl = None
         self._count_pending_ids()
         rows = [self._row(r) for r in sorted(self.records, key=lambda r: r.request_id)]
-        frame = pd.DataFrame(rows, columns=list(REQUEST_COLUMNS))
-        frame.to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
+        pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
         if memory_samples:
             mem = pd.DataFrame(list(memory_samples), columns=["t", "rss_bytes"])
             mem["t_s"] = mem.pop("t") - t0
             mem[["t_s", "rss_bytes"]].to_parquet(self.run_dir / MEMORY, index=False)
         if gpu_samples:
-            gpu = frame(gpu_samples).sort_values(["t", "device"], kind="stable")
+            gpu = gpu_phase.frame(gpu_samples).sort_values(["t", "device"], kind="stable")
             gpu["t_s"] = gpu.pop("t") - t0
             # floats throughout (NaN: not read): bytes stay exact below 2**53
             gpu = gpu.astype({c: float for c in GPU_TABLE_COLUMNS[2:]})

@@ -25,7 +25,7 @@ from backends import Backend
 from backends.factory import check_backend_available, create_backend
 from core.errors import HarnessError, ModelError
 from core.model import ModelFiles
-from harness.client.workers import new_loop
+from harness.client.event_loops import new_loop
 from harness.config import RunConfig, engine_key
 from harness.run.model_store import resolve_model
 from workloads.corpus import TokenizedCorpus

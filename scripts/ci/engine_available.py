@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from backends.registry import backend_registry
+from backends.registry import backend_registry  # noqa: E402
 from backends.factory import check_backend_available  # noqa: E402
 from core.errors import HarnessError  # noqa: E402
 from harness.cli import compose_config  # noqa: E402

@@ -76,19 +76,37 @@ def leftover_containers() -> Optional[list[str]]:
     return [n for n in out.stdout.split() if n.startswith(CONTAINER_PREFIX)]
 
 
+def _running(proc: psutil.Process) -> bool:
+    """Still running: a zombie (exited, its parent has not reaped it yet) is not."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(processes: Sequence[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running after ``timeout_s``. (psutil.wait_procs waits for a
+    zombie that is not our child until the time-out.)"""
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in processes if _running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if _running(p)]
+    return alive
+
+
 def stop(processes: Sequence[psutil.Process]) -> None:
     for proc in processes:
         try:
             proc.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(processes, timeout=GRACE_S)
-    for proc in alive:
+    for proc in _wait_gone(processes, GRACE_S):
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=GRACE_S)
+    _wait_gone(processes, GRACE_S)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -135,7 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for name in containers:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
         time.sleep(0.5)
-        still = [pr.pid for pr in [*procs, *gpu_procs] if pr.is_running() and pr.status() != psutil.STATUS_ZOMBIE]
+        still = [pr.pid for pr in [*procs, *gpu_procs] if _running(pr)]
         print(f"teardown: stopped what was left{'; still running: ' + str(still) if still else ''}", file=sys.stderr)
     print(f"teardown: FAILED: {len(problems)} thing(s) outlived the job (see above)", file=sys.stderr)
     return 1

@@ -2,73 +2,18 @@
 What every backend must do (lengths, EOS, batched = serial, cancellation, prompt count, stamps)
 is tests/test_conformance.py; this file keeps what is specific to this engine.
 
-vLLM's engine binds to the event loop it first runs in, so these tests share one loop.
+vLLM loads in 25-40 s here: the checks specific to it run on the two engine sessions the
+conformance cases use too (``vllm_inprocess``, ``vllm_server`` in tests/conftest.py), and one
+command-line sweep shows a sweep loading it once.
 """
-import asyncio
+import json
 
 import pytest
 
 from backends.registry import backend_registry
 from backends.engines.vllm import VLLMConfig
-from core import shm
 from core.errors import ConfigError
-from engine_helpers import ask, collect, request
-
-
-@pytest.fixture(scope="module")
-def loop():
-    loop = asyncio.new_event_loop()
-    yield loop
-    pending = asyncio.all_tasks(loop)
-    for task in pending:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.close()
-
-
-@pytest.fixture(scope="module")
-def engine(real_model, loop):
-    cfg = VLLMConfig(max_model_len=1024, cpu_kvcache_space_gib=1)
-    cfg.validate()
-    backend = backend_registry.get("vllm").cls(cfg, real_model)
-    backend.load()
-    yield backend
-    backend.close()
-
-
-
-def test_concurrent_exact_lengths_and_engine_timestamps(engine, loop, real_tokenizer):
-    prompts = [ask(real_tokenizer, q) for q in ("Tell me about ships.", "Why is the sky blue?", "Name a fruit.", "Hi!")]
-
-    async def together():
-        sends = []
-
-        async def one(i, ids):
-            import time
-
-            sends.append(time.perf_counter())
-            return await collect(engine, request(i, ids, 12))
-
-        return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))), min(sends)
-
-    results, first_send = loop.run_until_complete(together())
-    for chunks, done in results:
-        assert sum(len(c.token_ids) for c in chunks) == 12 and done.finish_reason == "length"
-        stats = done.engine_stats
-        # vLLM's own timestamps share the harness's monotonic clock
-        assert first_send <= done.scheduled_t <= chunks[0].t
-        assert stats["vllm_first_token_ts"] <= chunks[0].t
-        assert stats["vllm_prefill_s"] >= 0 and stats["vllm_generation_tokens"] == 12
-    firsts = [chunks[0].t for chunks, _ in results]
-    lasts = [chunks[-1].t for chunks, _ in results]
-    assert max(firsts) < min(lasts)  # continuous batching: all in flight together
-
-
-def test_memory_and_info(engine):
-    mem = engine.memory()
-    assert mem["weights_bytes"] == 134515008 * mem["kv_bytes_per_value"]
-    info = engine.engine_info()
-    assert info["enforce_eager"] and info["max_model_len"] == 1024
+from engine_helpers import ask
 
 
 def test_max_model_len_too_small(real_model, real_tokenizer):
@@ -81,46 +26,60 @@ def test_max_model_len_too_small(real_model, real_tokenizer):
         backend.check_workload(plan)
 
 
-def test_chat_run_end_to_end(tmp_path):
-    from conftest import make_config
+def test_chat_run_end_to_end(vllm_inprocess, tmp_path):
+    """One in-process run checks what is vLLM's own: continuous batching, its timestamps on the
+    harness's clock, its prefix cache per turn, its memory. (Its shared memory at close: the
+    fixture's teardown.)"""
+    from conftest import VLLM, make_config
     from harness.results.store import load_requests
-    from harness.run.point import run_benchmark
+    from harness.run.point import run_point
 
-    cfg = make_config("backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1", "model=tiny-random",
-                      "backend.enable_prefix_caching=true", "workload=chat", "workload.sessions=3", "workload.turns=3",
-                      "workload.output_len=8", "workload.concurrency=3", "workload.system_prompt_len=64")
-    shm_before = shm.segments()
-    outcome = run_benchmark(cfg, tmp_path)
-    # the engine core, killed at its shutdown timeout, left its workers' queue: removed at close
-    assert shm.segments() - shm_before == set()
+    cfg = make_config(*VLLM, "workload=chat", "workload.sessions=3", "workload.turns=3", "workload.output_len=8",
+                      "workload.concurrency=3", "workload.system_prompt_len=64", "report=false")
+    outcome = run_point(vllm_inprocess, cfg, tmp_path)
     df = load_requests(tmp_path)
     assert len(df) == 9 and df.error.isna().all()
-    assert df.queue_wait_s.notna().all()
+    assert (df.output_tokens == 8).all() and (df.finish_reason == "length").all()
+    # vLLM's own stamps share the harness's monotonic clock: scheduled after the send, before the first token
+    assert df.queue_wait_s.notna().all() and (df.queue_wait_s <= df.ttft_s).all()
+    stats = [json.loads(s) for s in df.engine_stats]
+    assert all(s["vllm_prefill_s"] >= 0 and s["vllm_generation_tokens"] == 8 for s in stats)
+    first = df[df.turn == 0]  # continuous batching: the three sessions' first turns in flight together
+    assert (first.start_s + first.ttft_s).max() < first.end_s.min()
     assert outcome.summary.backend["engine"] == "vllm"
     # later turns re-send the history, which vLLM's prefix cache serves: the share is measured per turn
     per_turn = outcome.summary.per_turn
     assert per_turn[2]["cached_share"] > 0.3
     assert df.cached_tokens.notna().all()
-    assert outcome.summary.backend["info"]["prefix_caching"] is True
+    info = outcome.summary.backend["info"]
+    assert info["prefix_caching"] is True and info["enforce_eager"] and info["max_model_len"] == 1024
+    memory = outcome.summary.memory
+    assert memory["weights_bytes"] == 134515008 * memory["kv_bytes_per_value"]
 
 
-def test_server_mode_end_to_end_with_its_metrics(tmp_path):
-    from conftest import make_config
+def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_path):
+    """Two load points on one server, as a sweep runs them: its prefix cache emptied before each
+    (POST /reset_prefix_cache), vLLM's own /metrics scraped around each."""
+    from conftest import VLLM, make_config
     from harness.results.store import load_requests
-    from harness.run.point import run_benchmark
+    from harness.run.point import run_point
 
-    cfg = make_config("backend=vllm", "backend.mode=server", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1",
-                      "workload=synthetic", "workload.num_requests=4", "workload.concurrency=4",
-                      "workload.input_len=64", "workload.output_len=8")
-    outcome = run_benchmark(cfg, tmp_path)
-    df = load_requests(tmp_path)
-    assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all() and df.error.isna().all()
-    assert outcome.summary.backend["mode"] == "server"
-    server = outcome.summary.server_metrics
-    assert server  # vLLM's own /metrics, scraped around the measured phase
-    for name in ("metrics_before.txt", "metrics_after.txt", "server.log"):
-        assert (tmp_path / name).exists()
-    assert "vllm:time_to_first_token_seconds" in (tmp_path / "metrics_after.txt").read_text()
+    pid = vllm_server.engine_process()
+    for concurrency in (1, 4):
+        assert vllm_server.reset_prefix_cache() is True
+        cfg = make_config(*VLLM, "backend.mode=server", "backend.startup_timeout_s=300", "workload=synthetic",
+                          "workload.num_requests=4", f"workload.concurrency={concurrency}", "workload.input_len=64",
+                          "workload.output_len=8", "report=false")
+        run_dir = tmp_path / f"c{concurrency}"
+        outcome = run_point(vllm_server, cfg, run_dir)
+        df = load_requests(run_dir)
+        assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all() and df.error.isna().all()
+        assert outcome.summary.backend["mode"] == "server" and outcome.summary.engine["reused"]
+        assert outcome.summary.server_metrics  # vLLM's own /metrics, scraped around the measured phase
+        assert "vllm:time_to_first_token_seconds" in (run_dir / "metrics_after.txt").read_text()
+    assert vllm_server.engine_process() == pid
+    log = vllm_server.backend.server.log_path.read_text()
+    assert log.count("starting vllm server") == 1 and log.count("POST /reset_prefix_cache HTTP/1.1\" 200") >= 2
 
 
 def _sweep(tmp_path, *args):
@@ -149,12 +108,3 @@ def test_sweep_loads_vllm_once_and_resets_its_prefix_cache(tmp_path):
     shares = [s["prefix_cache"]["cached_share"] for s in summaries]
     assert shares[0] < 0.5 and shares[1] < 0.5  # reset before it: nothing of the previous point is cached (CPU blocks: 128 tokens)
     assert shares[2] > 0.7 and shares[3] > 0.7  # no reset: the previous point's prompts are still cached
-
-
-def test_server_mode_sweep_starts_one_server(tmp_path):
-    sweep, summaries = _sweep(tmp_path, "backend.mode=server", "workload.concurrency=1,2")
-    assert sweep["engine_loads"] == 1
-    assert [p["prefix_cache_reset"] for p in sweep["points"]] == [True, True]  # POST /reset_prefix_cache
-    assert summaries[0]["backend"]["info"]["server"]["pid"] == summaries[1]["backend"]["info"]["server"]["pid"]
-    log = next(tmp_path.glob("sweep-*/server.log")).read_text()
-    assert log.count("starting vllm server") == 1 and "POST /reset_prefix_cache HTTP/1.1\" 200" in log

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -20,9 +19,9 @@ from backends.server.backend import ServerBackend
 from backends.server.process import ManagedServer
 from backends.server.launch import free_port
 from core.errors import ConfigError
+from conftest import REPO
 from reference_fixtures import chat_request, collect, run
 
-REPO = Path(__file__).resolve().parents[2]
 FAKE_DOCKER = """#!{python}
 import json, os, sys, time
 args = sys.argv[1:]
@@ -141,7 +140,8 @@ def test_stop_removes_the_container(tmp_path, fake_docker):
 def test_the_watchdog_removes_the_container_after_a_sigkill_of_the_harness(tmp_path, fake_docker):
     code = (
         "import sys, time\n"
-        "from backends.server.backend import ManagedServer, free_port\n"
+        "from backends.server.launch import free_port\n"
+        "from backends.server.process import ManagedServer\n"
         "s = ManagedServer(['docker', 'run', '--name', 'harness-t2', 'img'], port=free_port(),\n"
         f"                  log_path={str(tmp_path / 'server.log')!r}, stop_grace_s=1,\n"
         "                  cleanup_commands=[['docker', 'rm', '-f', 'harness-t2']])\n"

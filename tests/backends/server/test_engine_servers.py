@@ -167,8 +167,9 @@ def test_reference_backend_speaks_each_engines_dialect(tmp_path, tiny_model):
     """``backend=reference backend.dialect=<engine>``: a whole run against each dialect."""
     for name in ENGINES:
         cfg = make_config("backend=reference", f"backend.dialect={name}", "backend.ttft_ms=1", "backend.itl_ms=1",
-                          "model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=5",
-                          "workload.num_requests=3", "workload.warmup_requests=0")
+                          "backend.count_prompt_tokens=false", "model=tiny-random", "workload=synthetic",
+                          "workload.input_len=48", "workload.output_len=5", "workload.num_requests=3",
+                          "workload.warmup_requests=0", "report=false")
         preset = create_backend(cfg.backend, tiny_model).preset
         assert preset.health_path == (DIALECTS[name].health or "/v1/models")
         assert preset.prompt_token_ids is (None if DIALECTS[name].token_id_prompts else False)

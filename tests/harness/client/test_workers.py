@@ -12,11 +12,11 @@ import time
 import pandas as pd
 import psutil
 import pytest
-
 from conftest import as_foreground_job, make_config
+
 from core.errors import ConfigError
-from harness.client.workers import WorkerPool, auto_workers, resolve_workers, slots
 from harness.client.pacing import pace_until
+from harness.client.workers import WorkerPool, auto_workers, resolve_workers, slots
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
 
@@ -187,9 +187,10 @@ def test_a_signal_keeps_every_record_and_leaves_no_worker(tmp_path, sig):
 def test_an_over_saturated_open_loop_stops_every_worker():
     """The driver's process watches the backlog and the TTFTs the workers report; on
     over-saturation every worker cancels what it has in flight, and those records say why."""
+    from test_saturation import FAST, NoRenderer, OneAtATime, open_loop_plan
+
     from harness.client.driver import SATURATED_ERROR, Driver
     from harness.client.saturation import SaturationDetector
-    from test_saturation import FAST, NoRenderer, OneAtATime, open_loop_plan
 
     plan = open_loop_plan(200.0, 2000)  # 200 sessions/s against ~20/s per worker
     records = []

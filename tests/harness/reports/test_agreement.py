@@ -6,8 +6,8 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import make_config
+
 from core.model import gguf_quantization, hf_dtype
 from harness.reports import agreement
 from harness.results.store import load_run

@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
 from conftest import REPO, make_config
-from harness.reports.compare import runs as compare
+from pages import PAYLOAD, PWNED_JS
+
 from harness.reports.compare import cli
 from harness.reports.compare import page as compare_page
-from harness.results import metrics
+from harness.reports.compare import runs as compare
 from harness.reports.tables import CONSOLE_WIDTH, md_table, md_text, text_table
+from harness.results import metrics
 from harness.run.point import run_benchmark
-from pages import PAYLOAD, PWNED_JS
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.num_requests=8", "workload.input_len=48", "workload.output_len=6"]
 VERDICTS = {"faster", "slower", "no significant difference"}

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
 from conftest import make_config, run_harness_cli
 from pages import PAYLOAD, assert_renders
+
 from harness.reports import run_report as report
+from harness.run import point
 from harness.run.point import run_benchmark
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=6"]
@@ -128,9 +129,7 @@ def test_run_where_every_request_failed(monkeypatch, tmp_path, chromium):
 
 
 def test_interrupted_run_still_gets_its_report(monkeypatch, tmp_path):
-    import harness.run.point as runner
-
-    real = runner._with_progress
+    real = point._with_progress
 
     def interrupt_after_three(append, plan, override, enabled):
         on_record, close = real(append, plan, False, False)
@@ -142,7 +141,7 @@ def test_interrupted_run_still_gets_its_report(monkeypatch, tmp_path):
 
         return record_then_interrupt, close
 
-    monkeypatch.setattr(runner, "_with_progress", interrupt_after_three)
+    monkeypatch.setattr(point, "_with_progress", interrupt_after_three)
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(make_config(*FAST, "workload.num_requests=20"), tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -182,7 +181,7 @@ def test_a_failing_report_costs_only_the_report(monkeypatch, tmp_path, caplog):
     def broken(run_dir):
         raise ValueError("plotting exploded\nsecond line")
 
-    monkeypatch.setattr(report, "write_report", broken)
+    monkeypatch.setattr(point, "write_report", broken)  # as the point calls it
     with caplog.at_level("WARNING", logger="harness"):
         outcome = run_benchmark(make_config(*FAST, "workload.num_requests=2"), tmp_path)
     assert outcome.summary.status == "complete"

@@ -5,9 +5,9 @@ import pytest
 
 from core.sequences import reconcile_counts
 from core.types import RequestDone
-from harness.results.record import RequestTiming, build_record
-from harness.results import formulas
 from harness.config import SLOConfig
+from harness.results import formulas
+from harness.results.record import RequestTiming, build_record
 
 
 def test_request_formulas_by_hand():
@@ -151,8 +151,8 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
     """A whole run against the reference server streaming 3 tokens a chunk (usage: 9): ITL per
     token has 8 gaps a request, mean TPOT; ITL per chunk the 2 gaps between the 3 events."""
     import pandas as pd
-
     from conftest import make_config
+
     from harness.run.point import run_benchmark
 
     cfg = make_config("model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=4",

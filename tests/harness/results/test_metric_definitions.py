@@ -1,10 +1,10 @@
 """Every metric defined once: tag, label, unit, direction and formula; the summary follows the metrics."""
 import pytest
-
-from harness.results import metrics
-from harness.config import SLOConfig
-from harness.results.summary import summarize
 from records import record
+
+from harness.config import SLOConfig
+from harness.results import metrics
+from harness.results.summary import summarize
 
 
 def test_every_metric_is_fully_defined():

@@ -4,8 +4,8 @@ import json
 import pandas as pd
 
 from harness.results.record import RequestRecord
-from harness.results.store import RunWriter, clean_text, load_run
 from harness.results.schema import REQUEST_COLUMNS, RunSummary
+from harness.results.store import RunWriter, clean_text, load_run
 
 
 def record(i, **kw):

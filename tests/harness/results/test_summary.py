@@ -1,11 +1,11 @@
 """Per-run summaries: failures are counted apart and length mismatches are flagged."""
 import pytest
+from records import record
 
 from harness.config import SLOConfig
+from harness.reports.console import format_summary
 from harness.results.schema import RunSummary
 from harness.results.summary import overhead_warnings, run_warnings, summarize
-from harness.reports.console import format_summary
-from records import record
 
 
 def test_failed_requests_are_counted_apart():
@@ -61,11 +61,12 @@ def test_interrupted_and_saturated_endings_are_warnings():
 def test_the_client_checks_itself(tmp_path):
     """Every run records the event loop's lag and the process's CPU over the measured phase; a
     busy client is a warning (server and remote modes)."""
-    from harness.results.schema import RunSummary
-    from harness.run.point import run_benchmark
-    from harness.results.summary import client_warnings
-    from harness.reports.console import format_summary
     from conftest import make_config
+
+    from harness.reports.console import format_summary
+    from harness.results.schema import RunSummary
+    from harness.results.summary import client_warnings
+    from harness.run.point import run_benchmark
 
     outcome = run_benchmark(make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=6",
                                         "workload.input_len=48", "workload.output_len=8", "progress=false",

@@ -3,10 +3,10 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import make_config
-from harness.results.store import load_requests
+
 from harness.results.schema import REQUEST_COLUMNS
+from harness.results.store import load_requests
 from harness.run.point import run_benchmark
 
 

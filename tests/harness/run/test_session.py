@@ -2,9 +2,9 @@
 import time
 
 import pytest
+from conftest import make_config
 
 from backends.server.backend import ServerBackend
-from conftest import make_config
 from core.errors import ConfigError
 from harness.config import config_sha256, engine_key
 from harness.run.point import run_benchmark, run_point

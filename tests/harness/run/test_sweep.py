@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from browser import chromium  # noqa: F401 - the fixture
 from conftest import run_harness_cli
+
 from harness.results.store import load_summary
 from harness.results.sweep_file import mean_ci95, varying_overrides
 
