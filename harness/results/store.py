@@ -1,19 +1,11 @@
-"""The run folder: its schema, its writer, and the typed result it loads back into.
+"""Writing and reading a run folder (its files: :mod:`harness.results.schema`).
 
-This module alone knows the files of a run folder:
-
-- ``requests.jsonl`` — one line per finished request, flushed as it lands (survives a crash)
-- ``requests.parquet`` — the same rows, written when the run ends (also on error or Ctrl-C)
-- ``summary.json`` — the run's figures (:class:`RunSummary`); ``status`` says how it ended
-- ``config.yaml`` — the resolved config; ``env.json`` — harness, libraries, hardware
-- ``workload.json`` — the generated workload (text, token ids) and its sha256; for a data workload
-  the prompts' ids and lengths and the data file's sha256, not the data
-- ``memory.parquet`` — the RSS samples over time
-- ``gpu.parquet`` — NVML's samples of each visible GPU over time (only where NVML runs)
-- ``report.html`` — written by harness/reports/run_report.py from the loaded :class:`RunResult`
-
-:func:`load_run` returns a :class:`RunResult`; report and compare render it and never
-recompute what the summary holds.
+- :class:`RunWriter` — each finished request's row to ``requests.jsonl`` as it lands (a crash
+  keeps it), the tables when the run ends (also on error or Ctrl-C), JSON written atomically;
+- :func:`check_run_dir_free` — claims the folder for one run;
+- :func:`load_run` — a folder back as a :class:`RunResult`, also a killed run's (its figures
+  rebuilt from ``requests.jsonl`` when it left no ``summary.json``). Report and compare render
+  it and never recompute what the summary holds.
 """
 from __future__ import annotations
 
