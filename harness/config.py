@@ -65,6 +65,23 @@ class MemoryConfig:
             raise ConfigError(f"memory.sample_interval_s must be > 0 (got {self.sample_interval_s})")
 
 
+@dataclass
+class MachineConfig:
+    """The machine's state around each run (harness/telemetry/machine_state.py): machine.json,
+    and ``taint`` in the summary when the machine was not fit to measure on.
+
+    ``ignore``: processes never counted as other busy or GPU processes, by name or by a piece of
+    their command line (e.g. the local server that ``backend=openai`` measures)."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    ignore: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.interval_s <= 0:
+            raise ConfigError(f"machine.interval_s must be > 0 (got {self.interval_s})")
+
+
 # A slope needs at least this many points in the window to be tested (n − 2 ≥ 3 degrees of freedom).
 MIN_POINTS = 5
 
@@ -216,6 +233,7 @@ class RunConfig:
     output_root: str = "results"
     slo: SLOConfig = field(default_factory=SLOConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    machine: MachineConfig = field(default_factory=MachineConfig)
     saturation: SaturationConfig = field(default_factory=SaturationConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     slo_search: SLOSearchConfig = field(default_factory=SLOSearchConfig)
@@ -225,6 +243,7 @@ class RunConfig:
     progress: bool = True
     save_output_text: bool = True
     report: bool = True  # write report.html (harness/reports/run_report.py) into the run folder
+    history: Optional[str] = None  # a history folder (python -m harness.history): every finished run is added to it
 
     def validate(self) -> None:
         check_finite(self)
@@ -232,7 +251,8 @@ class RunConfig:
             raise ConfigError(f"seed must be >= 0 (got {self.seed})")
         if self.repeat < 1:
             raise ConfigError(f"repeat must be >= 1 (got {self.repeat})")
-        for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.saturation, self.sweep):
+        for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.machine, self.saturation,
+                        self.sweep):
             section.validate()
         self.slo_search.validate(self.slo)
         self.client.validate(getattr(self.backend, "mode", None))
@@ -255,7 +275,7 @@ def check_finite(node: Any, path: str = "") -> None:
 
 
 # Keys that change how a run is shown or stored, not what it measures: not in config_sha256.
-PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep")
+PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep", "machine", "history")
 
 
 def config_sha256(cfg: RunConfig) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
+import random
 import signal
 import sys
 from typing import Optional
@@ -41,13 +43,19 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
     p.add_argument("--startup-delay-s", type=float, default=0.0, help="/health answers 503 this long")
     p.add_argument("--tokenizer", default=None, help="HF tokenizer folder to count prompt tokens exactly")
     p.add_argument("--timer", choices=("thread", "asyncio"), default="thread")
+    p.add_argument("--run-noise-cv", type=float, default=0.0,
+                   help="run-to-run noise: ttft and itl scaled by exp(N(0, cv)), drawn once per server start "
+                        "(unseeded: every start differs, as two runs of an engine do)")
     a = p.parse_args(argv)
     if a.tokens < 0 or a.ttft_ms < 0 or a.itl_ms < 0 or a.jitter_ms < 0 or a.chunk_tokens < 1:
         p.error("--tokens, --ttft-ms, --itl-ms and --jitter-ms must be >= 0, --chunk-tokens >= 1")
     if not 0 <= a.error_rate <= 1:
         p.error("--error-rate must be in [0, 1]")
+    if a.run_noise_cv < 0:
+        p.error("--run-noise-cv must be >= 0")
+    run_factor = math.exp(random.SystemRandom().gauss(0.0, a.run_noise_cv)) if a.run_noise_cv else 1.0
     settings = Settings(
-        ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, tokens=a.tokens, jitter_ms=a.jitter_ms, error_rate=a.error_rate,
+        ttft_ms=a.ttft_ms * run_factor, itl_ms=a.itl_ms * run_factor, tokens=a.tokens, jitter_ms=a.jitter_ms, error_rate=a.error_rate,
         error_kind=a.error_kind, fault_size_mib=a.fault_size_mib, seed=a.seed, dialect=a.dialect, metrics=a.metrics, exit_after=a.exit_after,
         chunk_tokens=a.chunk_tokens, model_name=a.model_name, api_key_env=a.api_key_env,
         startup_delay_s=a.startup_delay_s, tokenizer=a.tokenizer, timer=a.timer,

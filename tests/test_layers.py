@@ -31,9 +31,11 @@ PACKAGES = ("harness", "backends", "workloads", "core", "refserver")
 LAYERS: list[list[tuple[str, ...]]] = [
     # entry points: python -m harness, and the thin modules behind the other commands
     [("=harness", "harness.__main__", "harness.cli"), ("=harness.compare",), ("=harness.report",),
-     ("=harness.agree",), ("=harness.reference_server",)],
+     ("=harness.agree",), ("=harness.reference_server",), ("=harness.ab",)],
     [("harness.run",)],  # an engine session × a load point → a run folder; sweeps, SLO search, agree
+    [("harness.history",)],  # the history of runs: Parquet files, DuckDB, change points, trend, check
     [("harness.reports",)],  # pages and text rendered from run folders: report, compare
+    [("harness.gate",)],  # the gate's statistics: intervals from runs, verdicts, noise floor
     [("harness.client",)],  # the measuring client: driver, worker processes, pacing
     [("harness.results",)],  # records, metric definitions, the run folder's schema and store
     [("harness.telemetry",)],  # memory, GPUs, processes, Prometheus, the environment

@@ -39,13 +39,14 @@ class ReferenceConfig(BackendConfig):
     exit_after: Optional[int] = None  # the server exits when request exit_after + 1 arrives
     count_prompt_tokens: bool = True  # load the model's tokenizer to report exact usage.prompt_tokens
     seed: int = 0
+    run_noise_cv: float = 0.0  # run-to-run noise: ttft and itl scaled by exp(N(0, cv)) once per server start
 
     def validate(self) -> None:
         if self.mode != "server":
             raise ConfigError("backend=reference runs as a server only (backend.mode=server)")
         super().validate()
-        if min(self.ttft_ms, self.itl_ms, self.jitter_ms) < 0:
-            raise ConfigError("backend.ttft_ms, itl_ms and jitter_ms must be >= 0")
+        if min(self.ttft_ms, self.itl_ms, self.jitter_ms, self.run_noise_cv) < 0:
+            raise ConfigError("backend.ttft_ms, itl_ms, jitter_ms and run_noise_cv must be >= 0")
         if self.tokens < 1 or self.chunk_tokens < 1:
             raise ConfigError("backend.tokens and backend.chunk_tokens must be >= 1")
         if not 0 <= self.error_rate <= 1:
@@ -72,6 +73,8 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         command.append("--metrics")
     if c.exit_after is not None:
         command += ["--exit-after", str(c.exit_after)]
+    if c.run_noise_cv:
+        command += ["--run-noise-cv", str(c.run_noise_cv)]
     if c.count_prompt_tokens:
         command += ["--tokenizer", "{model}"]
     if c.api_key_env:

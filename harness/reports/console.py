@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from harness.results import metrics
 from harness.results.schema import RunSummary
-from harness.results.summary import is_number, cache_hit_figures
+from harness.results.summary import cache_hit_figures, is_number
 from harness.results.sweep_file import figure_name, varying_overrides
 
 
@@ -87,6 +87,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append("per turn:\n" + df.to_string(float_format=lambda v: f"{v:.1f}"))
     for w in summary.warnings:
         lines.append(f"WARNING: {w}")
+    if summary.taint:
+        lines.append("TAINTED: " + "; ".join(summary.taint))
     return "\n".join(lines)
 
 

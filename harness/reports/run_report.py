@@ -4,9 +4,10 @@
 .jsonl of a run that died, config.yaml, env.json, workload.json, memory.parquet, gpu.parquet —
 any of the last five may be missing) and writes ``report.html`` next to them:
 
-- a header (backend and mode, engine version, model, workload, hardware, date) and the
-  run's warnings at the top (failed requests, lengths that differ from the requested ones,
-  a large harness overhead, an interrupted or failed run);
+- a header (backend and mode, engine version, model, workload, hardware, date), a banner when
+  the run is tainted (``summary.taint``: the machine was not fit to measure on, machine.json),
+  and the run's warnings at the top (failed requests, lengths that differ from the requested
+  ones, a large harness overhead, an interrupted or failed run);
 - the summary table and key throughputs; the client's own state (event-loop lag, CPU use,
   and whether it may have been the bottleneck);
 - TTFT, TPOT and E2E CDFs; inter-token latency; a per-request timeline (queue wait,
@@ -76,6 +77,8 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     parts = [
         f'<h1>{esc(run.name)} <span class="pill {esc(status)}">{esc(status)}</span></h1>',
         f'<p class="sub">LLM inference benchmark report · {esc(run_date(run.run_dir))}</p>',
+        html.banner(summary.taint, "Tainted: the machine was not fit to measure on (machine.json); rerun, or leave "
+                    "this run out of comparisons", "error"),
         html.banner(summary.warnings, "Warnings", "warning"),
         html.meta_list(_header_items(run)),
         html.section("Summary", _summary_html(summary)),

@@ -11,6 +11,10 @@ This module alone names the files of a run folder:
   the prompts' ids and lengths and the data file's sha256, not the data
 - ``memory.parquet`` — the RSS samples over time
 - ``gpu.parquet`` — NVML's samples of each visible GPU over time (only where NVML runs)
+- ``machine.json`` — the machine's state before and during the run (CPU frequency and governor,
+  load, other busy processes; GPU clocks, clocks-event reasons, temperature, modes, other GPU
+  processes) and why the run is tainted (harness/telemetry/machine_state.py); absent with
+  ``machine.enabled=false``
 - ``report.html`` — written by harness/reports/run_report.py from the loaded :class:`RunResult`
 - ``.claimed`` — the id of the process that claimed the folder for its run
 
@@ -39,6 +43,8 @@ REQUESTS_JSONL = "requests.jsonl"
 CONFIG = "config.yaml"
 
 ENV = "env.json"
+
+MACHINE = "machine.json"
 
 WORKLOAD = "workload.json"
 
@@ -103,6 +109,9 @@ class RunSummary:
     server_metrics: Optional[dict[str, Any]] = None
     # the GPUs through NVML (harness/telemetry/gpu_phase.py): devices, energy, scope, notes; absent without NVML
     gpu: Optional[dict[str, Any]] = None
+    # why the machine was not fit to measure on (harness/telemetry/machine_state.py): one sentence
+    # each; a tainted run is rerun or left out of a decision, never averaged in. [] when clean
+    taint: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

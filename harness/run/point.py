@@ -4,8 +4,9 @@ Order: validate the config (before any model loads) → open the session (in ser
 server is launched first, and loads while the tokenizer is read) → build the workload from the
 session's tokenizer → check it fits the engine (refused in one line, before any request) →
 load the engine, or wait for the server, if the session has not yet → warm up (not counted) →
-scrape the engine's metrics → the measured phase → scrape again → tables, summary and report,
-also after an error or Ctrl-C.
+scrape the engine's metrics → the measured phase (the machine's state sampled around it:
+machine.json, and ``taint`` in the summary) → scrape again → tables, summary and report, also
+after an error or Ctrl-C.
 
 The measured phase runs in this process (:class:`harness.client.driver.Driver`), or in
 client worker processes (:class:`harness.client.workers.WorkerPool`, ``client.workers``) where
@@ -36,7 +37,7 @@ from harness.config import RunConfig, config_sha256
 from harness.reports.run_report import write_report
 from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.results.record import RequestRecord
-from harness.results.schema import COMPLETE, FAILED, INTERRUPTED, SATURATED, RunSummary
+from harness.results.schema import COMPLETE, FAILED, INTERRUPTED, MACHINE, SATURATED, RunSummary
 from harness.results.store import RunWriter, check_run_dir_free
 from harness.results.summary import run_warnings, summarize
 from harness.run.session import EngineSession
@@ -44,6 +45,8 @@ from harness.telemetry import memory as mem
 from harness.telemetry import prometheus
 from harness.telemetry.environment import capture_environment
 from harness.telemetry.gpu_phase import GpuRun, run_figures
+from harness.telemetry.machine_monitor import MachineMonitor
+from harness.telemetry.machine_state import MachineState
 from workloads import workload_registry
 from workloads.base import WorkloadPlan
 
@@ -118,6 +121,7 @@ def run_point(
         try:
             point.duration_s = session.run(_warm_up_then_measure(point, measurement))
         finally:
+            point.stop_machine_monitor()  # already stopped unless the measured phase was cut short
             close_progress()
             if driver.t0:  # the measured phase began (also when it was interrupted)
                 point.t_measured = driver.t0
@@ -162,10 +166,12 @@ async def _warm_up_then_measure(point: PointRun, measurement: Measurement) -> fl
             point.engine["prefix_cache_reset"] = await session.reset_prefix_cache_async()
     point.scrapes["before"] = session.scrape_metrics()
     mem.reset_torch_gpu_peaks()
+    point.start_machine_monitor()
     point.client_load.start()
     try:
         return await measurement.run(plan.sessions, plan.open_loop)
     finally:
+        point.stop_machine_monitor()
         point.worker_loads = measurement.worker_loads if isinstance(measurement, WorkerPool) else []
         point.client_load.stop(point.worker_loads)
 
@@ -194,6 +200,31 @@ class PointRun:
     duration_s: float = 0.0  # the measured phase's wall time
     t_measured: Optional[float] = None  # when the measured phase began (perf_counter)
     t_created: float = field(default_factory=time.perf_counter)  # the tables' zero when nothing was measured
+    machine_monitor: Optional[MachineMonitor] = None  # sampling the machine during the measured phase
+    machine: Optional[MachineState] = None  # what it found (machine.json); None when off or never started
+
+    def start_machine_monitor(self) -> None:
+        """The machine's state before the measured phase, then sampled on a thread of its own
+        (``machine.enabled``); a monitor that fails to start costs only machine.json."""
+        settings = self.cfg.machine
+        if not settings.enabled or self.machine_monitor is not None:
+            return
+        try:
+            self.machine_monitor = MachineMonitor(
+                settings.interval_s, engine_process=self.session.engine_process, gpu=self.sampler.gpu,
+                ignore=settings.ignore,
+            ).start()
+        except Exception as exc:  # noqa: BLE001 - the measurement goes on without it
+            log.warning("the machine's state is not recorded (%s: %s)", type(exc).__name__, exc)
+
+    def stop_machine_monitor(self) -> None:
+        """Stop the sampling (idempotent): ``machine`` holds the record and the taint."""
+        if self.machine_monitor is None or self.machine is not None:
+            return
+        try:
+            self.machine = self.machine_monitor.stop()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("the machine's state is not recorded (%s: %s)", type(exc).__name__, exc)
 
     def summary(self) -> RunSummary:
         """The run's summary, after the last memory sample and the second scrape."""
@@ -212,6 +243,7 @@ class PointRun:
             memory=self._memory_summary(gpu), load_s=self.load_s, engine=self.engine,
             config_sha256=config_sha256(self.cfg), repeat=self.repeat, saturated=self.driver.saturated,
             server_metrics=self._server_metrics(), gpu=gpu.section if gpu else None,
+            taint=self.taint(),
         )
         summary.harness.update(self.client_load.figures())
         summary.warnings = run_warnings(summary) + summary.warnings
@@ -222,7 +254,11 @@ class PointRun:
         records = self.writer.records
         return RunSummary(status=self.status, error=self.error, started_at=self.started_at, load_s=self.load_s,
                           engine=self.engine, requests={"sent": len(records), "completed": sum(r.ok for r in records),
-                                                        "failed": sum(not r.ok for r in records)})
+                                                        "failed": sum(not r.ok for r in records)},
+                          taint=self.taint())
+
+    def taint(self) -> list[str]:
+        return list(self.machine.taint) if self.machine is not None else []
 
     def _workload_summary(self) -> dict[str, Any]:
         plan = self.plan
@@ -293,6 +329,10 @@ class PointRun:
 def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
     """summary.json, the tables and the report. Each is written on its own: one failing costs
     only itself, never the others (requests.jsonl already holds every row)."""
+    point.stop_machine_monitor()
+    if point.machine is not None:
+        machine = point.machine
+        _guarded(MACHINE, lambda: point.writer.write_json(MACHINE, machine.to_dict()), run_dir)
     summary = _guarded("summary", point.summary, run_dir)
     point.sampler.stop()
     if summary is None:

@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 
 from core.errors import EngineFailed, HarnessError
 from harness.config import RunConfig, config_sha256
+from harness.history.store import add_run
 from harness.reports.compare.outputs import write_comparison
 from harness.results.schema import COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary
 from harness.results.store import holds_run, load_summary
@@ -111,6 +112,16 @@ def set_aside_unfinished(run_dir: Path) -> Optional[Path]:
 # --- one point ----------------------------------------------------------------------------
 
 
+def add_to_history(root: Path, run_dirs: list[str]) -> None:
+    """The point's finished runs into the history; a failure costs a warning, never the run."""
+    for run_dir in run_dirs:
+        try:
+            stored = add_run(root, Path(run_dir))
+            print(f"history: {stored.status}: {stored.path}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - the measurement is on disk already
+            print(f"warning: {run_dir} not added to the history {root}: {exc}", file=sys.stderr)
+
+
 def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, overrides: Sequence[str],
                     single: bool = False, keep_engine: bool = True) -> dict[str, Any]:
     """Run one point of a sweep (all its repeats) and record it in sweep.json; never raises
@@ -154,6 +165,8 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
             raise  # a plain run ends with its one error line and a non-zero exit
         print(f"error: point {index} ({' '.join(overrides) or 'no overrides'}) failed: {exc}", file=sys.stderr)
     finally:
+        if cfg.history:
+            add_to_history(Path(cfg.history), entry.get("run_dirs") or [])
         if write_sweep:
             record_point(sweep_dir, entry)
             if cfg.sweep.compare_html:

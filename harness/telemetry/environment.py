@@ -1,6 +1,7 @@
 """env.json: what the numbers were measured on (harness commit, Python, libraries, hardware)."""
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -61,6 +62,15 @@ def library_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return versions
+
+
+def hardware_fingerprint(env: dict[str, Any]) -> str:
+    """12 hex digits naming the machine class of an env.json: CPU model, logical cores, GPU
+    names. Runs with the same fingerprint ran on the same kind of hardware."""
+    cpu = env.get("cpu") or {}
+    gpu_names = sorted(str(g.get("name")) for g in env.get("gpus") or [])
+    text = "|".join([str(cpu.get("model")), str(cpu.get("logical_cores")), *gpu_names])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def capture_environment() -> dict[str, Any]:

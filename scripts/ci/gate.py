@@ -3,10 +3,15 @@
     python scripts/ci/gate.py --current results/ci/vllm --baseline baseline/vllm \
         --fail-on-regression 10 --summary "$GITHUB_STEP_SUMMARY" --out results/ci/vllm-compare
 
-Points are paired by their overrides (sweep.json). Each pair goes through
-``harness.reports.compare.runs`` (the baseline point first); a point is a regression when its
-``--metric`` is worse than the baseline's by more than the threshold and the bootstrap 95 %
-CI excludes zero. The job summary gets a markdown table, one row per point, then each
+Points are paired by their overrides (sweep.json); a point's runs are all its repeats
+(``repeat=N``). Each pair goes through ``harness.reports.compare`` (the baseline's runs as one
+side, this job's as the other: the interval comes from the runs, harness/gate/intervals.py).
+Three verdicts per point (harness/gate/verdicts.py): **regression** (worse beyond noise, with
+Benjamini–Hochberg over the points so a 40-point sweep is not 40 chances to cry wolf, and by
+more than the threshold, or 3 × the noise floor of ``--noise-dir``), **pass**, **inconclusive**
+(never fails). One run against one run is inconclusive unless a noise floor is known. The
+interleaved base/head experiment (``python -m harness.ab``) is the stronger test where one
+runner can run both. The job summary gets a markdown table, one row per point, then each
 comparison in full. Without a baseline (the first run on the default branch, or an expired
 artifact) there is no gate: the summary says so and the exit code is 0.
 
@@ -24,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from harness.gate.multiple import benjamini_hochberg  # noqa: E402
+from harness.gate.verdicts import PASS, REGRESSION, Decision, decide  # noqa: E402
 from harness.reports.compare.markdown import comparison_markdown  # noqa: E402
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
@@ -42,29 +49,30 @@ def find_sweep(folder: Path) -> Optional[Path]:
     return found[0] if found else None
 
 
-def finished_points(sweep_json: Path) -> dict[tuple[str, ...], Path]:
-    """Each point with a finished run, keyed by where it sits on the sweep's axes (the
-    overrides that vary between its points: the same engine setting changed by a commit is
-    the same point) → its run folder. Run folders are found under the sweep's folder: they
-    moved with the artifact."""
+def finished_points(sweep_json: Path) -> dict[tuple[str, ...], list[Path]]:
+    """Each point with finished runs, keyed by where it sits on the sweep's axes (the overrides
+    that vary between its points: the same engine setting changed by a commit is the same
+    point) → its run folders (all its repeats). Run folders are found under the sweep's folder:
+    they moved with the artifact."""
     data = json.loads(sweep_json.read_text())
     points = data.get("points", [])
     axes = varying_overrides([[o for o in p.get("overrides") or [] if not o.startswith(IGNORED_OVERRIDES)]
                               for p in points])
-    found: dict[tuple[str, ...], Path] = {}
+    found: dict[tuple[str, ...], list[Path]] = {}
     for p, key in zip(points, axes):
-        run_dirs = p.get("run_dirs") or []
-        if p.get("status") not in ("complete", "saturated") or not run_dirs:
+        if p.get("status") not in ("complete", "saturated") or not p.get("run_dirs"):
             continue
-        first, point_dir = Path(run_dirs[0]), Path(p["run_dir"])
-        run_dir = sweep_json.parent / first.relative_to(point_dir.parent) if first.is_relative_to(point_dir.parent) else first
-        if (run_dir / "summary.json").is_file():
-            found[tuple(sorted(key))] = run_dir
+        point_dir = Path(p["run_dir"])
+        dirs = [sweep_json.parent / Path(d).relative_to(point_dir.parent) if Path(d).is_relative_to(point_dir.parent)
+                else Path(d) for d in p["run_dirs"]]
+        dirs = [d for d in dirs if (d / "summary.json").is_file()]
+        if dirs:
+            found[tuple(sorted(key))] = dirs
     return found
 
 
 def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, metric: str,
-         stat: str = "median") -> tuple[int, str]:
+         stat: str = "median", noise_dir: Optional[Path] = None, fdr: float = 0.05) -> tuple[int, str]:
     """(exit code, markdown for the job summary)."""
     current_sweep = find_sweep(current)
     if current_sweep is None:
@@ -76,28 +84,61 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
                            "no gate this time. This run's results become the next run's baseline.\n")
     now, before = finished_points(current_sweep), finished_points(base_sweep)
     m = metrics.REQUEST_METRICS[metric]
-    lines = [f"Metric: **{m.label} {stat}** ({m.unit}); a regression is worse by more than **{fail_pct:g}%** "
-             f"with the 95% CI excluding zero.\n",
-             "| point | baseline | this run | change | 95% CI | gate |", "|---|---|---|---|---|---|"]
-    details, regressed = [], 0
-    for key, run_dir in now.items():
+    compared = []
+    for key, run_dirs in now.items():
+        if key in before:
+            result = compare_runs([*before[key], *run_dirs], out / run_dirs[0].name, metric=metric, stat=stat,
+                                  fail_pct=fail_pct, resamples=1000, baseline_count=len(before[key]),
+                                  noise_dir=noise_dir)
+            compared.append((key, result, next(r for r in result.diffs if r["metric"] == metric)))
+    decisions = decide_all(compared, metric, fail_pct, fdr)
+    lines = [f"Metric: **{m.label} {stat}** ({m.unit}). A point **regresses** when it is worse than the baseline "
+             f"beyond noise (Benjamini–Hochberg over the {len(compared)} points at {fdr:g}) and by more than the margin "
+             f"({fail_pct:g}%, or 3 × the noise floor); it **passes** when its one-sided 95% bound is inside the margin; "
+             "otherwise it is **inconclusive** and does not fail. One run against one run decides only with a noise "
+             "floor (`python -m harness.ab --aa`).\n",
+             "| point | baseline | this run | change | 95% CI | runs | gate |", "|---|---|---|---|---|---|---|"]
+    details, regressed, unsure = [], 0, 0
+    for key in now:
         label = " ".join(key) or "(the one point)"
         if key not in before:
-            lines.append(f"| {label} | - | - | - | - | new point: no baseline |")
-            continue
-        result = compare_runs([before[key], run_dir], out / run_dir.name, metric=metric, stat=stat,
-                              fail_pct=fail_pct, resamples=1000)
-        row = next(r for r in result.diffs if r["metric"] == metric)
-        verdict = "**REGRESSION**" if result.regression_lines else "pass"
-        regressed += bool(result.regression_lines)
+            lines.append(f"| {label} | - | - | - | - | - | new point: no baseline |")
+    for (key, result, row), decision in zip(compared, decisions):
+        label = " ".join(key) or "(the one point)"
+        verdict = decision.verdict if decision is not None else "not enough data"
+        regressed += verdict == REGRESSION
+        unsure += verdict != REGRESSION and verdict != PASS
         ci = f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]" if row["ci_low_pct"] is not None else "-"
+        mark = {REGRESSION: "**REGRESSION**"}.get(verdict, verdict)
         lines.append(f"| {label} | {_num(row['baseline_value'])} | {_num(row['value'])} | {_pct(row['change_pct'])} "
-                     f"| {ci} | {verdict} |")
+                     f"| {ci} | {row['baseline_runs']} / {row['runs']} | {mark} |")
         details.append(f"<details><summary>{label}</summary>\n\n{comparison_markdown(result)}\n</details>\n")
     for key in before.keys() - now.keys():
-        lines.append(f"| {' '.join(key) or '(the one point)'} | ran | missing | - | - | point not run or failed |")
-    verdict_line = (f"\n**{regressed} point(s) regressed.**\n" if regressed else "\nNo regression.\n")
+        lines.append(f"| {' '.join(key) or '(the one point)'} | ran | missing | - | - | - | point not run or failed |")
+    verdict_line = (f"\n**{regressed} point(s) regressed.**\n" if regressed
+                    else f"\nNo regression ({unsure} point(s) inconclusive: more runs or a noise floor would decide).\n"
+                    if unsure else "\nNo regression.\n")
     return (EXIT_REGRESSION if regressed else 0), title + "\n".join(lines) + "\n" + verdict_line + "\n" + "\n".join(details)
+
+
+def decide_all(compared: list, metric: str, fail_pct: float, fdr: float) -> list[Optional[Decision]]:
+    """Each point's decision, "worse beyond noise" decided by Benjamini–Hochberg over the points."""
+    p_worse = []
+    for _, _, row in compared:
+        interval = row["_interval"]
+        p = None if interval is None or not interval.decides else interval.p_greater
+        p_worse.append(None if p is None else (p if row["lower_is_better"] else 1 - p))
+    significant = benjamini_hochberg(p_worse, fdr) if compared else []
+    out: list[Optional[Decision]] = []
+    for (_, result, row), worse in zip(compared, significant):
+        if row["_interval"] is None:
+            out.append(None)
+            continue
+        figure = row["_figure"]
+        margin, source = (result.floor.margin(figure.name, fail_pct / 100) if result.floor
+                          else (fail_pct / 100, f"threshold {fail_pct:g}%"))
+        out.append(decide(figure, row["_interval"], margin, source, worse_significant=worse))
+    return out
 
 
 def _num(v: Optional[float]) -> str:
@@ -116,9 +157,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--fail-on-regression", type=float, default=10.0, metavar="PCT")
     p.add_argument("--metric", default="ttft_s", choices=sorted(metrics.REQUEST_METRICS))
     p.add_argument("--summary", type=Path, default=None, help="markdown appended here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--noise-dir", type=Path, default=None, help="noise floors (python -m harness.ab --aa)")
+    p.add_argument("--fdr", type=float, default=0.05, help="Benjamini-Hochberg level over the points (default 0.05)")
     a = p.parse_args(argv)
     try:
-        code, markdown = gate(a.current, a.baseline, a.out, a.fail_on_regression, a.metric)
+        code, markdown = gate(a.current, a.baseline, a.out, a.fail_on_regression, a.metric, noise_dir=a.noise_dir,
+                              fdr=a.fdr)
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -4,10 +4,13 @@ Writes into ``--out`` (default ``results/compare-<date>-<time>``):
 
 - ``compare.csv`` — one row per run: what ran, key percentiles (ms) and throughputs; the
   console prints a selection within 120 columns;
-- ``differences.csv`` — each run against the baseline (``--baseline``, default the first run):
-  for TTFT, TPOT, E2E and per-request output tokens/s, the change of a statistic (median by
-  default) with a bootstrap 95 % confidence interval and a verdict: faster, slower or no
-  significant difference (harness/reports/compare/stats.py has the formula);
+- ``differences.csv`` — each side against the baseline (``--baseline``, default the runs of the
+  first run's configuration; the other runs are grouped by configuration, so the repeats of a
+  point are one side): for TTFT, TPOT, E2E and per-request output tokens/s, the change of a
+  statistic (median by default) with a 95 % confidence interval from the runs (runs, then
+  requests within runs, resampled: harness/gate/intervals.py) and a verdict: faster, slower, no
+  significant difference, or "within-run only" for one run against one run, whose interval
+  lacks the noise between runs (unless ``--noise-dir`` holds the configuration's noise floor);
 - ``agreement.csv`` — for greedy runs that recorded their output token ids: each run's token
   agreement with the baseline (harness/reports/agreement.py): identical requests, mean common prefix,
   the first divergence with both texts, and the run's dtype and quantization;
@@ -20,7 +23,8 @@ prompts; a different arrival schedule alone is only noted) on the same hardware 
 and GPUs). Otherwise the comparison warns loudly (WARNING lines and a banner), or with
 ``--strict`` refuses (exit 2). Backend and engine differences are listed: they are usually
 the point. ``--fail-on-regression PCT`` exits 1 when ``--metric`` got worse than the baseline
-by more than PCT % and the CI excludes no change. ``--markdown FILE`` appends the comparison
+beyond noise and by more than PCT % (three verdicts: regression, pass, inconclusive;
+harness/gate/verdicts.py). ``--markdown FILE`` appends the comparison
 as GitHub markdown to FILE (``-``: stdout), for a job summary or a pull-request comment.
 
 Runs are labelled short (``2 vllm c=8``: index, backend, the settings that differ; see
@@ -34,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
+from harness.gate.bootstrap import stat_function
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import GATE_METRICS, format_differences, gate_passed_text
@@ -55,11 +60,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("runs", nargs="+", help="run folders, globs (quoted), or folders of runs (a sweep)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: results/compare-<date>-<time>)")
-    parser.add_argument("--baseline", default=None, help="the run the others are compared with (default: the first)")
+    parser.add_argument("--baseline", default=None,
+                        help="the run(s) the others are compared with: a folder, a quoted glob or a folder of runs "
+                             "(default: the runs of the first run's configuration)")
+    parser.add_argument("--noise-dir", type=Path, default=Path("results/noise"),
+                        help="noise floors measured by python -m harness.ab --aa (default: results/noise)")
     parser.add_argument("--metric", default="ttft_s", choices=sorted(GATE_METRICS), help="metric for the regression gate (default: ttft_s)")
     parser.add_argument("--stat", default="median", help="statistic of per-request values: median (default), mean or pNN, e.g. p90")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                        help="exit 1 when --metric is worse than the baseline by more than PCT%% and the 95%% CI excludes 0")
+                        help="exit 1 when --metric regressed: worse beyond noise and by more than PCT%% "
+                             "(or 3 x the noise floor); one run against one decides only with a noise floor")
     parser.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
     parser.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
@@ -80,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run_compare(args: argparse.Namespace) -> int:
     try:
-        stats.stat_function(args.stat)
+        stat_function(args.stat)
     except ValueError as exc:
         raise CompareError(str(exc)) from None
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
@@ -90,16 +100,18 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.markdown not in (None, "-") and Path(args.markdown).is_dir():
         raise CompareError(f"--markdown must be a file, not a folder: {args.markdown}")
     paths = expand_runs(args.runs)
+    baseline_count = None
     if args.baseline:
-        base_path = expand_runs([args.baseline])
-        if len(base_path) != 1:
-            raise CompareError(f"--baseline must be one run folder (got {len(base_path)})")
-        paths = base_path + [p for p in paths if p.resolve() != base_path[0].resolve()]
+        base_paths = expand_runs([args.baseline])
+        chosen = {p.resolve() for p in base_paths}
+        paths = base_paths + [p for p in paths if p.resolve() not in chosen]
+        baseline_count = len(base_paths)
     if len(paths) < 2:
         raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
     out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
-                          seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict)
+                          seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict,
+                          baseline_count=baseline_count, noise_dir=args.noise_dir)
     console = sys.stderr if args.markdown == "-" else sys.stdout
     print_comparison(result, console)
     if args.markdown:
@@ -116,7 +128,7 @@ def print_comparison(result: Comparison, console: TextIO) -> None:
         print("\n".join(wrap(f"WARNING: runs are not comparable: {problem}")), file=sys.stderr)
     lines = [line for note in comp.notes for line in wrap(f"note: {note}")]
     lines += [format_runs_list(result.runs), "", format_runs_table(result.table), "",
-              f"against the baseline ({result.baseline.label}): {result.stat} of per-request values, bootstrap 95% CI",
+              f"against the baseline ({result.sides[0].label}): {result.stat} of per-request values, 95% CI from the runs",
               format_differences(result.diffs)]
     if result.agreements:
         lines += ["", *format_agreement(result.agreements)]

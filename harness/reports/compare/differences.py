@@ -1,15 +1,27 @@
-"""Each run against the baseline: the change of a statistic with its bootstrap 95 % CI and a verdict
-(:mod:`harness.reports.compare.stats`), and the regression gate over those differences."""
+"""Each side of runs against the baseline's: the change of a statistic with its 95 % interval
+from the runs (:mod:`harness.gate.intervals`) and a verdict (:mod:`harness.reports.compare.stats`),
+and the regression gate over those differences (:mod:`harness.gate.verdicts`).
+
+A side is one run, or the runs of one configuration (the repeats of a sweep point share its
+``config_sha256``); its value is the geometric mean of its runs' statistics.
+"""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
+from harness.gate import intervals, verdicts
+from harness.gate.bootstrap import stat_function
+from harness.gate.figures import parse_figure
+from harness.gate.noise import NoiseFloor
 from harness.reports.compare import stats
 from harness.reports.compare.runs import Run
 from harness.reports.html import fmt
-from harness.reports.tables import text_table
+from harness.reports.tables import text_table, wrap
 from harness.results import metrics
 
 # request metrics compared with bootstrap CIs; the gate may use any request metric not pooled
@@ -18,36 +30,107 @@ DIFF_METRICS = tuple(k for k, m in metrics.REQUEST_METRICS.items() if m.in_compa
 GATE_METRICS = tuple(k for k, m in metrics.REQUEST_METRICS.items() if not m.pooled)
 
 
-def differences(runs: Sequence[Run], baseline: Run, keys: Sequence[str], stat: str,
-                resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0) -> list[dict[str, Any]]:
-    """Every other run against the baseline, per metric: change, bootstrap 95 % CI, verdict."""
-    rows = []
-    base_values = {m: baseline.data.values(m) for m in keys}
-    for run in runs:
-        if run is baseline:
-            continue
+@dataclass
+class Side:
+    """The runs of one arm of a comparison."""
+
+    runs: list[Run]
+
+    @property
+    def label(self) -> str:
+        first = self.runs[0].label
+        return first if len(self.runs) == 1 else f"{first} ×{len(self.runs)}"
+
+
+def sides(runs: Sequence[Run], baseline_count: Optional[int] = None) -> list[Side]:
+    """The baseline side first: the first ``baseline_count`` runs, or (None) the runs sharing the
+    first run's configuration; then the other runs grouped by configuration, in order. When that
+    would leave nothing to compare, one side per run. A tainted run (the machine was busy or
+    throttled: summary.json's ``taint``) is left out of a side that has untainted runs."""
+    return [_untainted(side) for side in _grouped(runs, baseline_count)]
+
+
+def tainted_notes(runs: Sequence[Run], all_sides: Sequence[Side]) -> list[str]:
+    """What the comparison did with each tainted run: left out, or kept as its side's only run."""
+    kept = {id(r) for side in all_sides for r in side.runs}
+    return [f"run {r.label} is tainted ({'; '.join(r.summary.taint)}): "
+            + ("kept, as the only run of its side: its differences are suspect" if id(r) in kept
+               else "left out of the differences")
+            for r in runs if r.summary.taint]
+
+
+def _untainted(side: Side) -> Side:
+    clean = [r for r in side.runs if not r.summary.taint]
+    return Side(clean) if clean else side
+
+
+def _grouped(runs: Sequence[Run], baseline_count: Optional[int]) -> list[Side]:
+    if baseline_count is not None:
+        base, rest = list(runs[:baseline_count]), list(runs[baseline_count:])
+    else:
+        key = runs[0].summary.config_sha256
+        base = [r for r in runs if key and r.summary.config_sha256 == key] or [runs[0]]
+        rest = [r for r in runs if r not in base]
+        if not rest:
+            return [Side([r]) for r in runs]
+    groups: dict[Any, list[Run]] = {}
+    for r in rest:
+        groups.setdefault(r.summary.config_sha256 or id(r), []).append(r)
+    return [Side(base), *(Side(g) for g in groups.values())]
+
+
+def differences(all_sides: Sequence[Side], keys: Sequence[str], stat: str,
+                resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+                floor: Optional[NoiseFloor] = None) -> list[dict[str, Any]]:
+    """Every other side against the baseline side (the first), per metric: change, 95 % CI, verdict."""
+    base, rows = all_sides[0], []
+    fn = stat_function(stat)
+    for side in all_sides[1:]:
         for metric in keys:
-            m = metrics.REQUEST_METRICS[metric]
-            label, lower_better, scale, unit = m.label, m.lower_is_better, m.scale, m.unit
-            d = stats.bootstrap_difference(base_values[metric], run.data.values(metric), stat, resamples, seed=seed)
-            rows.append({
-                "run": run.label, "baseline": baseline.label, "metric": metric, "label": label, "stat": stat, "unit": unit,
-                "baseline_value": _scaled(d.baseline, scale), "value": _scaled(d.candidate, scale),
-                "diff": _scaled(d.diff, scale), "ci_low": _scaled(d.ci_low, scale), "ci_high": _scaled(d.ci_high, scale),
-                "change_pct": _pct(d.rel), "ci_low_pct": _pct(d.rel_ci_low), "ci_high_pct": _pct(d.rel_ci_high),
-                "verdict": stats.verdict(d, lower_better),
-                "n_baseline": d.n_baseline, "n": d.n_candidate, "lower_is_better": lower_better,
-                "_difference": d,
-            })
+            rows.append(_difference(base, side, metric, stat, fn, resamples, seed, floor))
     return rows
 
 
-def _scaled(v: Optional[float], scale: float) -> Optional[float]:
-    return None if v is None else v * scale
+def _difference(base: Side, side: Side, metric: str, stat: str, fn, resamples: int, seed: int,
+                floor: Optional[NoiseFloor]) -> dict[str, Any]:
+    m = metrics.REQUEST_METRICS[metric]
+    figure = parse_figure(f"{metric}.{stat}")
+    a = [_positive(r.data.values(metric)) for r in base.runs]
+    b = [_positive(r.data.values(metric)) for r in side.runs]
+    row = {"run": side.label, "baseline": base.label, "metric": metric, "label": m.label, "stat": stat, "unit": m.unit,
+           "runs": len(side.runs), "baseline_runs": len(base.runs), "method": None,
+           "baseline_value": _side_value(a, fn, m.scale), "value": _side_value(b, fn, m.scale),
+           "diff": None, "ci_low": None, "ci_high": None, "change_pct": None, "ci_low_pct": None, "ci_high_pct": None,
+           "verdict": stats.NOT_ENOUGH_DATA, "n_baseline": sum(x.size for x in a), "n": sum(x.size for x in b),
+           "lower_is_better": m.lower_is_better, "_interval": None, "_figure": figure}
+    if min(x.size for x in a + b) < stats.MIN_SAMPLES:
+        return row
+    interval = intervals.two_level_bootstrap(a, b, fn, resamples=resamples, seed=seed)
+    noise = floor.figures.get(figure.name) if floor else None
+    if interval.method == intervals.WITHIN_RUN and noise is not None:
+        interval = intervals.widened_by_noise_floor(interval, noise.sd_run)
+    base_value = row["baseline_value"]
+    row.update({
+        "method": interval.method, "change_pct": (interval.ratio - 1) * 100,
+        "ci_low_pct": (interval.low - 1) * 100, "ci_high_pct": (interval.high - 1) * 100,
+        "verdict": stats.verdict(interval, m.lower_is_better), "_interval": interval,
+    })
+    if base_value is not None and row["value"] is not None:
+        row.update({"diff": row["value"] - base_value, "ci_low": base_value * (interval.low - 1),
+                    "ci_high": base_value * (interval.high - 1)})
+    return row
 
 
-def _pct(v: Optional[float]) -> Optional[float]:
-    return None if v is None else v * 100
+def _positive(values: np.ndarray) -> np.ndarray:
+    return values[values > 0] if values.size else values
+
+
+def _side_value(runs: Sequence[np.ndarray], fn, scale: float) -> Optional[float]:
+    """The geometric mean of the runs' statistics, in display units."""
+    values = [float(fn(x)) for x in runs if x.size]
+    if not values or min(values) <= 0:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values)) * scale
 
 
 def differences_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -55,13 +138,19 @@ def differences_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def format_differences(rows: Sequence[dict[str, Any]]) -> str:
-    """Per metric: the baseline's value, then each run's value, change, 95% CI and verdict."""
+    """Per metric: the baseline's value, then each side's value, change, 95% CI, runs and verdict."""
     lines: list[str] = []
     for group in by_metric(rows):
         first = group[0]
-        lines.append(f"{first['label']} {first['stat']} ({first['unit']}): baseline {fmt(first['baseline_value'], 2)}")
-        cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in group]
-        lines += text_table([["run"], ["this run"], ["change"], ["95% CI"], ["verdict"]], cells, align="lrrrl", indent="  ")
+        lines.append(f"{first['label']} {first['stat']} ({first['unit']}): baseline {fmt(first['baseline_value'], 2)}"
+                     f" ({first['baseline_runs']} run{'s' if first['baseline_runs'] > 1 else ''})")
+        cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), str(r["runs"]), r["verdict"]]
+                 for r in group]
+        lines += text_table([["run"], ["this run"], ["change"], ["95% CI"], ["runs"], ["verdict"]], cells,
+                            align="lrrrrl", indent="  ")
+    if any(r["method"] == intervals.WITHIN_RUN for r in rows):
+        lines += wrap("within-run only: one run against one run; the interval lacks the noise between runs, so it "
+                      "claims no difference (repeat the runs, or measure the noise floor with python -m harness.ab --aa)")
     return "\n".join(lines)
 
 
@@ -81,21 +170,33 @@ def ci_text(r: dict[str, Any]) -> str:
     return f"[{pct_text(r['ci_low_pct'])}, {pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "-"
 
 
-def gate_results(rows: Sequence[dict[str, Any]], metric: str, pct: float) -> list[tuple[dict[str, Any], bool]]:
-    """Each run's difference in the gate's ``metric`` and whether it fails the gate: worse than
-    the baseline by more than ``pct`` % beyond noise."""
-    return [(r, stats.is_regression(r["_difference"], pct, r["lower_is_better"])) for r in rows if r["metric"] == metric]
+def gate_results(rows: Sequence[dict[str, Any]], metric: str, pct: float,
+                 floor: Optional[NoiseFloor] = None) -> list[tuple[dict[str, Any], Optional[verdicts.Decision]]]:
+    """Each side's decision on the gate's ``metric``: regression, pass or inconclusive, with the
+    margin ``pct`` % raised to 3 × the noise floor when one is known (None: not enough data)."""
+    out = []
+    for r in rows:
+        if r["metric"] != metric:
+            continue
+        interval, figure = r["_interval"], r["_figure"]
+        if interval is None:
+            out.append((r, None))
+            continue
+        margin, source = floor.margin(figure.name, pct / 100) if floor else (pct / 100, f"threshold {pct:g}%")
+        out.append((r, verdicts.decide(figure, interval, margin, source)))
+    return out
 
 
-def regressions(rows: Sequence[dict[str, Any]], metric: str, pct: float) -> list[str]:
-    """Lines for the runs whose ``metric`` is worse than the baseline by > pct % beyond noise."""
+def regressions(rows: Sequence[dict[str, Any]], metric: str, pct: float, floor: Optional[NoiseFloor] = None) -> list[str]:
+    """Lines for the sides whose ``metric`` regressed (:func:`harness.gate.verdicts.decide`)."""
     return [
         f"REGRESSION: {r['run']}: {r['label']} {r['stat']} {fmt(r['value'], 2)} {r['unit']} vs "
         f"{fmt(r['baseline_value'], 2)} (baseline {r['baseline']}): {pct_text(r['change_pct'])}, "
-        f"95% CI {ci_text(r)}, worse than the {pct:g}% allowed"
-        for r, failed in gate_results(rows, metric, pct) if failed
+        f"95% CI {ci_text(r)}, worse than the {d.margin * 100:.1f}% margin ({d.margin_source}) beyond noise"
+        for r, d in gate_results(rows, metric, pct, floor) if d is not None and d.verdict == verdicts.REGRESSION
     ]
 
 
 def gate_passed_text(metric: str, stat: str, pct: float) -> str:
-    return f"no run is worse than the baseline by more than {pct:g}% in {metrics.get(metric).label} {stat} beyond noise"
+    return f"no run is shown worse than the baseline by more than {pct:g}% in {metrics.get(metric).label} {stat}"
+

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from harness.gate.verdicts import PASS, REGRESSION
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import ci_text, gate_results, pct_text
 from harness.reports.compare.runs import (
@@ -19,6 +20,7 @@ from harness.reports.compare.runs import (
     run_description,
 )
 from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_NOTE, agreement_cells, divergence_lines
+from harness.reports.gate_text import decision_table_markdown
 from harness.reports.html import fmt
 from harness.reports.tables import md_table, md_text
 from harness.results import metrics
@@ -34,7 +36,7 @@ def comparison_markdown(result: Comparison) -> str:
 def _md_head(result: Comparison) -> str:
     return (f"## Comparison of {len(result.runs)} runs\n\n"
             f"Baseline: **{md_text(result.baseline.label)}**. Changes of the {md_text(result.stat)} of per-request "
-            "values against it, with bootstrap 95% confidence intervals.")
+            "values against it, with 95% confidence intervals from the runs (within-run only for one run against one).")
 
 
 def _md_problems(comp: Comparability) -> str:
@@ -45,18 +47,25 @@ def _md_problems(comp: Comparability) -> str:
 
 
 def _md_gate(result: Comparison) -> str:
+    parts = []
+    if result.decisions:
+        parts.append("### Gate decision\n\n" + "\n".join(decision_table_markdown(result.decisions)))
     if result.fail_pct is None:
-        return ""
+        return "\n\n".join(parts)
     pct, m = result.fail_pct, metrics.get(result.metric)
-    rows = gate_results(result.diffs, result.metric, pct)
-    verdict = "FAILED" if any(failed for _, failed in rows) else "passed"
+    rows = gate_results(result.diffs, result.metric, pct, result.floor)
+    found = {d.verdict for _, d in rows if d is not None}
+    verdict = "FAILED" if REGRESSION in found else ("passed" if found == {PASS} else "inconclusive")
     what = f"{m.label} {result.stat}"
-    cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), "FAIL" if failed else "pass"]
-             for r, failed in rows]
-    return (f"### Regression gate: {verdict}\n\n"
-            f"A run fails when its {md_text(what)} is worse than the baseline's by more than {pct:g}% and the 95% CI "
-            "excludes no change.\n\n"
-            + md_table(["run", f"{what} ({m.unit})", "change", "95% CI", "result"], cells, align="lrrrl"))
+    cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), str(r["runs"]),
+              d.verdict if d is not None else "not enough data"] for r, d in rows]
+    parts.append(f"### Regression gate: {verdict}\n\n"
+                 f"A side regresses when its {md_text(what)} is worse than the baseline's beyond noise (the one-sided 95% "
+                 f"bound) and by more than the margin ({pct:g}%, or 3 × the noise floor when one is known); it passes when "
+                 "the bound is inside the margin; otherwise it is inconclusive, and never fails. One run against one run "
+                 "decides only with a noise floor.\n\n"
+                 + md_table(["run", f"{what} ({m.unit})", "change", "95% CI", "runs", "result"], cells, align="lrrrrl"))
+    return "\n\n".join(parts)
 
 
 def _md_runs(runs: Sequence[Run]) -> str:
@@ -77,9 +86,11 @@ def _md_differences(result: Comparison) -> str:
     if not result.diffs:
         return ""
     cells = [[r["run"], f"{r['label']} {r['stat']} ({r['unit']})", fmt(r["baseline_value"], 2), fmt(r["value"], 2),
-              pct_text(r["change_pct"]), ci_text(r), r["verdict"]] for r in result.diffs]
+              pct_text(r["change_pct"]), ci_text(r), f"{r['baseline_runs']} / {r['runs']}", r["verdict"]]
+             for r in result.diffs]
     return ("### Against the baseline\n\n"
-            + md_table(["run", "metric", "baseline", "this run", "change", "95% CI", "verdict"], cells, align="llrrrrl"))
+            + md_table(["run", "metric", "baseline", "this run", "change", "95% CI", "runs", "verdict"], cells,
+                       align="llrrrrrl"))
 
 
 def _md_agreement(result: Comparison) -> str:

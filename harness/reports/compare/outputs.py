@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
+from harness.gate.verdicts import Decision
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison, make_comparison
 from harness.reports.compare.differences import differences_frame
@@ -31,11 +32,13 @@ def write_outputs(result: Comparison) -> Path:
 
 def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s", stat: str = "median",
                  resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, fail_pct: Optional[float] = None,
-                 strict: bool = False) -> Comparison:
+                 strict: bool = False, baseline_count: Optional[int] = None, noise_dir: Optional[Path] = None,
+                 decisions: Sequence[Decision] = ()) -> Comparison:
     """Compare the runs (the first is the baseline) and write the files into ``out_dir``;
     ``strict``: refuse incomparable runs (CompareError) before writing anything."""
     result = make_comparison(paths, out_dir, metric=metric, stat=stat, resamples=resamples, seed=seed,
-                             fail_pct=fail_pct, strict=strict)
+                             fail_pct=fail_pct, strict=strict, baseline_count=baseline_count, noise_dir=noise_dir,
+                             decisions=decisions)
     write_outputs(result)
     return result
 

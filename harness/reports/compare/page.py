@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from harness.gate.verdicts import INCONCLUSIVE, PASS, REGRESSION
 from harness.reports import agreement, figures, html
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison
@@ -25,6 +26,7 @@ from harness.reports.compare.runs import (
 )
 from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_NOTE, agreement_cells
 from harness.reports.describe import backend_text, engine_text, hardware_text, load_text, model_text, run_date
+from harness.reports.gate_text import decision_lines
 from harness.reports.html import esc, fmt
 from harness.reports.run_report import REPORT_NAME
 from harness.results import metrics
@@ -55,20 +57,23 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
     ]
     if comp.problems:
         parts.append(html.banner(comp.problems, "WARNING: these runs are not comparable — differences below may not be the engine's", "error"))
+    parts.append(_decisions_banner(result))
     if gate is not None:
         pct, lines = gate
         if lines:
             parts.append(html.banner(lines, f"Regression beyond {pct:g}% in {metrics.get(metric).label} {stat}", "error"))
         else:
             passed = gate_passed_text(metric, stat, pct)
-            parts.append(html.banner([passed[0].upper() + passed[1:] + "."], "Regression gate passed", "ok"))
+            parts.append(html.banner([passed[0].upper() + passed[1:] + "."], "Regression gate: no regression", "ok"))
     parts.append(html.banner(comp.notes, "What differs between the runs", "info"))
     parts.append(html.section("Runs", _runs_html(runs, table, result.out_dir), "Latencies in ms (from each run's summary.json)."))
     if diffs:
         parts.append(html.section(
             "Differences against the baseline", _diffs_html(diffs),
-            f"Change of the {stat} of per-request values against the baseline ({baseline.label}), with a bootstrap 95% confidence "
-            "interval (requests resampled with replacement). No significant difference when the interval contains 0.",
+            f"Change of the {stat} of per-request values against the baseline ({baseline.label}), with a 95% confidence "
+            "interval from the runs: runs resampled, then requests within runs. One run against one run gives a within-run "
+            "interval only (no noise between runs in it): it claims no difference unless the noise floor is known "
+            "(python -m harness.ab --aa). No significant difference when the interval contains 0.",
         ))
     if agreements:
         parts.append(html.section("Token agreement with the baseline", _agreement_html(agreements), AGREEMENT_NOTE))
@@ -112,7 +117,18 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
 
 
 def _verdict_class(v: str) -> str:
-    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.NO_DIFFERENCE: "nodiff"}.get(v, "nodata")
+    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.NO_DIFFERENCE: "nodiff",
+            stats.WITHIN_RUN_ONLY: "nodiff"}.get(v, "nodata")
+
+
+def _decisions_banner(result: Comparison) -> str:
+    """An A/B experiment's decisions, when the comparison shows one."""
+    if not result.decisions:
+        return ""
+    found = {d.verdict for d in result.decisions}
+    kind = "error" if REGRESSION in found else ("ok" if found == {PASS} else "warning")
+    overall = REGRESSION if REGRESSION in found else (PASS if found == {PASS} else INCONCLUSIVE)
+    return html.banner(decision_lines(result.decisions), f"Gate: {overall.upper()}", kind)
 
 
 def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
@@ -120,7 +136,7 @@ def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
         "run": r["run"], "metric": f"{r['label']} {r['stat']}", "baseline": fmt(r["baseline_value"], 2, unit=f" {r['unit']}"),
         "this run": fmt(r["value"], 2, unit=f" {r['unit']}"), "change": pct_text(r["change_pct"]),
         "95% CI": f"[{pct_text(r['ci_low_pct'])}, {pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "–",
-        "requests": f"{r['n_baseline']} / {r['n']}", "verdict": r["verdict"],
+        "runs": f"{r['baseline_runs']} / {r['runs']}", "requests": f"{r['n_baseline']} / {r['n']}", "verdict": r["verdict"],
     } for r in diffs]
     return html.table(rows, list(rows[0]), text_columns=["run", "metric"], classes={"verdict": _verdict_class})
 
@@ -240,7 +256,8 @@ def _differences_figure(diffs: Sequence[dict[str, Any]]):
     keys = list(dict.fromkeys(r["metric"] for r in usable))
     fig = figures.figure(1, len(keys), [f"{metrics.get(m).label} change (%)" for m in keys],
                        height=max(300, 130 + 40 * len({r["run"] for r in usable})), shared_yaxes=True)
-    verdict_colors = {stats.FASTER: "#59a14f", stats.SLOWER: "#e15759", stats.NO_DIFFERENCE: "#7b8794"}
+    verdict_colors = {stats.FASTER: "#59a14f", stats.SLOWER: "#e15759", stats.NO_DIFFERENCE: "#7b8794",
+                      stats.WITHIN_RUN_ONLY: "#b0b8c4"}
     for j, metric in enumerate(keys, start=1):
         rows = [r for r in usable if r["metric"] == metric]
         for verdict, colr in verdict_colors.items():
@@ -258,4 +275,4 @@ def _differences_figure(diffs: Sequence[dict[str, Any]]):
         fig.add_vline(x=0, line=dict(color="#1f2933", width=1), row=1, col=j)
     fig.update_yaxes(autorange="reversed", type="category")
     return ("differences", "Differences against the baseline (95% CI)", fig,
-            "Relative change of each run against the baseline; bars: bootstrap 95% confidence interval. Green: faster, red: slower, grey: no significant difference.")
+            "Relative change of each run against the baseline; bars: bootstrap 95% confidence interval. Green: faster, red: slower, grey: no significant difference; light grey: within-run only (one run each: no claim).")

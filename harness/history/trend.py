@@ -1,0 +1,134 @@
+"""trend.html: every point × figure of a history over time, with its change points and alerts.
+
+One figure per series: the untainted runs (hover: run id, commit, engine version), each
+segment's mean as a step line, a dashed vertical line at each change point labelled with its
+relative change, tainted runs in grey (left out of the change points and alerts), and the
+runs that raised an alert in red. The page opens with the alerts, then a table of every
+change point. Self-contained: plotly.js is inlined (harness.reports.html.page).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from harness.history.alerts import AlertRule
+from harness.history.analysis import SeriesReport
+from harness.history.changepoints import segment_means
+from harness.reports.figures import figure, figure_div, trace
+from harness.reports.html import banner, esc, fmt, page, section, table
+
+CHANGE_COLOR, ALERT_COLOR, TAINT_COLOR, RUN_COLOR, STEP_COLOR = "#8a4a05", "#d62728", "#b0b7c0", "#4e79a7", "#59a14f"
+
+
+def hover(runs: pd.DataFrame, unit: str, scale: float, digits: int) -> list[str]:
+    out = []
+    for row in runs.itertuples():
+        commit = (row.git_commit or "")[:10] if isinstance(row.git_commit, str) else "–"
+        text = (f"{fmt(row.value, digits, scale)} {unit}<br>{pd.Timestamp(row.started_at):%Y-%m-%d %H:%M}<br>"
+                f"run {row.run_id}<br>commit {commit}<br>engine {row.engine_version or '–'}")
+        if row.tainted:
+            text += "<br>tainted: " + esc(", ".join(row.taint if row.taint is not None else []))
+        out.append(text)
+    return out
+
+
+def times(runs: pd.DataFrame) -> list[str]:
+    return [pd.Timestamp(t).isoformat() for t in runs["started_at"]]
+
+
+def change_x(clean: pd.DataFrame, index: int) -> str:
+    """Halfway between the last run before the change and the first after it."""
+    before, after = pd.Timestamp(clean["started_at"].iloc[index - 1]), pd.Timestamp(clean["started_at"].iloc[index])
+    return (before + (after - before) / 2).isoformat()
+
+
+def series_figure(report: SeriesReport, div_id: str) -> str:
+    definition = report.figure.definition
+    scale, unit, digits = definition.scale, definition.unit, definition.digits
+    clean, tainted = report.clean, report.runs[report.runs["tainted"]]
+    fig = figure(height=330)
+    fig.add_trace(trace("scatter", x=times(clean), y=clean["value"].to_numpy() * scale, mode="lines+markers",
+                        name="runs", line=dict(color=RUN_COLOR, width=1), marker=dict(color=RUN_COLOR, size=7),
+                        text=hover(clean, unit, scale, digits), hovertemplate="%{text}<extra></extra>"))
+    means = [m * scale for m in segment_means(clean["value"].to_numpy(), report.verdict.points)]
+    fig.add_trace(trace("scatter", x=times(clean), y=means, mode="lines", name="segment mean",
+                        line=dict(color=STEP_COLOR, shape="hv", width=2), hoverinfo="skip"))
+    if not tainted.empty:
+        fig.add_trace(trace("scatter", x=times(tainted), y=tainted["value"].to_numpy() * scale, mode="markers",
+                            name="tainted (left out)", marker=dict(color=TAINT_COLOR, size=8, symbol="x"),
+                            text=hover(tainted, unit, scale, digits), hovertemplate="%{text}<extra></extra>"))
+    alert = report.verdict.alert
+    if alert is not None:
+        bad = clean.iloc[len(clean) - len(alert.latest):]
+        fig.add_trace(trace("scatter", x=times(bad), y=bad["value"].to_numpy() * scale, mode="markers", name="alert",
+                            marker=dict(color=ALERT_COLOR, size=12, line=dict(color="#000", width=1)),
+                            text=hover(bad, unit, scale, digits), hovertemplate="%{text}<extra></extra>"))
+    for cp in report.verdict.points:
+        fig.add_vline(change_x(clean, cp.index), line=dict(color=CHANGE_COLOR, dash="dash", width=2),
+                      annotation_text=f"change point {cp.relative_change * 100:+.1f} %")
+    fig.update_layout(title=dict(text=esc(f"{report.figure.label} · {report.point_label}"), font=dict(size=13)),
+                      margin=dict(l=60, r=20, t=70, b=40))
+    fig.update_yaxes(title_text=esc(f"{definition.label} ({unit})"))
+    return figure_div(fig, div_id)
+
+
+def alert_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
+    rows = []
+    for r in reports:
+        alert = r.verdict.alert
+        if alert is None:
+            continue
+        d = r.figure.definition
+        rows.append({"point": r.point_label, "figure": r.figure.name,
+                     "since": f"{pd.Timestamp(r.clean['started_at'].iloc[alert.change_index]):%Y-%m-%d %H:%M}",
+                     "reference": fmt(alert.reference, d.digits, d.scale, f" {d.unit}"),
+                     "latest": ", ".join(fmt(v, d.digits, d.scale) for v in alert.latest),
+                     "change": f"{alert.relative_change * 100:+.1f} %"})
+    return rows
+
+
+def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
+    rows = []
+    for r in reports:
+        d = r.figure.definition
+        for cp in r.verdict.points:
+            rows.append({"point": r.point_label, "figure": r.figure.name,
+                         "first run after": f"{pd.Timestamp(r.clean['started_at'].iloc[cp.index]):%Y-%m-%d %H:%M}",
+                         "commit": str(r.clean["git_commit"].iloc[cp.index] or "")[:10],
+                         "before": fmt(cp.mean_before, d.digits, d.scale), "after": fmt(cp.mean_after, d.digits, d.scale),
+                         "change": f"{cp.relative_change * 100:+.1f} %", "p": f"{cp.p_value:.3f}"})
+    return rows
+
+
+def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> str:
+    alerts = alert_rows(reports)
+    runs = sum(len(r.runs) for r in reports)
+    head = (f"<h1>History trend</h1><p class=\"sub\">{esc(root)} · {len({r.point for r in reports})} points · "
+            f"{len(reports)} series · {runs} values</p>")
+    rule_text = (f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
+                 f"before the last change point by more than {rule.margin * 100:g} %, and that change point is at most "
+                 f"{rule.max_age} runs old. Change points: E-divisive means with a permutation test.")
+    if alerts:
+        top = banner([f"{a['figure']} at {a['point']}: {a['change']} since {a['since']}" for a in alerts],
+                     f"{len(alerts)} alert(s)", "error")
+        top += table(alerts, list(alerts[0]), text_columns=("point", "figure", "since", "latest"))
+    else:
+        top = banner(["no series has two consecutive bad runs after a change point"], "no alert", "ok")
+    changes = change_rows(reports)
+    change_table = table(changes, list(changes[0]), text_columns=("point", "figure", "first run after", "commit")) \
+        if changes else '<p class="note">no change point in any series</p>'
+    figures = "".join(series_figure(r, f"trend-{i}") for i, r in enumerate(reports))
+    body = (head + top + f'<p class="note">{esc(rule_text)}</p>' + section("Change points", change_table)
+            + section("Series", figures))
+    return page("History trend", body)
+
+
+def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(trend_page(reports, root, rule), encoding="utf-8")
+    tmp.replace(path)
+    return path
