@@ -17,7 +17,7 @@ runner) at each concurrency, and this script prints, over every request and toke
   the harness.
 
     .venv/bin/python benchmarks/reference_timing.py [--concurrency 1 32] [--ttft-ms 50] [--itl-ms 10]
-        [--tokens 64] [--requests 24 128] [--dialect openai]
+        [--tokens 64] [--requests 24 128] [--dialect openai] [--machine-state on|off]
 
 Goal: |error| within 2 ms at p99 on an idle machine. Numbers from a loaded 2-core machine
 mix in CPU contention (server, client and the rest share the cores).
@@ -50,6 +50,7 @@ def config(concurrency: int, requests: int, args: argparse.Namespace):
         f"workload.output_len={args.tokens}", f"backend.ttft_ms={args.ttft_ms}", f"backend.itl_ms={args.itl_ms}",
         f"backend.dialect={args.dialect}", f"backend.endpoint={args.endpoint}",
         f"backend.count_prompt_tokens={args.count_prompt_tokens}", f"memory.sample_interval_s={args.sample_interval_s}",
+        f"machine.enabled={args.machine_state == 'on'}",
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return to_run_config(compose("config", overrides=overrides))
@@ -73,6 +74,8 @@ def main() -> None:
     p.add_argument("--count-prompt-tokens", action="store_true",
                    help="let the server count prompt tokens with the chat template (costs it CPU time)")
     p.add_argument("--sample-interval-s", type=float, default=0.05, help="the harness's memory sampling period")
+    p.add_argument("--machine-state", choices=("on", "off"), default="on",
+                   help="sample the machine's state during the run (machine.json): on, as a run does by default")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     register_everything()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import REPO
 
 CI = REPO / "scripts" / "ci"
@@ -158,3 +157,38 @@ def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
         if stray.poll() is None:
             stray.kill()
     assert not psutil.pid_exists(stray.pid) or psutil.Process(stray.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_pull_request_ab_gate_interleaves_two_checkouts(tmp_path):
+    summary = tmp_path / "summary.md"
+    proc = script(CI / "ab-gate.sh", "reference", REPO, REPO, tmp_path / "ab", "workload=synthetic", *SWEEP[:4],
+                  "machine.enabled=false", "workload.concurrency=2",
+                  env=env_with(AB_BLOCKS="2", AB_MAX_BLOCKS="2", GITHUB_STEP_SUMMARY=str(summary), NOISE_DIR=str(tmp_path)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # the same code: never a regression
+    exp = json.loads((tmp_path / "ab" / "ab.json").read_text())
+    assert exp["arms"]["A"]["cwd"] == str(REPO) and len(exp["runs"]) == 4 and exp["verdict"] in ("pass", "inconclusive")
+    assert summary.read_text().startswith("### A/B: **") and "| TTFT p50 |" in summary.read_text()
+
+
+def test_the_nightly_history_lives_on_a_data_branch(tmp_path):
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", remote], check=True)
+    work = tmp_path / "checkout"
+    subprocess.run(["git", "init", "-q", work], check=True)
+    git = ["git", "-C", work, "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "main"], check=True)
+    subprocess.run([*git, "remote", "add", "origin", remote], check=True)
+    first = sweep(tmp_path / "n1", ttft_ms=60)
+    env = env_with(HISTORY_PUSH="1", GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
+    for n, results in enumerate([first, sweep(tmp_path / "n2", ttft_ms=60)], start=1):
+        proc = subprocess.run(["bash", CI / "history.sh", results, tmp_path / f"history{n}", tmp_path / f"trend{n}.html"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # no change: no alert
+        assert (tmp_path / f"trend{n}.html").is_file()
+    files = subprocess.run(["git", "--git-dir", remote, "ls-tree", "-r", "--name-only", "bench-history"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert len(files) == 2 * 2 * 3 and all(f.startswith("history/runs/engine=") and f.endswith(".parquet") for f in files)
+    log = subprocess.run(["git", "--git-dir", remote, "log", "--oneline", "bench-history"], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert len(log) == 2  # one commit a night, appended: nothing rewritten
+    assert "history" in (tmp_path / "summary.md").read_text().lower()

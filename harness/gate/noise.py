@@ -114,10 +114,10 @@ def plan(figure: str, noise: FigureNoise, precision: float, cost_run_s: float, c
     if precision <= 0:
         raise ValueError(f"the precision must be > 0 (got {precision})")
     t1, t2 = noise.t1_sq, noise.t2_sq
-    if t1 <= 0:
+    if t1 <= 0 or t2 <= 0 or cost_request_s <= 0:
+        # one level carries no variance of its own: any split of the same requests does as well,
+        # so keep the A/A's runs and add blocks
         r1 = noise.requests_per_run
-    elif t2 <= 0 or cost_request_s <= 0:
-        r1 = MAX_REQUESTS_PER_RUN
     else:
         r1 = math.sqrt(max(cost_run_s, 0.0) / cost_request_s * t1 / t2)
     r1 = int(min(MAX_REQUESTS_PER_RUN, max(1, math.ceil(r1))))

@@ -67,8 +67,10 @@ class Decision:
     def text(self) -> str:
         i = self.interval
         runs = f"{i.blocks} blocks" if i.blocks else f"{i.n_a} vs {i.n_b} runs"
+        conf = f"{(1 - i.alpha) * 100:.4g}%"
         return (f"{self.figure.label}: {self.verdict.upper()} {self.change * 100:+.1f}% "
-                f"[{(i.low - 1) * 100:+.1f}%, {(i.high - 1) * 100:+.1f}%] ({runs}, {METHOD_TEXT[i.method]}; "
+                f"[{(i.lower_bound - 1) * 100:+.1f}%, {(i.upper_bound - 1) * 100:+.1f}%] (one-sided {conf} bounds; "
+                f"{runs}, {METHOD_TEXT[i.method]}; "
                 f"margin {self.margin * 100:.1f}%: {self.margin_source}) — {self.reason}")
 
 

@@ -31,8 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.results.store import load_run, load_summary
 from harness.results.schema import RunResult
+from harness.results.store import load_run, load_summary
 from harness.telemetry.environment import hardware_fingerprint
 
 STATS = ("mean", "p50", "p90", "p99")  # of each request metric's distribution

@@ -15,8 +15,9 @@ def pct(v: float) -> str:
 
 
 def interval_text(d: Decision) -> str:
+    """The one-sided bounds the verdict is read from: [lower, upper] of the change."""
     i = d.interval
-    return f"[{pct(i.low - 1)}, {pct(i.high - 1)}]"
+    return f"[{pct(i.lower_bound - 1)}, {pct(i.upper_bound - 1)}]"
 
 
 def runs_text(d: Decision) -> str:
@@ -31,7 +32,7 @@ def decision_lines(decisions: Sequence[Decision]) -> list[str]:
 
 def decision_table_markdown(decisions: Sequence[Decision]) -> list[str]:
     confidence = f"{(1 - decisions[0].interval.alpha) * 100:.4g}%" if decisions else "95%"
-    lines = [f"| figure | change | {confidence} CI | runs | margin | verdict |", "|---|---|---|---|---|---|"]
+    lines = [f"| figure | change | one-sided {confidence} bounds | runs | margin | verdict |", "|---|---|---|---|---|---|"]
     for d in decisions:
         lines.append(f"| {d.figure.label} | {pct(d.change)} | {interval_text(d)} | {runs_text(d)} | "
                      f"{d.margin * 100:.1f}% ({d.margin_source}) | {VERDICT_MARK[d.verdict]} |")

@@ -22,7 +22,7 @@ Written to ``--out``: ``runs/`` (every run folder), ``ab.json`` (the plan, every
 exit code and wall time, every look with its decisions; rewritten after each run, so an
 interrupted experiment keeps what it measured), ``ab.md`` (the decision as markdown), and
 ``compare.html`` (the runs side by side, with the decision). Exit codes: 0 pass or
-inconclusive, 1 regression, 2 bad input, 3 the runs failed, 130 interrupted.
+inconclusive (and an A/A that completed), 1 regression, 2 bad input, 3 the runs failed, 130 interrupted.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--b-cwd", default=None, help="arm B's checkout (default: arm A's)")
     p.add_argument("--aa", action="store_true", help="A/A: arm A as both arms; store the noise floor")
     p.add_argument("--blocks", type=int, default=5, help="blocks before the first look (default 5)")
-    p.add_argument("--max-blocks", type=int, default=10, help="the cap (default 10)")
+    p.add_argument("--max-blocks", type=int, default=10, help="the cap (default 10; A/A runs --blocks blocks)")
     p.add_argument("--look-every", type=int, default=None, help="blocks between looks (default: --blocks)")
     p.add_argument("--figures", default=DEFAULT_FIGURES, help=f"figures decided (default {DEFAULT_FIGURES})")
     p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
@@ -137,7 +137,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def check_args(a: argparse.Namespace) -> list[Figure]:
     if a.blocks < 2:
         raise CompareError(f"--blocks must be >= 2: a paired interval needs two blocks (got {a.blocks})")
-    if a.max_blocks < a.blocks:
+    if a.max_blocks < a.blocks and not a.aa:
         raise CompareError(f"--max-blocks ({a.max_blocks}) must be >= --blocks ({a.blocks})")
     if a.look_every is not None and a.look_every < 1:
         raise CompareError("--look-every must be >= 1")
@@ -282,6 +282,12 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
         problem = block.problem()
         if problem:
             print(f"left out: {problem}", file=sys.stderr, flush=True)
+            failed = [n for n in order if dirs[n] is None]
+            if index == 1 and len(failed) == 2:  # neither arm runs at all: more blocks will not help
+                exp.status = "failed"
+                reason = last_error_line(out / "runs" / f"block001-{failed[0]}")
+                print(f"error: both arms failed their first run: {reason} (logs in {out / 'runs'})", file=sys.stderr)
+                return EXIT_RUNS_FAILED
             if reruns_left == 0 or index >= 2 * exp.max_blocks:
                 break
             reruns_left -= 1
@@ -311,6 +317,8 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
     write_compare(blocks, out, figures, evaluation)
     if args.history:
         record_history(args.history, exp, evaluation)
+    if exp.aa:
+        return 0  # an A/A measures the noise: a "regression" between identical arms is a false alarm, shown above
     return EXIT_REGRESSION if evaluation.verdict == verdicts.REGRESSION else 0
 
 

@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness.gate.multiple import benjamini_hochberg  # noqa: E402
-from harness.gate.verdicts import PASS, REGRESSION, Decision, decide  # noqa: E402
+from harness.gate.verdicts import PASS, REGRESSION  # noqa: E402
+from harness.reports.compare.differences import decide_rows  # noqa: E402
 from harness.reports.compare.markdown import comparison_markdown  # noqa: E402
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
@@ -91,7 +91,7 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
                                   fail_pct=fail_pct, resamples=1000, baseline_count=len(before[key]),
                                   noise_dir=noise_dir)
             compared.append((key, result, next(r for r in result.diffs if r["metric"] == metric)))
-    decisions = decide_all(compared, metric, fail_pct, fdr)
+    decisions = decide_rows([(row, result.floor) for _, result, row in compared], fail_pct, fdr)
     lines = [f"Metric: **{m.label} {stat}** ({m.unit}). A point **regresses** when it is worse than the baseline "
              f"beyond noise (Benjamini–Hochberg over the {len(compared)} points at {fdr:g}) and by more than the margin "
              f"({fail_pct:g}%, or 3 × the noise floor); it **passes** when its one-sided 95% bound is inside the margin; "
@@ -119,26 +119,6 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
                     else f"\nNo regression ({unsure} point(s) inconclusive: more runs or a noise floor would decide).\n"
                     if unsure else "\nNo regression.\n")
     return (EXIT_REGRESSION if regressed else 0), title + "\n".join(lines) + "\n" + verdict_line + "\n" + "\n".join(details)
-
-
-def decide_all(compared: list, metric: str, fail_pct: float, fdr: float) -> list[Optional[Decision]]:
-    """Each point's decision, "worse beyond noise" decided by Benjamini–Hochberg over the points."""
-    p_worse = []
-    for _, _, row in compared:
-        interval = row["_interval"]
-        p = None if interval is None or not interval.decides else interval.p_greater
-        p_worse.append(None if p is None else (p if row["lower_is_better"] else 1 - p))
-    significant = benjamini_hochberg(p_worse, fdr) if compared else []
-    out: list[Optional[Decision]] = []
-    for (_, result, row), worse in zip(compared, significant):
-        if row["_interval"] is None:
-            out.append(None)
-            continue
-        figure = row["_figure"]
-        margin, source = (result.floor.margin(figure.name, fail_pct / 100) if result.floor
-                          else (fail_pct / 100, f"threshold {fail_pct:g}%"))
-        out.append(decide(figure, row["_interval"], margin, source, worse_significant=worse))
-    return out
 
 
 def _num(v: Optional[float]) -> str:

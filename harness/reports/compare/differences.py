@@ -17,6 +17,7 @@ import pandas as pd
 from harness.gate import intervals, verdicts
 from harness.gate.bootstrap import stat_function
 from harness.gate.figures import parse_figure
+from harness.gate.multiple import benjamini_hochberg
 from harness.gate.noise import NoiseFloor
 from harness.reports.compare import stats
 from harness.reports.compare.runs import Run
@@ -171,20 +172,36 @@ def ci_text(r: dict[str, Any]) -> str:
 
 
 def gate_results(rows: Sequence[dict[str, Any]], metric: str, pct: float,
-                 floor: Optional[NoiseFloor] = None) -> list[tuple[dict[str, Any], Optional[verdicts.Decision]]]:
-    """Each side's decision on the gate's ``metric``: regression, pass or inconclusive, with the
-    margin ``pct`` % raised to 3 × the noise floor when one is known (None: not enough data)."""
-    out = []
-    for r in rows:
-        if r["metric"] != metric:
-            continue
+                 floor: Optional[NoiseFloor] = None, fdr: float = 0.05) -> list[tuple[dict[str, Any], Optional[verdicts.Decision]]]:
+    """Each side's decision on the gate's ``metric`` (:func:`decide_rows`)."""
+    gated = [r for r in rows if r["metric"] == metric]
+    return list(zip(gated, decide_rows([(r, floor) for r in gated], pct, fdr)))
+
+
+def decide_rows(rows: Sequence[tuple[dict[str, Any], Optional[NoiseFloor]]], pct: float,
+                fdr: float = 0.05) -> list[Optional[verdicts.Decision]]:
+    """Each difference row's verdict: regression, pass or inconclusive, with the margin ``pct`` %
+    raised to 3 × the row's noise floor when one is known (None: not enough data). With several
+    rows (sides, or a sweep's points), "worse beyond noise" is decided by Benjamini–Hochberg over
+    them at ``fdr``, so many comparisons are not many chances to cry wolf."""
+    p_worse = [_p_worse(r) for r, _ in rows]
+    significant = benjamini_hochberg(p_worse, fdr) if len(rows) > 1 else [None] * len(rows)
+    out: list[Optional[verdicts.Decision]] = []
+    for (r, floor), worse in zip(rows, significant):
         interval, figure = r["_interval"], r["_figure"]
         if interval is None:
-            out.append((r, None))
+            out.append(None)
             continue
         margin, source = floor.margin(figure.name, pct / 100) if floor else (pct / 100, f"threshold {pct:g}%")
-        out.append((r, verdicts.decide(figure, interval, margin, source)))
+        out.append(verdicts.decide(figure, interval, margin, source, worse_significant=worse))
     return out
+
+
+def _p_worse(row: dict[str, Any]) -> Optional[float]:
+    interval = row["_interval"]
+    if interval is None or not interval.decides or interval.p_greater is None:
+        return None
+    return interval.p_greater if row["lower_is_better"] else 1 - interval.p_greater
 
 
 def regressions(rows: Sequence[dict[str, Any]], metric: str, pct: float, floor: Optional[NoiseFloor] = None) -> list[str]:

@@ -29,3 +29,12 @@ def test_a_real_sweep_goes_into_the_history(tmp_path, capsys):
     assert {str(p.resolve()) for p in run_dirs} == set(frame["run_dir"])
     assert main(["add", str(tmp_path / "h"), str(sweep)]) == 0  # again: nothing new
     assert capsys.readouterr().out.count("already there: ") == 2
+
+
+def test_history_on_the_command_line_adds_each_run_as_it_finishes(tmp_path):
+    proc = run_harness_cli(*ARGS, f"history={tmp_path / 'h'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
+                           timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "history: added: " in proc.stdout
+    frame = runs(tmp_path / "h")
+    assert list(frame["run_dir"]) == [str((tmp_path / "run").resolve())]

@@ -368,3 +368,14 @@ def test_text_and_markdown_tables():
     lines = text_table([["run"], ["TTFT", "p50", "ms"], ["verdict"]], [["1 vllm", "12.5", "faster"]], align="lrl")
     assert lines == ["        TTFT", "         p50", "run       ms  verdict", "1 vllm  12.5  faster"]
     assert md_table(["run", "a|b"], [["x <b>", "1"]]) == "| run | a\\|b |\n|---|--:|\n| x \\<b\\> | 1 |"
+
+
+def test_a_tainted_run_is_left_out_of_its_side_and_named(runs, tmp_path, capsys):
+    base = synthetic_side(runs / "static-c2", tmp_path, "base", 0.100, first_seed=1)
+    cands = synthetic_side(runs / "static-c2", tmp_path, "cand", 0.100, first_seed=10)
+    edit_json(cands[0] / "summary.json", lambda d: d.update(taint=["another busy process: stress (pid 7) used 97% of a core"]))
+    assert cli.main([*map(str, cands), "--baseline", str(tmp_path / "base*"), "--out", str(tmp_path / "out")]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # the warning is wrapped at 120 columns
+    assert "is tainted (another busy process: stress (pid 7) used 97% of a core): left out of the differences" in err
+    row = pd.read_csv(tmp_path / "out" / "differences.csv").set_index("metric").loc["ttft_s"]
+    assert row.runs == 2 and row.baseline_runs == len(base)
