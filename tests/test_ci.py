@@ -17,9 +17,9 @@ from conftest import REPO
 CI = REPO / "scripts" / "ci"
 BIN = Path(sys.executable).parent
 # the reference server as the engine: a known TTFT, so a slower "engine" is a sure regression
-# three repeats a point: the gate's interval comes from the runs
+# two repeats a point: the gate's interval comes from the runs
 SWEEP = ["model=tiny-random", "backend.count_prompt_tokens=false", "backend.itl_ms=2", "workload.num_requests=4",
-         "repeat=3", "machine.enabled=false"]
+         "repeat=2", "machine.enabled=false", "workload.warmup_requests=0"]
 
 
 def env_with(**extra):
@@ -103,8 +103,15 @@ def point_verdicts(summary):
     return [r.rstrip(" |").rsplit("| ", 1)[1] for r in rows]
 
 
-def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(tmp_path):
-    base = sweep(tmp_path / "base", ttft_ms=60)
+@pytest.fixture(scope="module")
+def smoke_sweeps(tmp_path_factory):
+    """The ci-smoke sweep three times: a baseline, the same again, and a 4× slower TTFT."""
+    root = tmp_path_factory.mktemp("sweeps")
+    return {name: sweep(root / name, ttft_ms=ttft) for name, ttft in (("base", 60), ("same", 60), ("slower", 240))}
+
+
+def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(tmp_path, smoke_sweeps):
+    base = smoke_sweeps["base"]
 
     # the first run: no baseline, no gate, and the summary says so
     proc = script(CI / "fetch-baseline.sh", "results-reference-ci-smoke", tmp_path / "baseline", env=fake_gh(tmp_path))
@@ -121,17 +128,15 @@ def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(
     calls = (tmp_path / "gh_calls").read_text()
     assert "--branch main --status success" in calls and "run download 4242" in calls
 
-    same = sweep(tmp_path / "same", ttft_ms=60)
-    proc, summary = gate(tmp_path, same, tmp_path / "baseline", "same")
+    proc, summary = gate(tmp_path, smoke_sweeps["same"], tmp_path / "baseline", "same")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert point_verdicts(summary) == ["pass", "pass"], summary
     assert "No regression." in summary
 
-    slower = sweep(tmp_path / "slower", ttft_ms=240)
-    proc, summary = gate(tmp_path, slower, tmp_path / "baseline", "slower")
+    proc, summary = gate(tmp_path, smoke_sweeps["slower"], tmp_path / "baseline", "slower")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert point_verdicts(summary) == ["**REGRESSION**", "**REGRESSION**"], summary
-    assert "2 point(s) regressed" in summary and "| 3 / 3 |" in summary
+    assert "2 point(s) regressed" in summary and "| 2 / 2 |" in summary
     assert (tmp_path / "compare-slower").is_dir() and list((tmp_path / "compare-slower").glob("*/compare.html"))
 
 
@@ -162,7 +167,7 @@ def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
 def test_the_pull_request_ab_gate_interleaves_two_checkouts(tmp_path):
     summary = tmp_path / "summary.md"
     proc = script(CI / "ab-gate.sh", "reference", REPO, REPO, tmp_path / "ab", "workload=synthetic", *SWEEP[:4],
-                  "machine.enabled=false", "workload.concurrency=2",
+                  "machine.enabled=false", "workload.concurrency=2", "workload.warmup_requests=0",
                   env=env_with(AB_BLOCKS="2", AB_MAX_BLOCKS="2", GITHUB_STEP_SUMMARY=str(summary), NOISE_DIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # the same code: never a regression
     exp = json.loads((tmp_path / "ab" / "ab.json").read_text())
@@ -170,7 +175,7 @@ def test_the_pull_request_ab_gate_interleaves_two_checkouts(tmp_path):
     assert summary.read_text().startswith("### A/B: **") and "| TTFT p50 |" in summary.read_text()
 
 
-def test_the_nightly_history_lives_on_a_data_branch(tmp_path):
+def test_the_nightly_history_lives_on_a_data_branch(tmp_path, smoke_sweeps):
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", remote], check=True)
     work = tmp_path / "checkout"
@@ -178,16 +183,15 @@ def test_the_nightly_history_lives_on_a_data_branch(tmp_path):
     git = ["git", "-C", work, "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "main"], check=True)
     subprocess.run([*git, "remote", "add", "origin", remote], check=True)
-    first = sweep(tmp_path / "n1", ttft_ms=60)
     env = env_with(HISTORY_PUSH="1", GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
-    for n, results in enumerate([first, sweep(tmp_path / "n2", ttft_ms=60)], start=1):
+    for n, results in enumerate([smoke_sweeps["base"], smoke_sweeps["same"]], start=1):
         proc = subprocess.run(["bash", CI / "history.sh", results, tmp_path / f"history{n}", tmp_path / f"trend{n}.html"],
                               cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # no change: no alert
         assert (tmp_path / f"trend{n}.html").is_file()
     files = subprocess.run(["git", "--git-dir", remote, "ls-tree", "-r", "--name-only", "bench-history"],
                            capture_output=True, text=True, check=True).stdout.split()
-    assert len(files) == 2 * 2 * 3 and all(f.startswith("history/runs/engine=") and f.endswith(".parquet") for f in files)
+    assert len(files) == 2 * 2 * 2 and all(f.startswith("history/runs/engine=") and f.endswith(".parquet") for f in files)
     log = subprocess.run(["git", "--git-dir", remote, "log", "--oneline", "bench-history"], capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert len(log) == 2  # one commit a night, appended: nothing rewritten

@@ -16,7 +16,7 @@ from harness.run import ab
 
 COMMON = ["backend=reference", "backend.ttft_ms=20", "backend.itl_ms=4", "model=tiny-random", "workload=synthetic",
           "workload.num_requests=12", "workload.concurrency=4", "workload.output_len=12", "workload.input_len=40",
-          "report=false", "machine.enabled=false"]
+          "report=false", "machine.enabled=false", "backend.count_prompt_tokens=false", "workload.warmup_requests=0"]
 
 
 def run_ab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
