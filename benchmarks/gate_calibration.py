@@ -98,7 +98,9 @@ def analyse(out: Path, group: int, threshold: float) -> None:
         print(f"previous gate at {pct} % (TTFT median): {fails} of {2 * n} false regressions")
 
     half = n // 2
-    floors = [_floor(good[half:], figures, walls), _floor(good[:half], figures, walls)]  # cross-fitted
+    # cross-fitted: each half's pairs are judged with the floor of the other half
+    floors = [paired.measure_noise_floor(good[half:], figures, walls),
+              paired.measure_noise_floor(good[:half], figures, walls)]
     print(f"\ncompare now, one run against one run ({n} pairs): 'within-run only' without a noise floor (no claim);"
           " with the floor of the other half of the blocks, called significantly different:")
     counts = {f.name: 0 for f in figures}
@@ -153,10 +155,6 @@ def analyse(out: Path, group: int, threshold: float) -> None:
 
 def _excludes_zero(r: tuple[float, float, float]) -> bool:
     return r[1] > 0 or r[2] < 0
-
-
-def _floor(blocks: Sequence[paired.BlockRuns], figures, walls) -> noise.NoiseFloor:
-    return paired.measure_noise_floor(blocks, figures, walls)
 
 
 def _compare(base: Path, cand: Path, floor: noise.NoiseFloor, tmp: Path = Path("/tmp/gate-calibration-compare")):

@@ -7,38 +7,15 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from core.errors import HarnessError
+from harness.gate.figures import Figure
 from harness.history.alerts import AlertRule, SeriesVerdict, evaluate
 from harness.history.query import points, series
 from harness.history.record import STATS, figure_column
+from harness.reports.html import fmt
 from harness.results import metrics
 
 # TTFT p50, TPOT p50, ITL p90 and output tokens/s: the figures a nightly watches by default
 DEFAULT_FIGURES = ("ttft_s.p50", "tpot_s.p50", "itl_s.p90", "output_tokens_per_s")
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A figure of the history: a metric, and a statistic of it for request metrics."""
-
-    metric: str
-    stat: Optional[str]
-
-    @property
-    def column(self) -> str:
-        return figure_column(self.metric, self.stat)
-
-    @property
-    def name(self) -> str:
-        return f"{self.metric}.{self.stat}" if self.stat else self.metric
-
-    @property
-    def definition(self) -> type[metrics.Metric]:
-        return metrics.get(self.metric)
-
-    @property
-    def label(self) -> str:
-        d = self.definition
-        return f"{d.label} {self.stat} ({d.unit})" if self.stat else f"{d.label} ({d.unit})"
 
 
 def parse_figure(text: str) -> Figure:
@@ -69,12 +46,25 @@ class SeriesReport:
         return self.runs[~self.runs["tainted"]].reset_index(drop=True)
 
 
+def alert_cells(report: SeriesReport) -> Optional[dict[str, str]]:
+    """A series' alert as text (since, reference, latest, change), or None without one; for
+    check's lines and trend.html's table alike."""
+    alert = report.verdict.alert
+    if alert is None:
+        return None
+    d = report.figure.definition
+    return {"since": f"{pd.Timestamp(report.clean['started_at'].iloc[alert.change_index]):%Y-%m-%d %H:%M}",
+            "reference": fmt(alert.reference, d.digits, d.scale, f" {d.unit}"),
+            "latest": ", ".join(fmt(v, d.digits, d.scale) for v in alert.latest),
+            "change": f"{alert.relative_change * 100:+.1f} %"}
+
+
 def analyse(frame: pd.DataFrame, figures: Sequence[Figure], rule: AlertRule = AlertRule()) -> list[SeriesReport]:
     """Each point × figure with a run (a series of tainted runs only has no change point)."""
     out = []
     for point, label in points(frame):
         for figure in figures:
-            runs = series(frame, point, figure.column)
+            runs = series(frame, point, figure_column(figure.metric, figure.stat))
             if runs.empty:
                 continue
             clean = runs[~runs["tainted"]]

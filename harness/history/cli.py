@@ -20,7 +20,7 @@ import pandas as pd
 
 from core.errors import HarnessError
 from harness.history.alerts import CONSECUTIVE, MARGIN, MAX_AGE, AlertRule
-from harness.history.analysis import DEFAULT_FIGURES, SeriesReport, analyse, parse_figure
+from harness.history.analysis import DEFAULT_FIGURES, SeriesReport, alert_cells, analyse, parse_figure
 from harness.history.query import RunFilter, decisions, runs
 from harness.history.store import add_runs
 from harness.history.trend import write_trend
@@ -125,17 +125,9 @@ def run_trend(args: argparse.Namespace) -> int:
 
 
 def alert_lines(reports: Sequence[SeriesReport]) -> list[str]:
-    out = []
-    for r in reports:
-        alert = r.verdict.alert
-        if alert is None:
-            continue
-        d = r.figure.definition
-        since = pd.Timestamp(r.clean["started_at"].iloc[alert.change_index]).strftime("%Y-%m-%d %H:%M")
-        latest = ", ".join(f"{v * d.scale:.{d.digits}f}" for v in alert.latest)
-        out.append(f"{r.figure.name} {alert.relative_change * 100:+.1f} % at {r.point_label} (point {r.point}): "
-                   f"since {since}, reference {alert.reference * d.scale:.{d.digits}f} {d.unit}, latest {latest}")
-    return out
+    return [f"{r.figure.name} {cells['change']} at {r.point_label} (point {r.point}): since {cells['since']}, "
+            f"reference {cells['reference']}, latest {cells['latest']}"
+            for r in reports if (cells := alert_cells(r)) is not None]
 
 
 def alert_markdown(lines: Sequence[str], series: int) -> str:

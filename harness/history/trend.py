@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from harness.history.alerts import AlertRule
-from harness.history.analysis import SeriesReport
+from harness.history.analysis import SeriesReport, alert_cells
 from harness.history.changepoints import segment_means
 from harness.reports.figures import figure, figure_div, trace
 from harness.reports.html import banner, esc, fmt, page, section, table
@@ -75,18 +75,8 @@ def series_figure(report: SeriesReport, div_id: str) -> str:
 
 
 def alert_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
-    rows = []
-    for r in reports:
-        alert = r.verdict.alert
-        if alert is None:
-            continue
-        d = r.figure.definition
-        rows.append({"point": r.point_label, "figure": r.figure.name,
-                     "since": f"{pd.Timestamp(r.clean['started_at'].iloc[alert.change_index]):%Y-%m-%d %H:%M}",
-                     "reference": fmt(alert.reference, d.digits, d.scale, f" {d.unit}"),
-                     "latest": ", ".join(fmt(v, d.digits, d.scale) for v in alert.latest),
-                     "change": f"{alert.relative_change * 100:+.1f} %"})
-    return rows
+    return [{"point": r.point_label, "figure": r.figure.name, **cells}
+            for r in reports if (cells := alert_cells(r)) is not None]
 
 
 def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:

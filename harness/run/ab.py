@@ -199,14 +199,15 @@ class RunProcess:
                 self.proc.wait()
 
 
-def run_one(arm: Arm, common: Sequence[str], run_dir: Path, timeout_s: float, current: list[RunProcess]) -> RunRecord:
+def run_one(block: int, arm: Arm, common: Sequence[str], run_dir: Path, timeout_s: float,
+            current: list[RunProcess]) -> RunRecord:
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     proc = RunProcess(arm.command(common, run_dir), arm.cwd, run_dir.parent / f"{run_dir.name}.log")
     current[:] = [proc]
     code = proc.wait(timeout_s)
     current.clear()
-    return RunRecord(int(run_dir.name[5:8]), arm.name, str(run_dir), code, time.perf_counter() - start)
+    return RunRecord(block, arm.name, str(run_dir), code, time.perf_counter() - start)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -222,8 +223,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BAD_INPUT
     out.mkdir(parents=True, exist_ok=True)
     a = Arm("A", shlex.split(args.a), args.a_python, args.a_cwd)
-    b = a if args.aa else Arm("B", shlex.split(args.b), args.b_python or args.a_python, args.b_cwd or args.a_cwd)
-    arms = {"A": a, "B": Arm("B", b.overrides, b.python, b.cwd)}
+    # A/A: arm B is arm A again (check_args refused --b* with --aa, so they default to A's)
+    b = Arm("B", shlex.split(args.a if args.aa else args.b), args.b_python or args.a_python, args.b_cwd or args.a_cwd)
+    arms = {"A": a, "B": b}
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 31)
     every = args.look_every or args.blocks
     max_blocks = args.blocks if args.aa else args.max_blocks
@@ -267,7 +269,7 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
         dirs: dict[str, Optional[Path]] = {}
         for name in order:
             run_dir = out / "runs" / f"block{index:03d}-{name}"
-            record = run_one(arms[name], exp.common, run_dir, args.timeout_s, current)
+            record = run_one(index, arms[name], exp.common, run_dir, args.timeout_s, current)
             exp.runs.append(record)
             exp.wall_s = time.perf_counter() - start
             dirs[name] = run_dir if (run_dir / "summary.json").is_file() else None

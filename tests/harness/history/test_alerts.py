@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from harness.gate.figures import Figure
 from harness.history.alerts import AlertRule, evaluate
-from harness.history.analysis import Figure, analyse
+from harness.history.analysis import analyse
 
 
 def history(seed: int, n: int = 40) -> np.ndarray:
