@@ -228,11 +228,13 @@ class Backend(ABC):
         count too); None when the engine is no local process (a remote server)."""
         return os.getpid()
 
-    def scrape_metrics(self) -> Optional[str]:
+    def scrape_metrics(self, deadline_s: float = 10.0) -> Optional[str]:
         """The engine's own Prometheus metrics as text, or None where it exposes none.
 
         The runner scrapes before and after the measured phase and stores the difference
-        (``harness/telemetry/prometheus.py``) next to the client's figures.
+        (``harness/telemetry/prometheus.py``) next to the client's figures, and samples it during
+        the phase (``harness/telemetry/server_metrics.py``), off the event loop. ``deadline_s``
+        bounds the whole scrape, not each read (TimeoutError past it).
         """
         return None
 

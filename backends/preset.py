@@ -36,3 +36,4 @@ class ServerPreset:
     setup_commands: list[list[str]] = field(default_factory=list)  # run in order once healthy (e.g. a model import)
     cleanup_commands: list[list[str]] = field(default_factory=list)  # run once the server is stopped, by the watchdog too
     version_path: Optional[str] = None  # GET answers {"version": …}, asked once healthy (preferred to version_packages)
+    version: Optional[str] = None  # the engine's version where the preset already knows it (a program's --version)

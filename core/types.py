@@ -75,6 +75,14 @@ class RequestDone:
     # tokens they are, tokenized by whoever keeps the ids (the run's writer does it as it
     # writes the tables), not on the event loop, where 2048 tokens cost ~3 ms of every stream.
     token_ids_text: Optional[str] = None
+    # Reasoning (HTTP streams that send it apart: ``reasoning`` or ``reasoning_content`` deltas):
+    # the index of the first chunk that carried answer text, and the reasoning's token count.
+    # None where the engine does not tell the two apart (in-process) or no answer came.
+    first_answer_chunk: Optional[int] = None
+    reasoning_tokens: Optional[int] = None
+    # HTTP: the request's phases on the harness's clock (``perf_counter``): "connect_start",
+    # "connect_end" (absent when a kept connection was reused), "sent", "first_byte", "last_byte"
+    http_phases: Optional[dict[str, float]] = None
 
 
 StreamEvent = Union[TokenChunk, RequestDone]

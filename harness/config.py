@@ -82,6 +82,24 @@ class MachineConfig:
             raise ConfigError(f"machine.interval_s must be > 0 (got {self.interval_s})")
 
 
+@dataclass
+class ServerMetricsConfig:
+    """A server's Prometheus ``/metrics`` sampled during the measured phase
+    (harness/telemetry/server_metrics.py): ``server_metrics.parquet`` and ``server_metrics.sampled``
+    in the summary. ``timeout_s`` bounds every scrape as a whole (this one, and those before and
+    after the phase): a slower one is given up and counted, never waited for."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    timeout_s: float = 2.0
+
+    def validate(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"server_metrics.enabled must be true or false (got {self.enabled!r})")
+        _number("server_metrics.interval_s", self.interval_s, ">= 0.05 seconds", lambda v: 0.05 <= v < math.inf)
+        _number("server_metrics.timeout_s", self.timeout_s, "> 0 seconds", lambda v: 0 < v < math.inf)
+
+
 # A slope needs at least this many points in the window to be tested (n − 2 ≥ 3 degrees of freedom).
 MIN_POINTS = 5
 
@@ -234,6 +252,7 @@ class RunConfig:
     slo: SLOConfig = field(default_factory=SLOConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     machine: MachineConfig = field(default_factory=MachineConfig)
+    server_metrics: ServerMetricsConfig = field(default_factory=ServerMetricsConfig)
     saturation: SaturationConfig = field(default_factory=SaturationConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     slo_search: SLOSearchConfig = field(default_factory=SLOSearchConfig)
@@ -252,7 +271,7 @@ class RunConfig:
         if self.repeat < 1:
             raise ConfigError(f"repeat must be >= 1 (got {self.repeat})")
         for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.machine, self.saturation,
-                        self.sweep):
+                        self.sweep, self.server_metrics):
             section.validate()
         self.slo_search.validate(self.slo)
         self.client.validate(getattr(self.backend, "mode", None))
@@ -275,7 +294,8 @@ def check_finite(node: Any, path: str = "") -> None:
 
 
 # Keys that change how a run is shown or stored, not what it measures: not in config_sha256.
-PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep", "machine", "history")
+PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep", "machine", "history",
+                     "server_metrics")
 
 
 def config_sha256(cfg: RunConfig) -> str:

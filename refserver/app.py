@@ -74,6 +74,13 @@ class Settings:
     startup_delay_s: float = 0.0  # /health answers 503 for this long
     tokenizer: Optional[str] = None
     timer: str = "thread"  # thread: sub-millisecond wake-ups | asyncio: the event loop's own timers
+    max_running: int = 0  # requests served at once; more wait for a slot (0: no limit)
+    kv_capacity_tokens: int = 16384  # the KV-use gauge: reserved reply tokens ÷ this
+    metrics_drip_s: float = 0.0  # /metrics written one byte every this many seconds (0: at once)
+    spec_draft_tokens: int = 0  # speculative-decoding counters: K draft tokens per chunk (0: none)
+    spec_acceptance: float = 0.0  # the share of draft tokens accepted
+    reasoning_tokens: int = 0  # the first N tokens of a chat reply are reasoning (the dialect's delta field)
+    per_request_metrics: bool = False  # vLLM's --enable-per-request-metrics: a metrics object on the usage chunk
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -91,7 +98,9 @@ class ReferenceServer:
         self.requests = 0
         self.started = time.perf_counter()
         self.dialect = DIALECTS[settings.dialect]
-        self.metrics = ServedMetrics(self.dialect.metrics_prefix)
+        self.metrics = ServedMetrics(self.dialect.metrics_prefix, settings.kv_capacity_tokens,
+                                     settings.spec_draft_tokens, settings.spec_acceptance)
+        self._slots = asyncio.Semaphore(settings.max_running) if settings.max_running > 0 else None
         self.timer: Any = None
         self._tokenizer = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reference-tokenizer")
@@ -157,7 +166,9 @@ class ReferenceServer:
         self.received.append({"method": request.method, "path": request.path, "host": request.host,
                               "authorization": "Authorization" in request.headers})
 
-    async def prometheus(self, request: Request) -> Response:
+    async def prometheus(self, request: Request) -> Any:
+        if self.s.metrics_drip_s > 0:
+            return await faults.drip(request, self.metrics.render().encode(), self.s.metrics_drip_s)
         return Response(text=self.metrics.render(), content_type="text/plain")
 
     async def chat(self, request: Request) -> StreamResponse:
@@ -199,13 +210,31 @@ class ReferenceServer:
         else:
             prompt_tokens = asyncio.get_running_loop().create_future()
             prompt_tokens.set_result(self._count_prompt(body, chat))
+        if self._slots is not None:  # --max-running: wait for a slot; the schedule starts when one frees
+            arrival = await self._wait_for_slot(arrival)
+            due = self._schedule(arrival, n)
         self.metrics.running += 1
+        self.metrics.kv_tokens += n
         try:
             if body.get("stream"):
-                return await self._stream(request, body, chat, index, n, due, prompt_tokens, arrival, fault)
+                return await self._stream(request, body, chat, index, n, due, prompt_tokens, arrival, fault,
+                                          request.arrival)
             return await self._whole(body, chat, index, n, due, prompt_tokens, arrival)
         finally:
             self.metrics.running -= 1
+            self.metrics.kv_tokens -= n
+            if self._slots is not None:
+                self._slots.release()
+
+    async def _wait_for_slot(self, arrival: float) -> float:
+        """Hold a request while --max-running others run (the waiting gauge counts it); when it got its slot."""
+        assert self._slots is not None
+        self.metrics.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.metrics.waiting -= 1
+        return max(arrival, time.perf_counter())
 
     def _length(self, body: dict) -> int:
         cap = body.get("max_tokens", body.get("max_completion_tokens"))
@@ -245,10 +274,13 @@ class ReferenceServer:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
     async def _stream(self, request: Request, body: dict, chat: bool, index: int, n: int, due: list[float],
-                      prompt_tokens: asyncio.Future, arrival: float, fault: Optional[str]) -> StreamResponse:
+                      prompt_tokens: asyncio.Future, arrival: float, fault: Optional[str],
+                      queued: Optional[float] = None) -> StreamResponse:
         response = StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        reply = StreamedReply(self.dialect.on(chat), chat, body, self.s.model_name, n, self._finish_reason(body, n), fault)
+        reply = StreamedReply(self.dialect.on(chat), chat, body, self.s.model_name, n, self._finish_reason(body, n), fault,
+                              reasoning_tokens=self.s.reasoning_tokens, per_request_metrics=self.s.per_request_metrics,
+                              spec=(self.s.spec_draft_tokens, self.s.spec_acceptance), queued=queued)
         if await reply.send(request, response, index, self.s.chunk_tokens, due, prompt_tokens, self.timer,
                             self.s.fault_size_mib, self.metrics, arrival):
             self.metrics.served(arrival, reply.last_t, await prompt_tokens, n)

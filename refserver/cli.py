@@ -46,7 +46,23 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
     p.add_argument("--run-noise-cv", type=float, default=0.0,
                    help="run-to-run noise: ttft and itl scaled by exp(N(0, cv)), drawn once per server start "
                         "(unseeded: every start differs, as two runs of an engine do)")
+    p.add_argument("--max-running", type=int, default=0, help="requests served at once; more wait (0: no limit)")
+    p.add_argument("--kv-capacity-tokens", type=int, default=16384,
+                   help="the KV-use gauge: reply tokens reserved by the running requests / this")
+    p.add_argument("--metrics-drip-s", type=float, default=0.0, help="fault: /metrics written one byte every S seconds")
+    p.add_argument("--spec-draft-tokens", type=int, default=0, help="speculative-decoding counters: K draft tokens a chunk")
+    p.add_argument("--spec-acceptance", type=float, default=0.0, help="the share of draft tokens accepted")
+    p.add_argument("--reasoning-tokens", type=int, default=0,
+                   help="the first N tokens of a chat reply are reasoning (in the dialect's reasoning delta)")
+    p.add_argument("--per-request-metrics", action="store_true",
+                   help="vLLM's --enable-per-request-metrics: a metrics object on the final usage chunk")
     a = p.parse_args(argv)
+    if a.reasoning_tokens < 0:
+        p.error("--reasoning-tokens must be >= 0")
+    if a.max_running < 0 or a.kv_capacity_tokens < 1 or a.metrics_drip_s < 0 or a.spec_draft_tokens < 0:
+        p.error("--max-running, --metrics-drip-s and --spec-draft-tokens must be >= 0, --kv-capacity-tokens >= 1")
+    if not 0 <= a.spec_acceptance <= 1:
+        p.error("--spec-acceptance must be in [0, 1]")
     if a.tokens < 0 or a.ttft_ms < 0 or a.itl_ms < 0 or a.jitter_ms < 0 or a.chunk_tokens < 1:
         p.error("--tokens, --ttft-ms, --itl-ms and --jitter-ms must be >= 0, --chunk-tokens >= 1")
     if not 0 <= a.error_rate <= 1:
@@ -58,7 +74,10 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
         ttft_ms=a.ttft_ms * run_factor, itl_ms=a.itl_ms * run_factor, tokens=a.tokens, jitter_ms=a.jitter_ms, error_rate=a.error_rate,
         error_kind=a.error_kind, fault_size_mib=a.fault_size_mib, seed=a.seed, dialect=a.dialect, metrics=a.metrics, exit_after=a.exit_after,
         chunk_tokens=a.chunk_tokens, model_name=a.model_name, api_key_env=a.api_key_env,
-        startup_delay_s=a.startup_delay_s, tokenizer=a.tokenizer, timer=a.timer,
+        startup_delay_s=a.startup_delay_s, tokenizer=a.tokenizer, timer=a.timer, max_running=a.max_running,
+        kv_capacity_tokens=a.kv_capacity_tokens, metrics_drip_s=a.metrics_drip_s,
+        spec_draft_tokens=a.spec_draft_tokens, spec_acceptance=a.spec_acceptance,
+        reasoning_tokens=a.reasoning_tokens, per_request_metrics=a.per_request_metrics,
     )
     return a.host, a.port, settings
 

@@ -28,6 +28,10 @@ class Dialect:
     errors: str = "openai"  # {"error": {message, type, code}} | "flat": {"error": message, "error_type"} |
     #                         "object": {"object": "error", message, type, code} (FastChat, old vLLM)
     completions: tuple[tuple[str, Any], ...] = ()  # fields that differ on /v1/completions
+    reasoning_field: str = "reasoning_content"  # the delta field of reasoning text (vLLM: "reasoning")
+    # llama-server: a ``timings`` object (prompt_n, prompt_ms, cache_n, predicted_n, predicted_ms,
+    # draft_n, draft_n_accepted) on the last chunk: the usage chunk, else the finish chunk
+    timings: bool = False
 
     def on(self, chat: bool) -> "Dialect":
         """The dialect of one endpoint."""
@@ -36,12 +40,14 @@ class Dialect:
 
 DIALECTS: dict[str, Dialect] = {
     # vLLM and OpenAI
-    "openai": Dialect("empty", "chunk", True, None, "/health", None, "vllm", True),
+    "openai": Dialect("empty", "chunk", True, None, "/health", None, "vllm", True, reasoning_field="reasoning"),
     "sglang": Dialect("empty", "chunk", False, None, "/health", "matched_stop", "sglang", True),
     # mlx_lm.server: keep-alive comments while the prompt is processed
     "mlx": Dialect(None, "chunk", False, "keepalive", "/health", None, "vllm", False),
     # llama_cpp.server: no usage, no /health, text prompts only
     "llamacpp": Dialect("bare", None, False, "ping", None, None, "vllm", False),
+    # llama.cpp's C++ llama-server: a role-only first chunk, usage when asked, timings on the last chunk
+    "llama-server": Dialect("bare", "chunk", False, None, "/health", None, "llamacpp", True, timings=True),
     # TGI's router (router/src/chat.rs, server.rs): role in every delta, axum's ":" keep-alives,
     # errors {"error": "…", "error_type": "…"}; /v1/completions: finish_reason "" until the last
     # chunk, which carries "eos_token" (or "length") and the usage, asked for or not

@@ -127,3 +127,20 @@ async def mid_stream(fault: str, request: Request, response: StreamResponse, siz
         await response.write(b'data: {"error": {"message": "engine error: out of memory", "code": 500}}\n\n')
         return True
     return False
+
+
+async def drip(request: Request, body: bytes, interval_s: float, content_type: str = "text/plain") -> StreamResponse:
+    """A reply written one byte every ``interval_s`` seconds (``--metrics-drip-s``: a ``/metrics``
+    that holds a reader which only sets a per-read timeout). A reader that hangs up ends it."""
+    response = StreamResponse(headers={"Content-Type": content_type})
+    await response.prepare(request)
+    try:
+        for i in range(len(body)):
+            if request.transport.is_closing():
+                return response
+            await response.write(body[i:i + 1])
+            await asyncio.sleep(interval_s)
+        await response.write_eof()
+    except ConnectionError:  # the reader gave up
+        pass
+    return response

@@ -1,4 +1,13 @@
-"""``/metrics`` of the reference server: Prometheus histograms of what it served, and its own lateness."""
+"""``/metrics`` of the reference server: Prometheus histograms of what it served, and its own lateness.
+
+Gauges that move with the load, in the dialect's names (vLLM's, or SGLang's for ``--dialect sglang``):
+requests running and waiting (``--max-running``: more wait for a slot), and a KV-cache use, the
+reply tokens the running requests reserve ÷ ``--kv-capacity-tokens`` (0..1, as vLLM's
+``kv_cache_usage_perc``). With ``--spec-draft-tokens K`` every chunk written counts as one
+verification of K draft tokens, of which a share ``--spec-acceptance`` is accepted
+(deterministically: the running total of accepted tokens is ⌊P · K · drafts⌋, each draft's
+accepted ones at its first positions), in vLLM's ``spec_decode_*`` counters.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -41,10 +50,18 @@ class PromHistogram:
         return lines
 
 
+# the load gauges by prefix: running, waiting, KV use
+GAUGE_NAMES = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+}
+
+
 class ServedMetrics:
     """What the server served, in the names vLLM (or SGLang) uses."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, kv_capacity_tokens: int = 16384, spec_draft_tokens: int = 0,
+                 spec_acceptance: float = 0.0):
         p = prefix
         self.ttft = PromHistogram(f"{p}:time_to_first_token_seconds", "Time to first token (server side)", TTFT_BUCKETS)
         self.itl = PromHistogram(f"{p}:inter_token_latency_seconds", "Gap between tokens written", ITL_BUCKETS)
@@ -56,10 +73,28 @@ class ServedMetrics:
         self.generation_tokens = 0
         self.requests_ok = 0
         self.running = 0
+        self.waiting = 0  # requests waiting for a slot (--max-running)
+        self.kv_tokens = 0  # reply tokens reserved by the running requests
+        self.kv_capacity_tokens = max(1, kv_capacity_tokens)
+        self.spec_k, self.spec_p = spec_draft_tokens, spec_acceptance
+        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0
+        self.spec_per_pos = [0] * spec_draft_tokens
+
+    def observe_spec_draft(self) -> None:
+        """One verification of K draft tokens: the accepted total follows ⌊P · K · drafts⌋."""
+        if not self.spec_k:
+            return
+        self.spec_drafts += 1
+        self.spec_draft_tokens += self.spec_k
+        accepted = int(self.spec_p * self.spec_k * self.spec_drafts + 1e-9) - self.spec_accepted
+        self.spec_accepted += accepted
+        for i in range(accepted):
+            self.spec_per_pos[i] += 1
 
     def observe_chunk(self, t: float, due: float, prev_t: Optional[float], arrival: float, tokens: int) -> None:
         """A chunk of ``tokens`` written at ``t`` (due at ``due``): its lateness, and TTFT or ITL."""
         self.lateness.observe(t - due)
+        self.observe_spec_draft()
         if prev_t is None:
             self.ttft.observe(t - arrival)
             if tokens > 1:
@@ -84,5 +119,16 @@ class ServedMetrics:
         for name, value in ((f"{p}:prompt_tokens", self.prompt_tokens), (f"{p}:generation_tokens", self.generation_tokens),
                             (f"{p}:request_success", self.requests_ok)):
             lines += [f"# TYPE {name} counter", f'{name}_total{{model_name="reference"}} {value}']
-        lines += [f"# TYPE {p}:num_requests_running gauge", f'{p}:num_requests_running{{model_name="reference"}} {self.running}']
+        running, waiting, kv = GAUGE_NAMES.get(p, GAUGE_NAMES["vllm"])
+        kv_use = min(1.0, self.kv_tokens / self.kv_capacity_tokens)
+        for name, value in ((running, self.running), (waiting, self.waiting), (kv, kv_use)):
+            lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
+        if self.spec_k:
+            for name, value in ((f"{p}:spec_decode_num_drafts", self.spec_drafts),
+                                (f"{p}:spec_decode_num_draft_tokens", self.spec_draft_tokens),
+                                (f"{p}:spec_decode_num_accepted_tokens", self.spec_accepted)):
+                lines += [f"# TYPE {name} counter", f'{name}_total{{model_name="reference"}} {value}']
+            name = f"{p}:spec_decode_num_accepted_tokens_per_pos"
+            lines.append(f"# TYPE {name} counter")
+            lines += [f'{name}_total{{model_name="reference",position="{i}"}} {n}' for i, n in enumerate(self.spec_per_pos)]
         return "\n".join(lines) + "\n"

@@ -4,6 +4,12 @@ The events, in order: the dialect's comment (keep-alive, ping) and role chunk; t
 ``--chunk-tokens`` at a time, each chunk written at the due time of its last token; the
 finish (on the last token's chunk, or a chunk of its own); the usage chunk where asked for;
 ``[DONE]``. A fault (``refserver/faults.py``) changes one step.
+
+With ``--reasoning-tokens N`` the first N tokens of a chat reply go out in the dialect's
+reasoning field (vLLM's ``reasoning``, the others' ``reasoning_content``), the rest as
+``content``. The engine's own figures per request, from the server's clock: vLLM's ``metrics``
+on the usage chunk (``--per-request-metrics``: queue = slot − arrival, first token from the
+slot, generation = first → last token written) and llama-server's ``timings`` on the last chunk.
 """
 from __future__ import annotations
 
@@ -23,8 +29,16 @@ class StreamedReply:
     """The events of one reply in ``dialect`` (already the endpoint's: ``Dialect.on(chat)``)."""
 
     def __init__(self, dialect: Dialect, chat: bool, body: dict[str, Any], model_name: str, n: int,
-                 finish: str, fault: Optional[str]):
+                 finish: str, fault: Optional[str], *, reasoning_tokens: int = 0, per_request_metrics: bool = False,
+                 spec: tuple[int, float] = (0, 0.0), queued: Optional[float] = None):
         self.dialect, self.chat, self.n, self.fault = dialect, chat, n, fault
+        self.reasoning_tokens = reasoning_tokens if chat else 0
+        self.per_request_metrics = per_request_metrics
+        self.spec = spec
+        self.queued = queued  # when the request arrived, before any wait for a slot
+        self.arrival: Optional[float] = None
+        self.first_t: Optional[float] = None  # when the first token was written
+        self.chunks_written = 0
         self.base = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}",
                      "object": "chat.completion.chunk" if chat else "text_completion",
                      "created": int(time.time()), "model": body.get("model") or model_name}
@@ -42,7 +56,7 @@ class StreamedReply:
     def event(self, choices: list, **extra: Any) -> bytes:
         return b"data: " + json.dumps({**self.base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
 
-    def choice(self, text: Optional[str], reason: Any, role: bool = False) -> dict[str, Any]:
+    def choice(self, text: Optional[str], reason: Any, role: bool = False, reasoning: bool = False) -> dict[str, Any]:
         if not self.chat:
             c: dict[str, Any] = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
             if self.trtllm:
@@ -52,11 +66,13 @@ class StreamedReply:
         delta: dict[str, Any] = {}
         if role:
             delta["role"] = "assistant"
-        if text is not None:
+        if reasoning:
+            delta[self.dialect.reasoning_field] = text
+        elif text is not None:
             delta["content"] = text
-        if extras == "matched_stop":
+        if extras == "matched_stop" and not reasoning:
             delta["reasoning_content"] = None
-        elif self.trtllm and text is not None:
+        elif self.trtllm and text is not None and not reasoning:
             delta["reasoning_content"] = ""
         c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
         if extras == "matched_stop":
@@ -86,6 +102,7 @@ class StreamedReply:
                    metrics: ServedMetrics, arrival: float) -> bool:
         """Write the reply; False when a fault cut it short (the stream ends with the fault).
         ``last_t`` is then when the last token was written (None: no token)."""
+        self.arrival = arrival
         await self._preamble(response)
         groups = [list(range(i, min(i + chunk_tokens, self.n))) for i in range(0, self.n, chunk_tokens)]
         finish_apart = not self.dialect.finish_on_last_token or not groups or self.fault == "finish-reason-object"
@@ -104,11 +121,17 @@ class StreamedReply:
             if final and self.dialect.usage == "final":
                 extra["usage"] = self.usage(await prompt_tokens)
             reason = self.finish if final else self.dialect.open_finish
-            payload = self.event([self.choice(text, reason, role=self.role_here(gi == 0))], **extra)  # ready before its due time
+            if final and self.dialect.timings and not self.include_usage:
+                extra["timings"] = self.timings(await prompt_tokens, due[last])
+            choice = self.choice(text, reason, role=self.role_here(gi == 0), reasoning=group[0] < self.reasoning_tokens)
+            payload = self.event([choice], **extra)  # ready before its due time
             await timer.sleep_until(due[last])
             await faults.write(response, payload, self.fault)
             t = time.perf_counter()
             metrics.observe_chunk(t, due[last], prev_t, arrival, len(group))
+            if prev_t is None:
+                self.first_t = t
+            self.chunks_written += 1
             prev_t = self.last_t = t
         n_prompt = await prompt_tokens
         await self._finish(response, n_prompt, finish_apart, bool(groups))
@@ -135,7 +158,45 @@ class StreamedReply:
         """The finish in a chunk of its own where the dialect sends it so, and the usage chunk."""
         if apart:
             extra = {"usage": self.usage(n_prompt)} if self.dialect.usage == "final" else dict(self.zeroed)
+            if self.dialect.timings and not self.include_usage:
+                extra["timings"] = self.timings(n_prompt)
             choice = self.choice(None if self.chat else "", self.finish, role=self.role_here(not had_tokens))
             await faults.write(response, self.event([choice], **extra), self.fault)
         if self.include_usage and self.dialect.usage in ("chunk", "zeroed"):
-            await faults.write(response, self.event([], usage=self.usage(n_prompt)), self.fault)
+            extra: dict[str, Any] = {}
+            if self.dialect.timings:
+                extra["timings"] = self.timings(n_prompt)
+            elif self.per_request_metrics:
+                extra["metrics"] = self.vllm_metrics()
+            await faults.write(response, self.event([], usage=self.usage(n_prompt), **extra), self.fault)
+
+    # --- the engine's own figures -------------------------------------------------------------
+
+    def _spans(self, last_t: Optional[float] = None) -> tuple[float, float, float]:
+        """(queued → started, started → first token, first → last token) in ms, on this server's clock."""
+        start = self.arrival if self.arrival is not None else time.perf_counter()
+        queued = self.queued if self.queued is not None else start
+        first = self.first_t if self.first_t is not None else start
+        last = last_t if last_t is not None else (self.last_t if self.last_t is not None else first)
+        return (max(0.0, start - queued) * 1e3, max(0.0, first - start) * 1e3, max(0.0, last - first) * 1e3)
+
+    def vllm_metrics(self) -> dict[str, Any]:
+        """vLLM's per-request ``metrics`` object (--enable-per-request-metrics)."""
+        queue_ms, first_ms, generation_ms = self._spans()
+        return {"queue_time_ms": round(queue_ms, 3), "time_to_first_token_ms": round(first_ms, 3),
+                "generation_time_ms": round(generation_ms, 3),
+                "mean_itl_ms": round(generation_ms / (self.n - 1), 3) if self.n > 1 else 0.0,
+                "tokens_per_second": round(self.n / ((first_ms + generation_ms) / 1e3), 3) if first_ms + generation_ms else 0.0}
+
+    def timings(self, n_prompt: int, last_due: Optional[float] = None) -> dict[str, Any]:
+        """llama-server's ``timings`` (its slot has no queue: the prompt's time is from the slot)."""
+        _, prompt_ms, predicted_ms = self._spans(last_due)
+        out: dict[str, Any] = {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": round(prompt_ms, 3),
+                               "prompt_per_token_ms": round(prompt_ms / n_prompt, 3) if n_prompt else 0.0,
+                               "predicted_n": self.n, "predicted_ms": round(predicted_ms, 3),
+                               "predicted_per_token_ms": round(predicted_ms / self.n, 3) if self.n else 0.0}
+        k, p = self.spec
+        if k:
+            drafted = k * max(self.chunks_written, 1)
+            out.update(draft_n=drafted, draft_n_accepted=int(p * drafted + 1e-9))
+        return out

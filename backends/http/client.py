@@ -34,6 +34,7 @@ import orjson
 
 from backends.base import GenerationRequest, StreamEvent
 from core.types import RequestDone, TokenChunk
+from backends.http.engine_timings import EngineTimings
 from backends.http.http1 import HTTPPool, Response
 from backends.http.probe import MAX_ERROR_BODY_BYTES
 from backends.http.sse import DEFAULT_MAX_EVENT_CHARS, SSEParser
@@ -211,6 +212,7 @@ class OpenAIClient:
                     n = state.take([event.data for event in parser.close()], chat)
                     if n:
                         yield TokenChunk([], t, n_tokens=n, chunks=n)
+                state.phases = _phases(response, t)
             reuse = True
         except TimeoutError:
             raise self._timed_out() from None
@@ -238,7 +240,8 @@ class _StreamState:
     settled once the stream has ended (:meth:`chunk_token_counts`).
     """
 
-    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint", "server_ids")
+    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint", "server_ids",
+                 "reasoning", "first_answer", "engine", "phases")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
@@ -249,6 +252,10 @@ class _StreamState:
         self.no_done_marker = False  # the server ended its reply but never sent [DONE]
         self.not_sse_hint = ""
         self.server_ids: Optional[list[int]] = None  # the reply's ids, where the server sends them (vLLM)
+        self.reasoning: list[str] = []  # reasoning deltas (``reasoning``, ``reasoning_content``)
+        self.first_answer: Optional[int] = None  # index in ``produced`` of the first chunk with answer text
+        self.engine = EngineTimings()  # the server's own per-request figures (vLLM metrics, llama-server timings)
+        self.phases: Optional[dict[str, float]] = None
 
     def take(self, datas: list[str], chat: bool) -> int:
         """Take the events of one read; returns how many of them carried text (each one
@@ -284,21 +291,27 @@ class _StreamState:
                     if type(delta) is not dict:
                         raise StreamError(f"delta is not an object: {data[:120]!r}")
                     content = delta.get("content") or ""
-                    reasoning = (delta.get("reasoning_content") or delta.get("reasoning") or "") if len(delta) > 1 else ""
+                    reasoning = (delta.get("reasoning_content") or delta.get("reasoning") or ""
+                                 ) if len(delta) > 1 or not content else ""
                 else:
                     content, reasoning = choice.get("text") or "", ""
                 if type(content) is not str or type(reasoning) is not str:
                     raise StreamError(f"the token text is not a string: {data[:120]!r}")
                 if reasoning:
                     text += reasoning
+                    self.reasoning.append(reasoning)
                 if content:
                     text += content
                     reply.append(content)
+                    if self.first_answer is None:
+                        self.first_answer = len(produced)
                 if "token_ids" in choice:
                     self._take_ids(choice["token_ids"])
                 reason = choice.get("finish_reason")
                 if reason:
                     self.finish_reason = reason if type(reason) is str else str(reason)[:100]
+            if self.finish_reason is not None:  # llama-server: timings on the finish chunk without usage
+                self.engine.take(obj)
             if text:  # role-only, final or empty chunks carry no token
                 produced.append(text)
                 n += 1
@@ -317,6 +330,7 @@ class _StreamState:
         usage = obj.get("usage")
         if usage:
             self._take_usage(usage, data)
+        self.engine.take(obj)  # vLLM's metrics, llama-server's timings: on the last chunk
         return None
 
     def _take_usage(self, usage: Any, data: str) -> None:
@@ -385,8 +399,33 @@ class _StreamState:
         counts, how = self.chunk_token_counts(client, usage_tokens)
         stats["streamed_tokens"] = sum(counts)
         stats["chunk_tokens_source"] = how
+        stats.update(self.engine.stats)
+        if "cached_tokens" not in stats and "llama_server_cache_n" in stats:
+            stats["cached_tokens"] = stats["llama_server_cache_n"]
         return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply),
-                           chunk_tokens=counts, token_ids=token_ids, token_ids_text=token_ids_text)
+                           chunk_tokens=counts, token_ids=token_ids, token_ids_text=token_ids_text,
+                           first_answer_chunk=self.first_answer,
+                           reasoning_tokens=self.reasoning_tokens(client, usage),
+                           http_phases=self.phases)
+
+    def reasoning_tokens(self, client: OpenAIClient, usage: dict[str, Any]) -> Optional[int]:
+        """The server's ``usage.completion_tokens_details.reasoning_tokens``, else the reasoning
+        text re-tokenized; 0 when the stream sent no reasoning."""
+        details = usage.get("completion_tokens_details")
+        told = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        if isinstance(told, int) and not isinstance(told, bool) and told >= 0 and (told or not self.reasoning):
+            return told
+        return len(client.encode("".join(self.reasoning))) if self.reasoning else 0
+
+
+def _phases(response: Response, last_t: float) -> dict[str, float]:
+    """The request's HTTP phases (``RequestDone.http_phases``); ``last_t``: the last piece read,
+    where the client stopped reading before the body's end (after ``[DONE]``)."""
+    phases = {"sent": response.sent_t, "first_byte": response.first_byte_t,
+              "last_byte": response.last_byte_t or last_t}
+    if response.connect_start is not None:
+        phases["connect_start"], phases["connect_end"] = response.connect_start, response.connect_end
+    return {k: v for k, v in phases.items() if v is not None}
 
 
 def _lenient_json(data: str) -> Any:

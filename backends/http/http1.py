@@ -62,6 +62,13 @@ class Response:
         self._error: Optional[BaseException] = None
         self._waiter: Optional[asyncio.Future] = None
         self._released = False
+        # the request's phases (``perf_counter``): a new connection's set-up (None when a kept
+        # one was reused), the request written, the response's first and last bytes received
+        self.connect_start: Optional[float] = None
+        self.connect_end: Optional[float] = None
+        self.sent_t: Optional[float] = None
+        self.first_byte_t: Optional[float] = None
+        self.last_byte_t: Optional[float] = None
 
     # --- fed by the connection ---
 
@@ -86,6 +93,7 @@ class Response:
 
     def _finish(self) -> None:
         self._complete = True
+        self.last_byte_t = time.perf_counter()
         self._wake()
 
     def _fail(self, error: BaseException) -> None:
@@ -196,7 +204,9 @@ class _Connection(asyncio.Protocol):
         if response is None:  # bytes nobody asked for: the connection is not fit for reuse
             self.close()
             return
-        self.received_any = True
+        if not self.received_any:
+            self.received_any = True
+            response.first_byte_t = t
         try:
             if not response._head_done:
                 data = self._read_head(response, data)
@@ -351,6 +361,7 @@ class _Connection(asyncio.Protocol):
         self._head.clear()
         assert self.transport is not None
         self.transport.write(request)
+        response.sent_t = time.perf_counter()
         return response
 
     def pause(self) -> None:
@@ -415,9 +426,13 @@ class HTTPPool:
         while True:
             connection = self._idle_connection(origin)
             reused = connection is not None
+            connect_start = connect_end = None
             if connection is None:
+                connect_start = time.perf_counter()
                 connection = await self._connect(origin)
+                connect_end = time.perf_counter()
             response = connection.send(request)
+            response.connect_start, response.connect_end = connect_start, connect_end
             try:
                 await response.wait_head(timeout)
                 return response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 from typing import Optional
@@ -59,6 +60,40 @@ def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: floa
     except urllib.error.HTTPError as exc:
         body = exc.read(min(max_bytes, MAX_ERROR_BODY_BYTES)).decode("utf-8", "replace") if exc.fp else ""
         return exc.code, body, dict(exc.headers or {})
+
+
+def http_get_text(url: str, deadline_s: float, max_bytes: int = 64 * 2**20) -> tuple[int, str]:
+    """(status, body) of a GET that gives up at ``deadline_s`` after it began: the body is read
+    in pieces with the clock checked after each, so a server that drips one byte a second is
+    dropped at the deadline (urllib's timeout is per read, and a drip never trips it). Each read
+    itself waits at most ``deadline_s``, so the call returns or raises (TimeoutError past the
+    deadline, OSError when nothing answers) within about twice ``deadline_s`` — a caller that
+    must not wait past the deadline itself runs it on a thread (harness/telemetry/server_metrics.py).
+    Blocking: call it off the event loop."""
+    start = time.monotonic()
+
+    def left() -> float:
+        remaining = deadline_s - (time.monotonic() - start)
+        if remaining <= 0:
+            raise TimeoutError(f"no complete answer within {deadline_s:g} s")
+        return remaining
+
+    req = urllib.request.Request(url, method="GET")
+    try:
+        response = _opener_for(url).open(req, timeout=left())
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    with response:
+        pieces: list[bytes] = []
+        size = 0
+        while size < max_bytes:
+            piece = response.read1(min(65536, max_bytes - size))
+            left()
+            if not piece:
+                break
+            pieces.append(piece)
+            size += len(piece)
+    return response.status, b"".join(pieces).decode("utf-8", "replace")
 
 
 def check_server(base_url: str, api_key: Optional[str], api_key_env: Optional[str], timeout_s: float = 10.0) -> tuple[list[str], str]:

@@ -59,6 +59,22 @@ _VERSION_PROBE = (
 )
 
 
+# What each engine's server says about each request in a stream (backends/http/engine_timings.py);
+# the report shows it where the stage table is empty. docs/metrics.md has the table.
+ENGINE_TIMINGS: dict[str, str] = {
+    "vllm": "vLLM sends its queue, prefill and decode times on the last chunk with --enable-per-request-metrics "
+            "(vLLM 0.27 on; the preset adds it where the installed vLLM has it)",
+    "llamacpp": "llama_cpp.server sends no timings; backend.server=llama-server (llama.cpp's C++ server) sends "
+                "prompt and predicted times on every stream",
+    "llama-server": "llama-server sends prompt and predicted times (timings) on the last chunk of every stream",
+    "sglang": "SGLang sends its meta_info (cached tokens, latencies) only on replies that are not streamed",
+    "tgi": "TGI sends its timing headers only on replies that are not streamed",
+    "reference": "the reference server sends vLLM's metrics with backend.per_request_metrics=true, and "
+                 "llama-server's timings with backend.dialect=llama-server",
+    "other": "this server sends no per-request timings in its stream",
+}
+
+
 class ServerBackend(HTTPBackend):
     """An engine's own server, launched for the run and stopped after it."""
 
@@ -162,6 +178,8 @@ class ServerBackend(HTTPBackend):
         return str(version) if version else None
 
     def _probe_version(self) -> str:
+        if self.preset.version:
+            return self.preset.version
         if not self.preset.version_packages:
             return "unknown"
         try:
@@ -227,6 +245,7 @@ class ServerBackend(HTTPBackend):
                 "health_path": self.preset.health_path,
                 "metrics_path": self.preset.metrics_path,
             },
+            "engine_timings": ENGINE_TIMINGS.get(self.engine_name, ENGINE_TIMINGS["other"]),
             "model_name": self.client.model_name if self.client else self.preset.served_model_name,
             "endpoint": self.config.endpoint,
             "api_key_env": self.config.api_key_env,  # the variable's name, never its value

@@ -6,9 +6,10 @@ config translates to (``extra_args`` for the command line, ``env`` for the envir
 
 | engine | command (after the interpreter) | health | metrics | exact output length |
 |---|---|---|---|---|
-| vLLM | ``-m vllm.entrypoints.openai.api_server --model DIR`` | /health | /metrics | ``ignore_eos``, ``min_tokens`` |
-| SGLang | ``-m sglang.launch_server --model-path DIR --enable-metrics`` | /health | /metrics | ``ignore_eos``, ``min_tokens`` |
+| vLLM | ``-m vllm.entrypoints.openai.api_server --model DIR`` (``--enable-per-request-metrics --enable-prompt-tokens-details`` where it has them) | /health | /metrics | ``ignore_eos``, ``min_tokens`` |
+| SGLang | ``-m sglang.launch_server --model-path DIR --enable-metrics --enable-cache-report`` | /health | /metrics | ``ignore_eos``, ``min_tokens`` |
 | llama.cpp | ``-m llama_cpp.server --model GGUF --interrupt_requests False`` | /v1/models | — | ``logit_bias`` −1e9 on end-of-generation ids |
+| llama.cpp, ``backend.server=llama-server`` | ``llama-server --model GGUF --metrics --slots --parallel N`` (its program, not an interpreter; ``--model-draft`` with ``backend.draft_model``) | /health | /metrics (``llamacpp:*``) | ``ignore_eos`` |
 | MLX | ``-m mlx_lm.server --model DIR`` (the ``mlx_lm.server`` script) | /health | — | ``logit_bias`` −1e9 on end-of-generation ids |
 | transformers | ``-m transformers.cli.transformers serve DIR`` (``transformers serve``) | /health | — | ``logit_bias`` −1e9 on end-of-generation ids |
 | TGI | ``text-generation-launcher --model-id DIR`` | /health | /metrics (``tgi_*``) | — (none in its OpenAI layer) |
@@ -156,11 +157,11 @@ def vllm_body(request: GenerationRequest) -> dict[str, Any]:
 def sglang_preset(
     config: BackendConfig, model: ModelFiles, *, extra_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
 ) -> ServerPreset:
-    """SGLang's server, with Prometheus metrics on."""
+    """SGLang's server, with Prometheus metrics on, and cached prompt tokens in usage (``--enable-cache-report``)."""
     name = model.name
     return ServerPreset(
         command=["-m", "sglang.launch_server", "--model-path", str(model.require_hf_dir()),
-                 "--served-model-name", name, "--enable-metrics", *_bind(extra_args)],
+                 "--served-model-name", name, "--enable-metrics", "--enable-cache-report", *_bind(extra_args)],
         health_path="/health",
         metrics_path="/metrics",
         reset_cache_path="/flush_cache",
@@ -192,6 +193,36 @@ def llamacpp_preset(
         prompt_token_ids=False,  # its /v1/completions takes text only
         engine="llama.cpp",
         version_packages=("llama-cpp-python",),
+    )
+
+
+def llama_server_body(request: GenerationRequest) -> dict[str, Any]:
+    """llama-server: exact lengths through its own ``ignore_eos`` (a −inf bias on every
+    end-of-generation token of the vocabulary); it has no ``min_tokens``."""
+    return {"ignore_eos": True} if request.exact_output_len else {}
+
+
+def llama_server_preset(
+    config: BackendConfig, model: ModelFiles, *, binary: str, extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None, version: Optional[str] = None,
+) -> ServerPreset:
+    """llama.cpp's own C++ ``llama-server`` (``binary``) on the GGUF, with its Prometheus metrics
+    (``--metrics``, ``llamacpp:*``) and its slots endpoint on. It sends usage (cached prompt
+    tokens included) and a ``timings`` object on the last chunk of every stream, takes token ids
+    as a /v1/completions prompt, and has ``ignore_eos``. Served under the model's name (``--alias``)."""
+    gguf = model.require_gguf()
+    name = model.name
+    return ServerPreset(
+        command=[binary, "--model", str(gguf), "--alias", name, "--metrics", "--slots", *_bind(extra_args)],
+        uses_python=False,
+        health_path="/health",  # 503 while the model loads, 200 once it serves
+        metrics_path="/metrics",
+        env=dict(env or {}),
+        served_model_name=name,
+        extra_body=llama_server_body,
+        prompt_token_ids=True,
+        engine="llama-server",
+        version=version,
     )
 
 

@@ -67,8 +67,8 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     """The report's HTML and the ids of the plots in it."""
     summary = run.summary
     charts: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
-    for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _memory_over_time, _gpu_over_time,
-                 _chat_figures):
+    for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _server_over_time, _memory_over_time,
+                 _gpu_over_time, _chat_figures):
         made = make(run)
         if made is not None:
             charts.append(made)
@@ -86,6 +86,9 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     ]
     plot_ids = []
     for div_id, title, fig, note in charts:
+        if fig is None:  # a panel that is absent: the line that says why
+            parts.append(html.section(title, "", note))
+            continue
         plot_ids.append(div_id)
         parts.append(html.section(title, figures.figure_div(fig, div_id), note))
     if not charts:
@@ -119,6 +122,21 @@ def _header_items(run: RunResult) -> list[tuple[str, str]]:
     return items
 
 
+def _detail_html(summary: RunSummary) -> str:
+    """The "why" figures a run has (reasoning, the client's wait, HTTP phases): one table, or nothing."""
+    rows = []
+    for key, metric in metrics.REQUEST_METRICS.items():
+        d = summary.latency.get(key) or {}
+        if metric.detail and d.get("count"):
+            row = {"figure": f"{metric.label} ({metric.unit})", "count": d.get("count", 0)}
+            for c in (*metrics.STATS, "max"):
+                row[c] = fmt(d.get(c), metric.digits, metric.scale)
+            rows.append(row)
+    if not rows:
+        return ""
+    return "<h3>Details</h3>" + html.table(rows, ["figure", "count", *metrics.STATS, "max"], text_columns=["figure"])
+
+
 def _summary_html(summary: RunSummary) -> str:
     rows = []
     for key, metric in metrics.REQUEST_METRICS.items():
@@ -141,7 +159,7 @@ def _summary_html(summary: RunSummary) -> str:
         unit = " %" if metric.unit == "%" else (f" {metric.unit}" if metric.source else "")
         items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale, unit)))
     for key, metric in metrics.REQUEST_METRICS.items():
-        if not metric.in_console:  # per-request rates: their mean as a card
+        if not metric.in_console and not metric.detail:  # per-request rates: their mean as a card
             items.append((f"{metric.label} (mean)", fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale)))
     cache = summary.prefix_cache
     if cache.get("reported_by_engine"):
@@ -157,7 +175,7 @@ def _summary_html(summary: RunSummary) -> str:
                        ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"), ("weights_bytes", "weights")):
         if mem.get(key):
             items.append((label, html.fmt_bytes(mem[key])))
-    page = html.cards(items) + table
+    page = html.cards(items) + table + _detail_html(summary)
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
@@ -185,6 +203,9 @@ def _engine_stages_html(summary: RunSummary) -> str:
                          "mean ms": fmt(d.get("mean"), 2, 1000), "p50 ms": fmt(d.get("p50"), 2, 1000),
                          "p90 ms": fmt(d.get("p90"), 2, 1000), "max ms": fmt(d.get("max"), 2, 1000)})
     if not rows:
+        why = (summary.backend.get("info") or {}).get("engine_timings")
+        if summary.backend.get("mode") == "server" and why:
+            return f'<p class="note">No stage times from the engine: {esc(str(why))}.</p>'
         return ""
     return ('<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
             "interval:</p>" + html.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"]))
@@ -359,6 +380,70 @@ def mean_in_flight(df: pd.DataFrame, edges: np.ndarray) -> Optional[np.ndarray]:
     lo, hi = edges[:-1], edges[1:]
     overlap = np.clip(np.minimum(end[keep, None], hi) - np.maximum(start[keep, None], lo), 0, None)
     return overlap.sum(axis=0) / (hi - lo)
+
+
+# the server's neutral series drawn (server_metrics.parquet, kind "neutral"): name, panel title, scale
+SERVER_PANELS = (("kv_cache_usage", "KV-cache use (%)", 100.0), ("requests_running", "requests running", 1.0),
+                 ("requests_waiting", "requests waiting", 1.0),
+                 ("spec_acceptance_rate", "speculative acceptance rate (%, per scrape interval)", 100.0))
+
+
+def server_panels(series: Optional[pd.DataFrame]) -> list[tuple[str, str, float, pd.DataFrame]]:
+    """(name, title, scale, rows sorted by t_s) of each neutral server series the run has."""
+    if series is None or series.empty or "kind" not in series:
+        return []
+    neutral = series[series["kind"] == "neutral"]
+    return [(name, title, scale, neutral[neutral["name"] == name].sort_values("t_s"))
+            for name, title, scale in SERVER_PANELS if (neutral["name"] == name).any()]
+
+
+def _server_over_time(run: RunResult):
+    """The server's own state over the measured phase (its /metrics, sampled), on the x axis of
+    the throughput figure above; or one line saying why there is none."""
+    title = "Server state over time"
+    sampled = (run.summary.server_metrics or {}).get("sampled")
+    panels = server_panels(run.server_series)
+    if not panels:
+        if sampled is None:  # a run from before the sampler, or no measured phase
+            return None
+        why = sampled.get("absent") or (
+            "no scrape answered in time" if not sampled.get("ok") else
+            "its /metrics has none of the KV-use, running or waiting gauges the harness knows "
+            "(server_metrics.parquet keeps every gauge and counter)")
+        return ("server-time", title, None, f"No server-state panel: {why}.")
+    fig = figures.figure(len(panels), 1, [t for _, t, _, _ in panels], height=170 * len(panels) + 90,
+                         shared_xaxes=True)
+    t_max = float(run.summary.duration_s or 0.0)
+    for row, (name, panel, scale, rows) in enumerate(panels, start=1):
+        metric = str(rows["labels"].iloc[0] or name)
+        t = rows["t_s"].to_numpy(float)
+        t_max = max(t_max, float(t.max()))
+        fig.add_trace(figures.trace("scatter", x=t, y=rows["value"].to_numpy(float) * scale, mode="lines+markers",
+                                    marker=dict(size=4), line=dict(color=figures.color(row - 1)), name=esc(metric),
+                                    hovertemplate=f"{esc(metric)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+        fig.update_yaxes(rangemode="tozero", row=row, col=1)
+    fig.update_xaxes(range=[0, t_max])
+    fig.update_xaxes(title_text="time since the measured phase began (s)", row=len(panels), col=1)
+    return ("server-time", title, fig, _server_note(run.summary.server_metrics or {}))
+
+
+def _server_note(server_metrics: dict[str, Any]) -> str:
+    s = server_metrics.get("sampled") or {}
+    parts = [f"The server's /metrics, scraped every {fmt(s.get('interval_s'), 2)} s during the measured phase "
+             f"({s.get('scrapes', 0)} scrapes: {s.get('ok', 0)} answered, {s.get('failed', 0)} failed, "
+             f"{s.get('slow', 0)} slower than {fmt(s.get('timeout_s'), 2)} s, {s.get('skipped', 0)} skipped)."]
+    for name, label, scale in SERVER_PANELS:
+        d = s.get(name)
+        if d:
+            unit = " %" if scale == 100.0 else ""
+            parts.append(f"{label.split(' (')[0]} ({d.get('metric') or name}): peak {fmt(d.get('peak'), 2, scale, unit)}, "
+                         f"time-weighted mean {fmt(d.get('mean'), 2, scale, unit)}.")
+    spec = server_metrics.get("speculative")
+    if spec:
+        parts.append(f"Speculative decoding over the phase (counters): acceptance rate "
+                     f"{fmt(spec.get('acceptance_rate'), 1, 100, ' %')}, mean acceptance length "
+                     f"{fmt(spec.get('mean_acceptance_length'), 2)}.")
+    return " ".join(parts)
 
 
 def _memory_over_time(run: RunResult):

@@ -8,7 +8,7 @@ docs/metrics.md lists the same definitions.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -73,6 +73,54 @@ def decode_tokens_per_second(tpot_s: Optional[float]) -> Optional[float]:
 def queue_wait(send_t: float, scheduled_t: Optional[float]) -> Optional[float]:
     """Queue wait (s) = t(engine began work on the request) − t(send), where the engine says."""
     return None if scheduled_t is None else max(0.0, scheduled_t - send_t)
+
+
+def ttfo(send_t: float, first_answer_t: Optional[float]) -> Optional[float]:
+    """Time to first output token (s) = t(first chunk of answer text, not reasoning) − t(send);
+    TTFT when the reply has no reasoning. Needs a stream that tells the two apart."""
+    return None if first_answer_t is None else first_answer_t - send_t
+
+
+def ttst(chunks: Iterable[tuple[float, int]]) -> Optional[float]:
+    """Time to second token (s) = t(second output token) − t(first output token): 0 when the
+    first chunk carries two tokens or more; undefined for fewer than two tokens."""
+    first_t: Optional[float] = None
+    for t, n in chunks:
+        if n <= 0:
+            continue
+        if first_t is not None:
+            return t - first_t
+        if n >= 2:
+            return 0.0
+        first_t = t
+    return None
+
+
+def client_wait(scheduled_s: Optional[float], start_s: float) -> Optional[float]:
+    """Client wait (s) = t(send) − t(scheduled): open loop, how long a request waited in the
+    client (for the concurrency cap, or a late sender) after it was due. Undefined in closed loop."""
+    return None if scheduled_s is None else start_s - scheduled_s
+
+
+def from_scheduled(wait_s: Optional[float], latency_s: Optional[float]) -> Optional[float]:
+    """A latency from the scheduled time (s) = client wait + the latency from the send: what a
+    user who arrived on schedule sees, so the coordinated-omission gap is not hidden."""
+    return None if wait_s is None or latency_s is None else wait_s + latency_s
+
+
+def http_phases(send_t: float, phases: Optional[dict[str, float]]) -> dict[str, Any]:
+    """The request's HTTP phases from its send (s): ``http_connect_s`` = t(connected) −
+    t(connect began), None when a kept connection was reused (``http_reused``);
+    ``http_sent_s`` = t(request written) − t(send); ``http_first_byte_s`` and
+    ``http_last_byte_s`` = t(first / last response byte received) − t(send)."""
+    if not phases:
+        return {}
+    def since(key: str) -> Optional[float]:
+        return phases[key] - send_t if key in phases else None
+    connect = phases["connect_end"] - phases["connect_start"] if "connect_start" in phases else None
+    return {"http_connect_s": connect, "http_reused": "connect_start" not in phases,
+            "http_sent_s": since("sent"), "http_first_byte_s": since("first_byte"),
+            "http_last_byte_s": since("last_byte")}
 
 
 # --- per run ----------------------------------------------------------------------------

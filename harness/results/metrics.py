@@ -60,6 +60,9 @@ class RequestMetric(Metric):
     """A per-request value; its distribution over completed requests goes into the summary."""
 
     in_console: ClassVar[bool] = True  # a row of the console and report latency tables
+    # a "why" figure (reasoning, the client's wait, HTTP phases): summary.json and the report's
+    # detail table where a run has it; not in the console, compare or sweep tables
+    detail: ClassVar[bool] = False
     in_compare: ClassVar[bool] = True  # bootstrapped against the baseline by compare
     pooled: ClassVar[bool] = False  # the column holds a list per request, pooled over all of them
 
@@ -185,6 +188,91 @@ class QueueWait(RequestMetric):
 
     key, label, unit, scale = "queue_wait_s", "queue wait", "ms", 1000.0
     in_compare = False
+
+
+class DetailMetric(RequestMetric):
+    """A per-request figure that explains the others: summary.json, and the report's detail table."""
+
+    in_console = False
+    in_compare = False
+    detail = True
+
+
+@register
+class TTFO(DetailMetric):
+    """Time to first output token (s) = t(first chunk of answer text, not reasoning) − t(send);
+    equal to TTFT without reasoning. Over HTTP chat streams, which send reasoning apart
+    (``reasoning`` or ``reasoning_content`` deltas); empty in-process."""
+
+    key, label, unit, scale = "ttfo_s", "time to first output token", "ms", 1000.0
+
+
+@register
+class TTST(DetailMetric):
+    """Time to second token (s) = t(second output token) − t(first output token); 0 when the
+    first chunk carries two tokens."""
+
+    key, label, unit, scale = "ttst_s", "time to second token", "ms", 1000.0
+
+
+@register
+class ReasoningTokens(DetailMetric):
+    """Reasoning tokens per request = the server's usage.completion_tokens_details.reasoning_tokens,
+    else the streamed reasoning text re-tokenized (counted in n_out too)."""
+
+    key, label, unit, digits = "reasoning_tokens", "reasoning tokens", "tokens", 0
+
+
+@register
+class ClientWait(DetailMetric):
+    """Client wait (s) = t(send) − t(scheduled), open loop: time a due request waited in the client."""
+
+    key, label, unit, scale = "client_wait_s", "client wait before send", "ms", 1000.0
+
+
+@register
+class TTFTFromScheduled(DetailMetric):
+    """TTFT from the scheduled time (s) = client wait + TTFT = t(first token) − t(scheduled), open loop."""
+
+    key, label, unit, scale = "ttft_from_scheduled_s", "TTFT from scheduled", "ms", 1000.0
+
+
+@register
+class E2EFromScheduled(DetailMetric):
+    """E2E from the scheduled time (s) = client wait + E2E = t(last token) − t(scheduled), open loop."""
+
+    key, label, unit, scale = "e2e_from_scheduled_s", "E2E from scheduled", "ms", 1000.0
+
+
+@register
+class HTTPConnect(DetailMetric):
+    """HTTP connect (s) = t(connection made) − t(connect began), for requests that opened a
+    connection (TLS included); requests on a kept connection have none (``http_reused``)."""
+
+    key, label, unit, scale, digits = "http_connect_s", "HTTP connect (new connections)", "ms", 1000.0, 2
+
+
+@register
+class HTTPSent(DetailMetric):
+    """HTTP request sent (s) = t(request written to the socket) − t(send): building the body,
+    a free or new connection, the write."""
+
+    key, label, unit, scale, digits = "http_sent_s", "HTTP request sent", "ms", 1000.0, 2
+
+
+@register
+class HTTPFirstByte(DetailMetric):
+    """HTTP first byte (s) = t(first response byte received) − t(send): the server's head
+    (it may precede the first token: servers send headers at once)."""
+
+    key, label, unit, scale = "http_first_byte_s", "HTTP first byte", "ms", 1000.0
+
+
+@register
+class HTTPLastByte(DetailMetric):
+    """HTTP last byte (s) = t(last response byte received) − t(send), [DONE] and usage included."""
+
+    key, label, unit, scale = "http_last_byte_s", "HTTP last byte", "ms", 1000.0
 
 
 @register
@@ -357,8 +445,8 @@ class EngineStage:
 
 class _QueueStage(EngineStage):
     def harness_value(self, r: RequestRecord) -> Optional[float]:
-        """queue_wait_s = t(engine began work) − t(send)."""
-        return r.queue_wait_s
+        """queue_wait_s = t(engine began work) − t(send); none over HTTP, where queue_wait_s is the engine's own."""
+        return None if r.engine_timings_source else r.queue_wait_s
 
 
 class _PrefillStage(EngineStage):
@@ -392,6 +480,11 @@ ENGINE_STAGES: dict[str, EngineStage] = {s.key: s for s in (
                   *_PREFILL_H, scale=1000.0),
     _DecodeStage("llama_t_eval_ms", "llama.cpp", "llama.cpp eval (llama_t_eval_ms)",
                  "llama.cpp's time in llama_decode for the tokens after the first (compute only)", *_DECODE_H, scale=1000.0),
+    _PrefillStage("llama_server_prompt_ms", "llama-server", "llama-server prompt (timings.prompt_ms)",
+                  "llama-server's prompt processing of the request's slot, up to the first token (no queue)",
+                  *_PREFILL_H, scale=1000.0),
+    _DecodeStage("llama_server_predicted_ms", "llama-server", "llama-server predicted (timings.predicted_ms)",
+                 "llama-server's generation of the tokens after the first", *_DECODE_H, scale=1000.0),
 )}
 
 

@@ -8,14 +8,19 @@ from core.sequences import reconcile_counts
 from core.text import valid_text
 from core.types import GenerationRequest, RequestDone
 from harness.results.formulas import (
+    client_wait,
     decode_tokens_per_second,
+    from_scheduled,
+    http_phases,
     e2e_latency,
     inter_chunk_latencies,
     inter_token_latencies,
     output_tokens_per_second,
     queue_wait,
     tpot,
+    ttfo,
     ttft,
+    ttst,
 )
 
 
@@ -44,6 +49,18 @@ class RequestRecord:
     queue_wait_s: Optional[float] = None
     cached_tokens: Optional[int] = None  # prompt tokens the engine served from its prefix cache
     delivery_lag_max_s: Optional[float] = None  # harness overhead: receipt − engine stamp, worst token
+    ttfo_s: Optional[float] = None  # first answer (not reasoning) token; streams that tell them apart
+    ttst_s: Optional[float] = None  # second token − first token
+    reasoning_tokens: Optional[int] = None
+    client_wait_s: Optional[float] = None  # open loop: send − scheduled
+    ttft_from_scheduled_s: Optional[float] = None
+    e2e_from_scheduled_s: Optional[float] = None
+    engine_timings_source: Optional[str] = None  # where the engine's own per-request figures came from
+    http_connect_s: Optional[float] = None  # None: no new connection (reused, or in-process)
+    http_reused: Optional[bool] = None
+    http_sent_s: Optional[float] = None
+    http_first_byte_s: Optional[float] = None
+    http_last_byte_s: Optional[float] = None
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     output_text: Optional[str] = None
@@ -100,7 +117,7 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         n_out = int(engine_stats.get("output_tokens", n_streamed))
         if n_streamed == 0 or n_out == 0:
             error = "no output tokens"
-    ttft_s = e2e_s = tpot_s = None
+    ttft_s = e2e_s = tpot_s = ttfo_s = ttst_s = None
     itl: list[float] = []
     itl_chunk: list[float] = []
     if error is None:
@@ -114,6 +131,12 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         else:
             itl = inter_token_latencies([(t, k) for (t, _), k in zip(chunks, counts)])
         end_t = chunks[-1][0]
+        answer = done.first_answer_chunk if done is not None else None
+        ttfo_s = ttfo(send_t, chunks[answer][0] if answer is not None and answer < len(chunks) else None)
+        ttst_s = ttst(zip((t for t, _ in chunks), counts))  # lazy: it stops at the second token
+    start_s = send_t - timing.t0
+    wait_s = client_wait(timing.scheduled_s, start_s)
+    phases = http_phases(send_t, done.http_phases if done is not None else None)
     return RequestRecord(
         request_id=request.request_id,
         session_id=request.session_id,
@@ -125,7 +148,7 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         exact_output_len=request.exact_output_len,
         expected_prompt_tokens=timing.expected_prompt_tokens,
         scheduled_s=timing.scheduled_s,
-        start_s=send_t - timing.t0,
+        start_s=start_s,
         end_s=end_t - timing.t0,
         ttft_s=ttft_s,
         tpot_s=tpot_s,
@@ -134,14 +157,32 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         itl_chunk_s=itl_chunk,
         output_tps=output_tokens_per_second(n_out, e2e_s) if e2e_s else None,
         decode_tps=decode_tokens_per_second(tpot_s),
-        queue_wait_s=queue_wait(send_t, done.scheduled_t if done is not None else None),
+        queue_wait_s=_queue_wait(send_t, done, engine_stats),
         cached_tokens=engine_stats.get("cached_tokens"),
         delivery_lag_max_s=timing.delivery_lag_max_s,
+        ttfo_s=ttfo_s,
+        ttst_s=ttst_s,
+        reasoning_tokens=done.reasoning_tokens if done is not None and error is None else None,
+        client_wait_s=wait_s,
+        ttft_from_scheduled_s=from_scheduled(wait_s, ttft_s),
+        e2e_from_scheduled_s=from_scheduled(wait_s, e2e_s),
+        engine_timings_source=engine_stats.get("engine_timings_source"),
+        **phases,
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,
         output_token_ids=None if output_token_ids is None else [int(t) for t in output_token_ids],
     )
+
+
+def _queue_wait(send_t: float, done: Optional[RequestDone], engine_stats: dict[str, Any]) -> Optional[float]:
+    """The harness's queue wait where the engine's start is on its clock (in-process); else the
+    engine's own queue time where an HTTP server reports it (``engine_stats["queue_s"]``, vLLM)."""
+    wait = queue_wait(send_t, done.scheduled_t if done is not None else None)
+    if wait is None:
+        told = engine_stats.get("queue_s")
+        wait = float(told) if isinstance(told, (int, float)) and not isinstance(told, bool) else None
+    return wait
 
 
 def _bad_count(engine_stats: dict[str, Any], key: str) -> Optional[str]:

@@ -11,6 +11,10 @@ This module alone names the files of a run folder:
   the prompts' ids and lengths and the data file's sha256, not the data
 - ``memory.parquet`` — the RSS samples over time
 - ``gpu.parquet`` — NVML's samples of each visible GPU over time (only where NVML runs)
+- ``server_metrics.parquet`` — a server's ``/metrics`` sampled during the measured phase, long
+  format (``t_s``, ``name``, ``labels``, ``kind``, ``value``; harness/telemetry/server_metrics.py);
+  absent without a ``/metrics`` or with ``server_metrics.enabled=false``
+- ``metrics_before.txt``, ``metrics_after.txt`` — the raw scrapes around the measured phase
 - ``machine.json`` — the machine's state before and during the run (CPU frequency and governor,
   load, other busy processes; GPU clocks, clocks-event reasons, temperature, modes, other GPU
   processes) and why the run is tainted (harness/telemetry/machine_state.py); absent with
@@ -54,12 +58,21 @@ GPU = "gpu.parquet"
 
 GPU_TABLE_COLUMNS = ("t_s", "device", "used_bytes", "process_used_bytes", "util_pct", "power_w", "energy_j")
 
+SERVER_METRICS = "server_metrics.parquet"
+
+SERVER_METRICS_COLUMNS = ("t_s", "name", "labels", "kind", "value")
+
+METRICS_BEFORE, METRICS_AFTER = "metrics_before.txt", "metrics_after.txt"
+
 REPORT = "report.html"
 
 REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
     "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
-    "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s", "finish_reason",
+    "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s",
+    "ttfo_s", "ttst_s", "reasoning_tokens", "client_wait_s", "ttft_from_scheduled_s", "e2e_from_scheduled_s",
+    "engine_timings_source", "http_connect_s", "http_reused", "http_sent_s", "http_first_byte_s", "http_last_byte_s",
+    "finish_reason",
     "error", "output_text", "engine_stats", "output_token_ids",
 )
 
@@ -151,6 +164,7 @@ class RunResult:
     workload: Optional[dict[str, Any]]
     memory: Optional[pd.DataFrame]
     gpu: Optional[pd.DataFrame] = None  # gpu.parquet: one row per device per sample
+    server_series: Optional[pd.DataFrame] = None  # server_metrics.parquet: the server's /metrics over time
 
     @property
     def name(self) -> str:

@@ -33,6 +33,8 @@ from harness.results.schema import (
     REQUEST_COLUMNS,
     REQUESTS_JSONL,
     REQUESTS_PARQUET,
+    SERVER_METRICS,
+    SERVER_METRICS_COLUMNS,
     SUMMARY,
     TEXT_COLUMNS,
     WORKLOAD,
@@ -114,6 +116,10 @@ class RunWriter:
             # floats throughout (NaN: not read): bytes stay exact below 2**53
             gpu = gpu.astype({c: float for c in GPU_TABLE_COLUMNS[2:]})
             gpu[list(GPU_TABLE_COLUMNS)].to_parquet(self.run_dir / GPU, index=False)
+
+    def write_server_metrics(self, frame: pd.DataFrame) -> None:
+        """server_metrics.parquet: the sampled /metrics series (columns SERVER_METRICS_COLUMNS)."""
+        frame[list(SERVER_METRICS_COLUMNS)].to_parquet(self.run_dir / SERVER_METRICS, index=False)
 
     def _count_pending_ids(self) -> None:
         """Tokenize, in one batch, the replies whose ids were left to count after the run."""
@@ -229,10 +235,11 @@ def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
     config = run_dir / CONFIG
     memory = pd.read_parquet(run_dir / MEMORY) if (run_dir / MEMORY).exists() else None
     gpu = pd.read_parquet(run_dir / GPU) if (run_dir / GPU).exists() else None
+    server_series = pd.read_parquet(run_dir / SERVER_METRICS) if (run_dir / SERVER_METRICS).exists() else None
     return RunResult(
         run_dir, summary, requests, read_json(run_dir / ENV) or {},
         config.read_text() if config.exists() else None,
-        read_json(run_dir / WORKLOAD) if with_workload else None, memory, gpu,
+        read_json(run_dir / WORKLOAD) if with_workload else None, memory, gpu, server_series,
     )
 
 

@@ -5,8 +5,11 @@ server is launched first, and loads while the tokenizer is read) → build the w
 session's tokenizer → check it fits the engine (refused in one line, before any request) →
 load the engine, or wait for the server, if the session has not yet → warm up (not counted) →
 scrape the engine's metrics → the measured phase (the machine's state sampled around it:
-machine.json, and ``taint`` in the summary) → scrape again → tables, summary and report, also
-after an error or Ctrl-C.
+machine.json, and ``taint`` in the summary; the server's /metrics sampled every
+``server_metrics.interval_s``: server_metrics.parquet) → scrape again → tables, summary and
+report, also after an error or Ctrl-C. Every scrape runs off the event loop with a deadline of
+``server_metrics.timeout_s`` as a whole (harness/telemetry/server_metrics.py): a server whose
+/metrics is slow costs a run at most that, once per scrape it gives up.
 
 The measured phase runs in this process (:class:`harness.client.driver.Driver`), or in
 client worker processes (:class:`harness.client.workers.WorkerPool`, ``client.workers``) where
@@ -16,6 +19,7 @@ the backend can be driven from them (``Backend.worker_client()``): the point cho
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -37,12 +41,15 @@ from harness.config import RunConfig, config_sha256
 from harness.reports.run_report import write_report
 from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.results.record import RequestRecord
-from harness.results.schema import COMPLETE, FAILED, INTERRUPTED, MACHINE, SATURATED, RunSummary
+from harness.results.schema import (
+    COMPLETE, FAILED, INTERRUPTED, MACHINE, METRICS_AFTER, METRICS_BEFORE, SATURATED, SERVER_METRICS, RunSummary,
+)
 from harness.results.store import RunWriter, check_run_dir_free
 from harness.results.summary import run_warnings, summarize
 from harness.run.session import EngineSession
 from harness.telemetry import memory as mem
 from harness.telemetry import prometheus
+from harness.telemetry import server_metrics as server_series
 from harness.telemetry.environment import capture_environment
 from harness.telemetry.gpu_phase import GpuRun, run_figures
 from harness.telemetry.machine_monitor import MachineMonitor
@@ -116,6 +123,9 @@ def run_point(
         engine={"reused": reused, "session_load_s": session.load_s, "import_s": session.import_s,
                 "points_served": session.points_served, "prefix_cache_reset": prefix_cache_reset},
     )
+    point.scraper = server_series.DeadlineScrape(
+        lambda deadline_s: session.backend.scrape_metrics(deadline_s) if session.backend is not None else None,
+        cfg.server_metrics.timeout_s)
     measurement = _measurement(driver, session, cfg, plan)
     try:
         try:
@@ -164,13 +174,16 @@ async def _warm_up_then_measure(point: PointRun, measurement: Measurement) -> fl
         _check_engine(session, point.writer, point.writer.run_dir)
         if cfg.sweep.reset_prefix_cache:  # the warm-up's prompts must not be cached for the measured ones
             point.engine["prefix_cache_reset"] = await session.reset_prefix_cache_async()
-    point.scrapes["before"] = session.scrape_metrics()
+    point.scrapes["before"] = await point.scrape_off_loop("before")
     mem.reset_torch_gpu_peaks()
     point.start_machine_monitor()
+    point.start_server_sampler()
     point.client_load.start()
     try:
         return await measurement.run(plan.sessions, plan.open_loop)
     finally:
+        if point.server_sampler is not None:
+            point.server_sampler.request_stop()  # joined off the loop, with the summary
         point.stop_machine_monitor()
         point.worker_loads = measurement.worker_loads if isinstance(measurement, WorkerPool) else []
         point.client_load.stop(point.worker_loads)
@@ -202,6 +215,36 @@ class PointRun:
     t_created: float = field(default_factory=time.perf_counter)  # the tables' zero when nothing was measured
     machine_monitor: Optional[MachineMonitor] = None  # sampling the machine during the measured phase
     machine: Optional[MachineState] = None  # what it found (machine.json); None when off or never started
+    scraper: Optional[server_series.DeadlineScrape] = None  # every /metrics scrape, with its deadline
+    scrape_status: dict[str, str] = field(default_factory=dict)  # before/after: ok | failed | slow | skipped | none
+    server_sampler: Optional[server_series.ServerMetricsSampler] = None  # /metrics during the measured phase
+
+    async def scrape_off_loop(self, when: str) -> Optional[str]:
+        """One bounded scrape (before the phase) on a thread: the event loop goes on meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.scrape, when)
+
+    def scrape(self, when: str) -> Optional[str]:
+        """One scrape with its deadline: the text, or None (no /metrics, failed, slow)."""
+        if self.scraper is None:
+            return None
+        text, self.scrape_status[when] = server_series.scrape_text(self.scraper, when)
+        return text
+
+    def start_server_sampler(self) -> None:
+        """Sample /metrics during the measured phase (``server_metrics.enabled``) where the
+        backend has one (a slow or failed scrape before the phase does not stop it); a sampler
+        that fails to start costs only its table."""
+        if not self.cfg.server_metrics.enabled or self.scraper is None or self.scrape_status.get("before", "none") == "none":
+            return
+        try:
+            self.server_sampler = server_series.ServerMetricsSampler(self.scraper, self.cfg.server_metrics.interval_s).start()
+        except Exception as exc:  # noqa: BLE001 - the measurement goes on without it
+            log.warning("the server's metrics are not sampled (%s: %s)", type(exc).__name__, exc)
+
+    def stop_server_sampler(self) -> None:
+        """End the sampling (idempotent; returns within about one scrape deadline)."""
+        if self.server_sampler is not None:
+            self.server_sampler.stop()
 
     def start_machine_monitor(self) -> None:
         """The machine's state before the measured phase, then sampled on a thread of its own
@@ -229,8 +272,9 @@ class PointRun:
     def summary(self) -> RunSummary:
         """The run's summary, after the last memory sample and the second scrape."""
         self.sampler.stop()  # its last sample comes after the measured phase
+        self.stop_server_sampler()
         if self.scrapes["before"] is not None:
-            self.scrapes["after"] = self.session.scrape_metrics()
+            self.scrapes["after"] = self.scrape("after")
         records = self.writer.records
         if self.status not in (COMPLETE, SATURATED) and records:
             self.duration_s = max(r.end_s for r in records)
@@ -279,19 +323,45 @@ class PointRun:
         }
 
     def _server_metrics(self) -> Optional[dict[str, Any]]:
-        """Both raw scrapes into the run folder, and the measured phase's difference for the summary."""
+        """Both raw scrapes into the run folder, the measured phase's difference for the summary,
+        and what the sampler saw during the phase (``sampled``)."""
+        out = self._phase_difference()
+        sampled = self._sampled()
+        if sampled is not None:
+            out = {**(out or {}), "sampled": sampled}
+        return out
+
+    def _phase_difference(self) -> Optional[dict[str, Any]]:
         before, after = self.scrapes["before"], self.scrapes["after"]
         if before is None:
             return None
-        self.writer.write_text("metrics_before.txt", before)
+        self.writer.write_text(METRICS_BEFORE, before)
         if after is None:
             return None
-        self.writer.write_text("metrics_after.txt", after)
+        self.writer.write_text(METRICS_AFTER, after)
         try:
             return prometheus.phase_difference(before, after)
         except Exception as exc:  # noqa: BLE001
             log.warning("could not parse the engine's metrics: %s", exc)
             return None
+
+    def _sampled(self) -> Optional[dict[str, Any]]:
+        """``server_metrics.sampled``: the sampler's figures, or why there are none (one line)."""
+        status = dict(self.scrape_status)
+        if self.server_sampler is not None:
+            return {**self.server_sampler.figures(), "around": status}
+        if self.t_measured is None:  # the measured phase never began
+            return None
+        if not self.cfg.server_metrics.enabled:
+            why = "server_metrics.enabled=false"
+        elif status.get("before") == "none" or not status:
+            mode = getattr(self.cfg.backend, "mode", None)
+            why = ("the backend exposes no Prometheus /metrics" +
+                   (" (an in-process engine)" if mode == "inprocess" else
+                    " (backend.metrics_url is not set)" if mode == "remote" else ""))
+        else:
+            why = f"the scrape before the measured phase was {status.get('before')}"
+        return {"absent": why, "around": status}
 
     def _gpu_figures(self) -> Optional[GpuRun]:
         """The GPUs' figures from NVML's samples; None without NVML (a CPU machine)."""
@@ -341,6 +411,10 @@ def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
     t0 = point.t_measured if point.t_measured is not None else point.t_created
     _guarded("requests.parquet and memory.parquet",
              lambda: writer.write_tables(sampler.samples, t0, sampler.gpu_samples), run_dir)
+    point.stop_server_sampler()
+    series = point.server_sampler
+    if series is not None and series.rows:
+        _guarded(SERVER_METRICS, lambda: writer.write_server_metrics(series.frame(t0)), run_dir)
     _guarded("summary.json", lambda: writer.write_summary(summary), run_dir)
     if point.cfg.report:
         _write_report(run_dir)

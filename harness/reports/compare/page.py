@@ -28,7 +28,7 @@ from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_N
 from harness.reports.describe import backend_text, engine_text, hardware_text, load_text, model_text, run_date
 from harness.reports.gate_text import decision_lines
 from harness.reports.html import esc, fmt
-from harness.reports.run_report import REPORT_NAME
+from harness.reports.run_report import REPORT_NAME, SERVER_PANELS, server_panels
 from harness.results import metrics
 
 
@@ -49,7 +49,7 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
     runs, baseline, table, diffs, comp = result.runs, result.baseline, result.table, result.diffs, result.comparability
     metric, stat, gate, agreements = result.metric, result.stat, result.gate, result.agreements
     charts = [f for f in (_cdf_overlay(runs), _latency_vs_throughput(runs), _throughput_bars(runs),
-                          _per_turn(runs), _differences_figure(diffs)) if f is not None]
+                          _server_overlay(runs), _per_turn(runs), _differences_figure(diffs)) if f is not None]
     parts = [
         f"<h1>Comparison of {len(runs)} runs</h1>",
         f'<p class="sub">LLM inference benchmark comparison · {esc(datetime.now().strftime("%Y-%m-%d %H:%M:%S"))} · '
@@ -231,6 +231,35 @@ def _throughput_bars(runs: Sequence[Run]):
     fig.update_yaxes(autorange="reversed")
     fig.update_yaxes(showticklabels=False, row=1, col=2)
     return ("throughput", "Throughput", fig, "Whole-run throughput: completed requests and their output tokens over the measured time.")
+
+
+def _server_overlay(runs: Sequence[Run]):
+    """Each run's server state over its measured phase (server_metrics.parquet), one line per run."""
+    drawn = [(i, run, {name: (scale, rows) for name, _, scale, rows in server_panels(run.data.server_series)})
+             for i, run in enumerate(runs)]
+    drawn = [d for d in drawn if d[2]]
+    if not drawn:
+        return None
+    panels = [(name, title) for name, title, _ in SERVER_PANELS if any(name in d[2] for d in drawn)]
+    fig = figures.figure(len(panels), 1, [t for _, t in panels], height=170 * len(panels) + 110, shared_xaxes=True)
+    for i, run, series in drawn:
+        legend = True
+        for row, (name, _) in enumerate(panels, start=1):
+            if name not in series:
+                continue
+            scale, rows = series[name]
+            fig.add_trace(figures.trace("scatter", x=rows["t_s"].to_numpy(float), y=rows["value"].to_numpy(float) * scale,
+                                        mode="lines", line=dict(color=figures.color(i)), name=esc(run.label),
+                                        legendgroup=f"run{i}", showlegend=legend,
+                                        hovertemplate=f"{esc(run.label)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+            legend = False
+        fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(title_text="time since the measured phase began (s)", row=len(panels), col=1)
+    with_series = {id(d[1]) for d in drawn}
+    missing = [r.label for r in runs if id(r) not in with_series]
+    note = ("The server's own /metrics, sampled during each run's measured phase, one line per run."
+            + (f" No server series: {', '.join(missing)}." if missing else ""))
+    return ("server-time", "Server state over time", fig, note)
 
 
 def _per_turn(runs: Sequence[Run]):

@@ -344,3 +344,18 @@ def test_registry_lists_the_new_backends():
     assert "openai" in names and "reference" in names
 
 
+
+
+def test_servers_are_asked_for_their_per_request_figures(tiny_model):
+    """vLLM: --enable-per-request-metrics and cached tokens in usage (null: where the installed vLLM has
+    them); SGLang: cached tokens in usage."""
+    from backends.engines.vllm import VLLMBackend, VLLMConfig, per_request_metrics_on
+
+    on = VLLMBackend.server_preset(VLLMConfig(mode="server", per_request_metrics=True), tiny_model)
+    assert {"--enable-per-request-metrics", "--enable-prompt-tokens-details"} <= set(on.command)
+    off = VLLMBackend.server_preset(VLLMConfig(mode="server", per_request_metrics=False), tiny_model)
+    assert "--enable-per-request-metrics" not in off.command
+    assert per_request_metrics_on(VLLMConfig(mode="server", python="/elsewhere/bin/python")) is False  # not guessed
+    with pytest.raises(ConfigError, match="disable_log_stats"):
+        VLLMConfig(per_request_metrics=True, engine_args={"disable_log_stats": True}).validate()
+    assert "--enable-cache-report" in sglang_preset(BackendConfig(mode="server"), tiny_model).command

@@ -186,3 +186,18 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
 
 def test_no_chunks_reconcile_to_none():
     assert reconcile_counts([], 3) == [] and reconcile_counts([], 0) == []
+
+
+def test_first_tokens_client_wait_and_http_phases():
+    assert formulas.ttst([(1.0, 1), (1.5, 0), (1.7, 1)]) == pytest.approx(0.7)  # a chunk without tokens is no token
+    assert formulas.ttst([(1.0, 3), (1.2, 1)]) == 0.0 and formulas.ttst([(1.0, 1)]) is None
+    assert formulas.ttfo(1.0, 1.25) == 0.25 and formulas.ttfo(1.0, None) is None
+    assert formulas.client_wait(None, 2.0) is None and formulas.client_wait(1.5, 2.0) == 0.5
+    assert formulas.from_scheduled(0.5, 0.25) == 0.75 and formulas.from_scheduled(None, 0.25) is None
+    fresh = formulas.http_phases(10.0, {"connect_start": 10.001, "connect_end": 10.003, "sent": 10.004,
+                                  "first_byte": 10.05, "last_byte": 10.5})
+    assert fresh["http_connect_s"] == pytest.approx(0.002) and fresh["http_reused"] is False
+    assert fresh["http_first_byte_s"] == pytest.approx(0.05) and fresh["http_last_byte_s"] == pytest.approx(0.5)
+    reused = formulas.http_phases(10.0, {"sent": 10.001, "first_byte": 10.05, "last_byte": 10.5})
+    assert reused["http_connect_s"] is None and reused["http_reused"] is True
+    assert formulas.http_phases(10.0, None) == {}

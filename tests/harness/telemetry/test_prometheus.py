@@ -107,3 +107,50 @@ def test_tgi_metric_names_map_to_the_key_figures():
     assert key["itl_s"]["metric"] == "tgi_request_mean_time_per_token_duration"
     assert key["e2e_s"]["count"] == 4 and key["e2e_s"]["mean"] == pytest.approx(0.05)
     assert "ttft_s" not in key  # TGI exports none
+
+
+SPEC_BEFORE = """\
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{model_name="m"} 10
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{model_name="m"} 30
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 12
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"} 7
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 4
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="2"} 1
+"""
+
+SPEC_AFTER = """\
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{model_name="m"} 110
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{model_name="m"} 330
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 162
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"} 87
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 49
+vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="2"} 26
+"""
+
+
+def test_speculative_acceptance_from_counter_deltas_as_vllm_bench_serve():
+    spec = prometheus.phase_difference(SPEC_BEFORE, SPEC_AFTER)["speculative"]
+    assert spec["source"] == "counters"
+    assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]) == (100, 300, 150)
+    assert spec["acceptance_rate"] == pytest.approx(150 / 300)  # Δaccepted / Δdraft_tokens
+    assert spec["mean_acceptance_length"] == pytest.approx(1 + 150 / 100)  # 1 + Δaccepted / Δdrafts
+    assert spec["acceptance_per_position"] == pytest.approx([0.80, 0.45, 0.25])  # Δper_pos / Δdrafts
+    assert "speculative" not in prometheus.phase_difference(BEFORE, AFTER)  # no draft tokens: no block
+
+
+def test_speculative_acceptance_from_llama_server_counters():
+    text = ("# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total {}\n"
+            "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter\n"
+            "llamacpp:spec_decode_num_accepted_tokens_total {}\n"
+            "# TYPE llamacpp:spec_decode_num_drafts_total counter\nllamacpp:spec_decode_num_drafts_total {}\n")
+    spec = prometheus.phase_difference(text.format(0, 0, 0), text.format(400, 260, 100))["speculative"]
+    assert spec["acceptance_rate"] == pytest.approx(0.65) and spec["mean_acceptance_length"] == pytest.approx(3.6)
+    assert spec["acceptance_per_position"] == []
