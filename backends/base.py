@@ -28,6 +28,8 @@ from core.types import GenerationRequest, StreamEvent
 
 MODES = ("inprocess", "server")
 ENDPOINTS = ("chat", "completions")
+# how requests are spread over several endpoints (backends/http/router.py)
+ROUTING = ("round_robin", "least_outstanding", "session_affinity")
 
 
 @dataclass
@@ -52,6 +54,12 @@ class BackendConfig:
     max_event_mib: float = 16.0  # a server-sent event (or line) larger than this fails its request (also openai)
     endpoint: str = "chat"  # chat: /v1/chat/completions with messages | completions: /v1/completions (also openai)
     api_key_env: Optional[str] = None  # name of the environment variable holding the API key (also openai)
+    # several endpoints (backends/http/router.py): how requests are spread (also openai with backend.urls)
+    routing: str = "round_robin"  # round_robin | least_outstanding | session_affinity
+    replicas: int = 1  # server mode: N servers of the engine on N free ports, requests routed over them
+    replica_gpus: Optional[list[Any]] = None  # one list of GPU indices per replica: its CUDA_VISIBLE_DEVICES
+    replica_cpus: Optional[list[Any]] = None  # one list of CPU ids per replica: its CPU affinity (Linux)
+    replica_env: Optional[list[Any]] = None  # one mapping per replica: environment variables of its own
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -74,6 +82,23 @@ class BackendConfig:
             raise ConfigError(
                 f"backend.api_key_env names the environment variable {self.api_key_env}, which is not set"
             )
+        if self.routing not in ROUTING:
+            raise ConfigError(f"backend.routing must be one of {', '.join(ROUTING)} (got {self.routing!r})")
+        if self.replicas < 1:
+            raise ConfigError(f"backend.replicas must be >= 1 (got {self.replicas})")
+        if self.replicas > 1 and self.mode != "server":
+            raise ConfigError("backend.replicas launches several servers: it needs backend.mode=server")
+        for key in ("replica_gpus", "replica_cpus", "replica_env"):
+            value = getattr(self, key)
+            if value is not None and len(value) != self.replicas:
+                raise ConfigError(f"backend.{key} needs one entry per replica ({self.replicas}; got {len(value)})")
+        for key in ("replica_gpus", "replica_cpus"):
+            for entry in getattr(self, key) or ():
+                if not entry or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in entry):
+                    raise ConfigError(f"backend.{key} needs a non-empty list of indices >= 0 per replica (got {entry!r})")
+        for entry in self.replica_env or ():
+            if not isinstance(entry, dict):
+                raise ConfigError(f"backend.replica_env needs a mapping of variables per replica (got {entry!r})")
 
     def validate_server(self) -> None:
         """The fields that launch a server (backend.mode=server)."""

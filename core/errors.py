@@ -5,6 +5,10 @@ class HarnessError(Exception):
     """A problem the user can fix; the CLI prints ``error: <message>`` and exits non-zero."""
 
 
+class DiskFull(HarnessError):
+    """The run folder's disk filled: what was written stays readable, nothing more can be."""
+
+
 class ConfigError(HarnessError):
     """The configuration is invalid; raised before any model loads."""
 

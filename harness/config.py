@@ -33,6 +33,35 @@ class ModelConfig:
 
 
 @dataclass
+class CostConfig:
+    """What the machine costs, for $ per million tokens; ``null``: no cost figures (absent, not 0).
+    Either the whole machine's price, or an accelerator's price × their number."""
+
+    usd_per_hour: Optional[float] = None
+    usd_per_accelerator_hour: Optional[float] = None
+    accelerators: int = 1
+
+    def validate(self) -> None:
+        if self.usd_per_hour is not None and self.usd_per_accelerator_hour is not None:
+            raise ConfigError("set cost.usd_per_hour (the machine) or cost.usd_per_accelerator_hour "
+                              "(with cost.accelerators), not both")
+        for key in ("usd_per_hour", "usd_per_accelerator_hour"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise ConfigError(f"cost.{key} must be > 0 US dollars per hour (got {value})")
+        if self.accelerators < 1:
+            raise ConfigError(f"cost.accelerators must be >= 1 (got {self.accelerators})")
+
+    def machine_usd_per_hour(self) -> Optional[float]:
+        """The run's price per hour: the machine's, or the accelerators' together; None when not given."""
+        if self.usd_per_hour is not None:
+            return self.usd_per_hour
+        if self.usd_per_accelerator_hour is not None:
+            return self.usd_per_accelerator_hour * self.accelerators
+        return None
+
+
+@dataclass
 class SLOConfig:
     """Service-level objectives for goodput; ``null`` means no limit on that metric."""
 
@@ -250,6 +279,7 @@ class RunConfig:
     seed: int = 0
     output_root: str = "results"
     slo: SLOConfig = field(default_factory=SLOConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     machine: MachineConfig = field(default_factory=MachineConfig)
     server_metrics: ServerMetricsConfig = field(default_factory=ServerMetricsConfig)
@@ -270,7 +300,7 @@ class RunConfig:
             raise ConfigError(f"seed must be >= 0 (got {self.seed})")
         if self.repeat < 1:
             raise ConfigError(f"repeat must be >= 1 (got {self.repeat})")
-        for section in (self.backend, self.model, self.workload, self.slo, self.memory, self.machine, self.saturation,
+        for section in (self.backend, self.model, self.workload, self.slo, self.cost, self.memory, self.machine, self.saturation,
                         self.sweep, self.server_metrics):
             section.validate()
         self.slo_search.validate(self.slo)
@@ -295,7 +325,12 @@ def check_finite(node: Any, path: str = "") -> None:
 
 # Keys that change how a run is shown or stored, not what it measures: not in config_sha256.
 PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep", "machine", "history",
-                     "server_metrics")
+                     "server_metrics", "cost")
+
+
+# Workload keys that enter config_sha256 only when set (value when unset): time-shaped load and
+# the steady-state window (workloads/schedule.py, docs/metrics.md).
+WORKLOAD_KEYS_HASHED_WHEN_SET = {"duration_s": None, "stages": None, "ramp": None, "warmup_s": 0.0, "cooldown_s": 0.0}
 
 
 def config_sha256(cfg: RunConfig) -> str:
@@ -303,6 +338,11 @@ def config_sha256(cfg: RunConfig) -> str:
     body = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key in PRESENTATION_KEYS:
         body.pop(key, None)
+    workload = body.get("workload")
+    if isinstance(workload, dict):  # keys added after configs were hashed: out while unset, so those hashes hold
+        for key, unset in WORKLOAD_KEYS_HASHED_WHEN_SET.items():
+            if key in workload and workload[key] == unset:
+                del workload[key]
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -4,4 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec "${HARNESS_VENV:-.venv}/bin/python" -m harness "$@"
+# The default engine (transformers) at its best: its own continuous batching serves the chat
+# workload's concurrent sessions together, where serial (backend.batching=serial, the config's
+# default) makes each wait for the one before. Any backend= or backend.batching= given wins.
+args=("$@")
+if ! printf '%s\n' "$@" | grep -qE '^(\+|~)?backend(=|\.batching=)'; then
+  args=(backend.batching=continuous "${args[@]}")
+fi
+exec "${HARNESS_VENV:-.venv}/bin/python" -m harness "${args[@]}"

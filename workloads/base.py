@@ -43,6 +43,15 @@ class WorkloadConfig:
     # Closed loop: at least this many sessions per unit of concurrency (a sweep over
     # concurrency then runs each point for as many rounds); null: the count as configured.
     min_rounds: Optional[int] = None
+    # Time-shaped load (workloads/schedule.py): a run that lasts a time; stages of a rate or a
+    # concurrency; a ramp of either. null: a run of a count, as configured.
+    duration_s: Optional[float] = None
+    stages: Optional[list[Any]] = None  # [{duration_s, rate} | {duration_s, concurrency}, …]
+    ramp: Optional[Any] = None  # a mapping {from, to, duration_s, shape: linear|exponential, of: rate|concurrency}
+    # The steady-state window: the summary's latency and throughput count only the requests that
+    # started in [warmup_s, L − cooldown_s] (docs/metrics.md); 0 and 0: the whole run.
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
 
     def validate(self) -> None:
         require_positive(f"workload.concurrency", self.concurrency, allow_none=True)
@@ -58,10 +67,26 @@ class WorkloadConfig:
             raise ConfigError("workload sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0")
         if self.warmup_requests < 0:
             raise ConfigError(f"workload.warmup_requests must be >= 0 (got {self.warmup_requests})")
+        schedule = load_schedule(self)
+        for key in ("warmup_s", "cooldown_s"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"workload.{key} must be >= 0 seconds (got {value!r})")
+        if schedule is not None and self.warmup_s + self.cooldown_s >= schedule.duration_s:
+            raise ConfigError(f"workload.warmup_s + workload.cooldown_s ({self.warmup_s + self.cooldown_s:g} s) leave no "
+                              f"steady-state window in a run of {schedule.duration_s:g} s: make them shorter")
 
 
-def session_count(cfg: WorkloadConfig, configured: int) -> int:
-    """``configured``, raised to ``min_rounds`` × concurrency for a closed loop that asks for it."""
+def session_count(cfg: WorkloadConfig, configured: int, arrival_rng: Optional["np.random.Generator"] = None) -> int:
+    """``configured``, raised to ``min_rounds`` × concurrency for a closed loop that asks for it.
+    A time-shaped load decides the count itself: open loop, one session per arrival of the
+    schedule (drawn from a copy of ``arrival_rng``, which make_plan draws again); closed loop,
+    :meth:`LoadSchedule.sessions_needed` (the configured count is the least)."""
+    schedule = load_schedule(cfg)
+    if schedule is not None and schedule.kind == RATE and arrival_rng is not None:
+        return count_arrivals(schedule, arrival_rng, arrival_registry.create(cfg.arrival), cfg.burstiness)
+    if schedule is not None and schedule.kind == CONCURRENCY:
+        return schedule.sessions_needed(configured)
     if cfg.min_rounds is None or cfg.rate is not None:
         return configured
     return max(configured, cfg.min_rounds * (cfg.concurrency or 1))
@@ -169,6 +194,9 @@ class WorkloadPlan:
     # Figures of the workload itself for the summary (e.g. the target and theoretical
     # prefix-cache hit rate of workload=shared_prefix).
     info: dict[str, Any] = field(default_factory=dict)
+    # Time-shaped load (workloads/schedule.py LoadSchedule): its stages enter workload.json and
+    # the sha256 (arrival times are in the sessions already); None for a run of a count.
+    schedule: Optional[Any] = None
 
     @property
     def num_requests(self) -> int:
@@ -186,6 +214,8 @@ class WorkloadPlan:
         }
         if self.source is not None:
             body["source"] = self.source
+        if self.schedule is not None:
+            body["schedule"] = {"kind": self.schedule.kind, "stages": self.schedule.to_json()}
         hashes = {"sha256": self.content_hash(body), "prompts_sha256": self.prompts_hash(body)}
         if self.source is not None:  # the hashes cover the full prompts; the file keeps ids and lengths
             body.update(compact=True, sessions=[compact_session_json(s) for s in self.sessions],
@@ -200,6 +230,8 @@ class WorkloadPlan:
         measured = {k: body[k] for k in ("name", "exact_output_len", "sampling", "sessions")}
         if body.get("source"):
             measured["data_sha256"] = body["source"].get("sha256")
+        if body.get("schedule"):  # absent for runs of a count: their hashes stay what they were
+            measured["schedule"] = body["schedule"]
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
     @staticmethod
@@ -226,6 +258,7 @@ class Workload(ABC):
 
 
 from workloads.arrivals import arrival_registry
+from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule  # noqa: E402
 from workloads.corpus import TokenizedCorpus  # noqa: E402
 from workloads.prompts import PromptRenderer  # noqa: E402
 
@@ -243,9 +276,28 @@ def make_plan(
     warmup: list[SessionSpec],
     arrival_rng: "np.random.Generator",
     seed: Optional[int] = None,
+    use_schedule: bool = True,
 ) -> WorkloadPlan:
-    """Attach open-loop arrival times and the common fields to a workload's sessions."""
-    if config.rate is not None:
+    """Attach open-loop arrival times and the common fields to a workload's sessions.
+
+    A time-shaped load (``use_schedule``; off where the data's own timestamps set the arrivals):
+    open loop, the schedule's arrivals, one per session — a plan with more sessions keeps the
+    first ones, a data workload with fewer ends early (``info["schedule_short"]``); closed loop,
+    the cap follows the schedule (``concurrency`` is its peak)."""
+    schedule = load_schedule(config) if use_schedule else None
+    concurrency = config.concurrency
+    info: dict[str, Any] = {}
+    if schedule is not None and schedule.kind == RATE:
+        process = arrival_registry.create(config.arrival)
+        arrivals = schedule.arrivals(arrival_rng, process, config.burstiness)
+        if len(sessions) < len(arrivals):
+            info["schedule_short"] = {"arrivals": len(arrivals), "sessions": len(sessions)}
+        del sessions[len(arrivals):]
+        for session, offset in zip(sessions, arrivals):
+            session.arrival_s = round(offset, 6)
+    elif schedule is not None:
+        concurrency = int(schedule.peak)
+    elif config.rate is not None:
         process = arrival_registry.create(config.arrival)
         for session, offset in zip(sessions, process.offsets(arrival_rng, len(sessions), config.rate, config.burstiness)):
             session.arrival_s = round(offset, 6)
@@ -254,8 +306,10 @@ def make_plan(
         sessions=sessions,
         warmup=warmup,
         exact_output_len=config.exact_output_len,
-        concurrency=config.concurrency,
-        open_loop=config.rate is not None,
+        concurrency=concurrency,
+        open_loop=config.rate is not None or (schedule is not None and schedule.kind == RATE),
         sampling={"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k},
         seed=seed,
+        info=info,
+        schedule=schedule,
     )

@@ -96,6 +96,6 @@ class ChatWorkload(Workload):
                 made.append(SessionSpec(first_id + s, turns, system=system))
             return made
 
-        measured = sessions(text_rng, session_count(cfg, cfg.sessions), cfg.turns, 0)
+        measured = sessions(text_rng, session_count(cfg, cfg.sessions, arrival_rng), cfg.turns, 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)

@@ -178,8 +178,16 @@ def data_plan(cfg: WorkloadConfig, sessions: list[SessionSpec], warmup: list[Ses
               arrival_rng: np.random.Generator, seed: int, source: dict[str, Any],
               arrivals: Optional[list[float]] = None) -> WorkloadPlan:
     """make_plan, with the data's source; ``arrivals`` (seconds from the first) make it an open
-    loop that follows the data's own timestamps."""
-    plan = make_plan(cfg, sessions, warmup, arrival_rng, seed)
+    loop that follows the data's own timestamps: then ``workload.duration_s`` keeps the
+    requests that arrive before it, and stages or a ramp are refused (the data sets the times)."""
+    if arrivals is not None and (getattr(cfg, "stages", None) is not None or getattr(cfg, "ramp", None) is not None):
+        raise ConfigError(f"workload={cfg.name} arrives at its data's timestamps: drop workload.stages and "
+                          "workload.ramp (workload.duration_s keeps the requests that arrive before it)")
+    if arrivals is not None and getattr(cfg, "duration_s", None) is not None:
+        kept = [i for i, t in enumerate(arrivals) if t < cfg.duration_s]
+        sessions[:] = [sessions[i] for i in kept]
+        arrivals = [arrivals[i] for i in kept]
+    plan = make_plan(cfg, sessions, warmup, arrival_rng, seed, use_schedule=arrivals is None)
     plan.source = source
     if arrivals is not None:
         for session, t in zip(sessions, arrivals):

@@ -16,6 +16,8 @@ from typing import Any, Optional
 from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, seeded_streams
+from workloads.base import session_count
+from workloads.schedule import load_schedule
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     DataConfig,
@@ -84,8 +86,11 @@ class JsonlWorkload(Workload):
         sessions: list[SessionSpec] = []
         stamps: list[float] = []
         considered = 0
+        wanted = cfg.num_requests
+        if wanted is not None and not timed and load_schedule(cfg) is not None:  # a time-shaped load: as many as it needs
+            wanted = session_count(cfg, wanted, arrival_rng)
         for n, (system, earlier, user, out_len, stamp) in enumerate(parsed, 1):
-            if cfg.num_requests is not None and len(sessions) >= cfg.num_requests:
+            if wanted is not None and len(sessions) >= wanted:
                 break
             considered += 1
             if out_len is None:

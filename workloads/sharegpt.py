@@ -20,6 +20,8 @@ from typing import Any, Optional
 from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, require_positive, seeded_streams
+from workloads.base import session_count
+from workloads.schedule import load_schedule
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     OUTPUT_LEN_SOURCES,
@@ -97,6 +99,8 @@ class ShareGPTWorkload(Workload):
         path = data_file(cfg)
         records = read_records(path, FORMAT_HINT, "workload.path")
         wanted = cfg.sessions if cfg.multi_turn else cfg.num_requests
+        if wanted is not None and load_schedule(cfg) is not None:  # a time-shaped load: as many as it needs
+            wanted = session_count(cfg, wanted, arrival_rng)
         sessions: list[SessionSpec] = []
         considered = 0
         for index in order_rng.permutation(len(records)):

@@ -71,6 +71,6 @@ class SyntheticWorkload(Workload):
                 made.append(SessionSpec(first_id + i, [TurnSpec(text, n_out, prompt_token_ids=ids)]))
             return made
 
-        measured = sessions(text_rng, session_count(cfg, cfg.num_requests), 0)
+        measured = sessions(text_rng, session_count(cfg, cfg.num_requests, arrival_rng), 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)

@@ -4,6 +4,11 @@
 
 A wrong API key or an unreachable URL fails at load, in one line. The key itself is only ever
 held in memory, and only sent to the configured origin.
+
+Several servers (replicas with no router in front): ``backend.urls=[http://a:8000/v1,http://b:8000/v1]``
+with ``backend.routing=round_robin|least_outstanding|session_affinity`` (backends/http/router.py).
+Each must answer at load; during the run a server that fails fails its own requests only. The
+model name is the first server's; ``metrics_url`` (a path: on the first server) is scraped alone.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from backends.base import BackendConfig
 from backends.http.backend import HTTPBackend
 from backends.http.client import OpenAIClient, client_limits
 from backends.http.probe import check_server
+from backends.http.router import Router
 from backends.http.urls import public_url, refuse_credentials_in_url
 from backends.registry import backend_registry
 from core.errors import ConfigError
@@ -26,7 +32,8 @@ from core.types import GenerationRequest
 class OpenAIConfig(BackendConfig):
     name: str = "openai"
     mode: str = "remote"  # a server that is already running; nothing is launched
-    url: Optional[str] = None  # the API root, e.g. http://127.0.0.1:8000/v1 (required)
+    url: Optional[str] = None  # the API root, e.g. http://127.0.0.1:8000/v1 (this or urls required)
+    urls: Optional[list[str]] = None  # several API roots, requests routed over them (backend.routing)
     model_name: Optional[str] = None  # the "model" sent; null: the first id of GET /v1/models
     metrics_url: Optional[str] = None  # Prometheus endpoint to scrape: a URL, or a path such as /metrics
     ignore_eos: bool = False  # send ignore_eos + min_tokens for exact lengths (vLLM, SGLang take them)
@@ -38,14 +45,27 @@ class OpenAIConfig(BackendConfig):
                 "backend=openai talks to a server that is already running (backend.mode=remote); "
                 "to launch an engine's server use backend=<engine> backend.mode=server"
             )
-        if not self.url:
+        if self.replicas != 1:
+            raise ConfigError("backend.replicas launches servers (backend=<engine> backend.mode=server); "
+                              "backend=openai routes over servers that already run: give backend.urls")
+        if self.urls is not None and self.url:
+            raise ConfigError("give backend.url or backend.urls, not both")
+        if self.urls is not None and not self.urls:
+            raise ConfigError("backend.urls must list at least one API root")
+        if not self.url and not self.urls:
             raise ConfigError("backend=openai needs backend.url, the API root (e.g. http://127.0.0.1:8000/v1)")
-        if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
-            raise ConfigError(f"backend.url must be an http:// or https:// URL (got {public_url(self.url)!r})")
-        for field_name in ("url", "metrics_url"):
-            refuse_credentials_in_url(f"backend.{field_name}", getattr(self, field_name))
+        for i, url in enumerate(self.api_roots()):
+            name = "backend.url" if self.url else f"backend.urls[{i}]"
+            if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+                raise ConfigError(f"{name} must be an http:// or https:// URL (got {public_url(str(url))!r})")
+            refuse_credentials_in_url(name, url)
+        refuse_credentials_in_url("backend.metrics_url", self.metrics_url)
         self.extra_body_dict()
         self.validate_http()
+
+    def api_roots(self) -> list[str]:
+        """The API roots requests go to: ``url``, or ``urls``."""
+        return [self.url] if self.url else list(self.urls or [])
 
     def extra_body_dict(self) -> dict[str, Any]:
         if not self.extra_body:
@@ -68,13 +88,17 @@ class OpenAIBackend(HTTPBackend):
 
     def load(self) -> None:
         cfg = self.config
-        base = cfg.url.rstrip("/")
+        roots = [url.rstrip("/") for url in cfg.api_roots()]
+        base = roots[0]
         key = self.api_key()
         ids, self._server_header = check_server(base, key, cfg.api_key_env)
+        for other in roots[1:]:
+            check_server(other, key, cfg.api_key_env)
         model_name = cfg.model_name or (ids[0] if ids else self.model.name)
-        self.client = OpenAIClient(base, model_name=model_name, tokenizer=self.get_tokenizer(),
-                                   endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
-                                   **client_limits(cfg))
+        clients = [OpenAIClient(root, model_name=model_name, tokenizer=self.get_tokenizer(),
+                                endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
+                                **client_limits(cfg)) for root in roots]
+        self.client = clients[0] if len(clients) == 1 else Router(clients, cfg.routing)
         if cfg.metrics_url:
             root = urlsplit(base)
             self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
@@ -97,7 +121,9 @@ class OpenAIBackend(HTTPBackend):
     def engine_info(self) -> dict[str, Any]:
         cfg = self.config
         return {
-            "url": public_url(cfg.url or ""),
+            "url": public_url(cfg.api_roots()[0] if cfg.api_roots() else ""),
+            **({"endpoints": [public_url(u) for u in cfg.api_roots()], "routing": cfg.routing}
+               if len(cfg.api_roots()) > 1 else {}),
             "model_name": self.client.model_name if self.client else cfg.model_name,
             "endpoint": cfg.endpoint,
             "api_key_env": cfg.api_key_env,  # the variable's name, never its value

@@ -180,6 +180,9 @@ class TransformersBackend(ThreadedBackend):
     def engine_info(self) -> dict[str, Any]:
         cfg = self.config
         info: dict[str, Any] = {"batching": cfg.batching, "max_batch_size": cfg.max_batch_size}
+        if cfg.batching == "serial":  # the console's line on a long queue wait (harness/reports/console.py)
+            info["notes"] = {"queue_wait": "transformers runs one request at a time with batching=serial; "
+                                           "backend.batching=continuous serves them together"}
         if cfg.batching == "continuous":
             info.update(cb_cache_tokens=cfg.cb_cache_tokens, cb_max_batch_tokens=cfg.cb_max_batch_tokens,
                         cb_page_size=cfg.cb_page_size, cb_prefix_sharing=cfg.cb_prefix_sharing)

@@ -52,6 +52,7 @@ class ManagedServer:
         name: str = "server",
         stop_grace_s: float = 15.0,
         cleanup_commands: Sequence[Sequence[str]] = (),
+        cpus: Optional[Sequence[int]] = None,
     ):
         self.argv = argv
         self.port = port
@@ -67,6 +68,9 @@ class ManagedServer:
         self._stopped = False
         self._old_sigterm: Any = None
         self._watchdog: Optional[subprocess.Popen] = None
+        self.cpus = list(cpus) if cpus else None  # the CPUs it may run on (Linux; set before it starts)
+        self._sigterm_sent = False
+        self._descendants: list[Any] = []
 
     @property
     def url_root(self) -> str:
@@ -87,6 +91,7 @@ class ManagedServer:
                 self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
                 start_new_session=True,  # its own session and process group: signalled as one
+                preexec_fn=_pin_to(self.cpus) if self.cpus else None,
             )
         except OSError as exc:
             self._log.close()
@@ -156,16 +161,26 @@ class ManagedServer:
             return []
         return [line for line in text.splitlines() if line.strip()][-lines:]
 
+    def begin_stop(self) -> None:
+        """SIGTERM to the whole process group, without waiting: several servers stopped
+        together (replicas) each get their grace period at the same time; ``stop`` then waits."""
+        proc = self.proc
+        if proc is None or self._stopped or self._sigterm_sent:
+            return
+        self._sigterm_sent = True
+        self._descendants = _descendants(proc.pid)
+        _signal_group(proc.pid, signal.SIGTERM)
+
     def stop(self) -> None:
         """SIGTERM to the whole process group, SIGKILL to whatever is left after the grace
         period (also to descendants that left the group). Idempotent."""
         proc = self.proc
         if proc is None or self._stopped:
             return
+        self.begin_stop()  # once: a second SIGTERM makes some servers (llama-server) exit at once
         self._stopped = True
         pgid = proc.pid
-        descendants = _descendants(proc.pid)
-        _signal_group(pgid, signal.SIGTERM)
+        descendants = self._descendants
         deadline = time.monotonic() + self.stop_grace_s
         interrupted = False
         try:
@@ -246,6 +261,18 @@ def _start_watchdog(pgid: int, grace_s: float, cleanup: Sequence[Sequence[str]] 
     except OSError as exc:  # the run goes on; only a SIGKILL of the harness could then leave the server behind
         log.warning("no watchdog for the server (%s): a SIGKILL of the harness would leave it running", exc)
         return None
+
+
+def _pin_to(cpus: list[int]) -> Any:
+    """A ``preexec_fn`` that sets the child's CPU affinity before it runs the server (Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        log.warning("CPU affinity is not supported on this system; the server runs on every CPU")
+        return None
+
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -14,9 +14,10 @@ import asyncio
 import bisect
 import contextlib
 import gc
+import logging
 import time
 from dataclasses import replace
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from backends.base import RequestStream
 from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChunk
@@ -25,6 +26,9 @@ from harness.client.saturation import SaturationDetector
 from harness.results.record import RequestRecord, RequestTiming, build_record
 from workloads.base import SessionSpec, WorkloadPlan, first_request_ids
 from workloads.prompts import PromptRenderer, chat_messages
+from workloads.schedule import LoadSchedule
+
+log = logging.getLogger("harness")
 
 # The error of a request cancelled because its open-loop point was stopped as over-saturated.
 SATURATED_ERROR = "cancelled: over-saturated, the point was stopped"
@@ -101,6 +105,7 @@ class Driver:
         on_record: Callable[[RequestRecord], None],
         saturation: Optional[SaturationDetector] = None,
         spin: bool = True,
+        schedule: Optional[LoadSchedule] = None,
     ):
         self.backend = backend
         self.renderer = renderer
@@ -115,6 +120,9 @@ class Driver:
         self.monitoring = False  # this run's saturation is watched here
         self.sessions_done = 0
         self.spin = spin  # open-loop pacing: spin to the due time (harness/client/pacing.py), or asyncio's timer
+        # A time-shaped load (workloads/schedule.py): each record gets the stage it started in;
+        # closed loop, the cap follows the schedule and no session starts after its end.
+        self.schedule = schedule
 
     def _sampling_for(self, request_id: int) -> SamplingParams:
         """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
@@ -136,7 +144,8 @@ class Driver:
 
     async def _run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
         cap = self.cap(open_loop)
-        semaphore = asyncio.Semaphore(cap) if cap else None
+        timed = self.schedule is not None and not open_loop
+        semaphore: Any = ScheduledCap(self.schedule.cap_steps(), self.schedule.duration_s) if timed else asyncio.Semaphore(cap) if cap else None
         first_ids = first_request_ids(sessions)
         session = self._counted_session if self.monitoring else self.session
         self.t0 = time.perf_counter()
@@ -148,6 +157,7 @@ class Driver:
                 for s, first_id in zip(sessions, first_ids)
             ]
         monitor = asyncio.create_task(self.monitor(sessions)) if self.monitoring else None
+        follower = asyncio.create_task(semaphore.follow(self.t0, self.spin)) if timed else None
         try:
             if monitor is None:
                 await asyncio.gather(*tasks)
@@ -157,6 +167,13 @@ class Driver:
             if monitor is not None:
                 monitor.cancel()
                 tasks.append(monitor)
+            if follower is not None:
+                if not follower.done():
+                    log.warning("the plan's %d sessions ran out %.1f s into a closed loop of %g s: raise the "
+                                "workload's count (num_requests, sessions) for a run that lasts",
+                                len(sessions), time.perf_counter() - self.t0, self.schedule.duration_s)
+                follower.cancel()
+                tasks.append(follower)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -176,6 +193,7 @@ class Driver:
 
     def take_record(self, record: RequestRecord) -> None:
         """A finished request: kept (``on_record``), and its TTFT shown to the saturation detector."""
+        self.stamp_stage(record)
         self.on_record(record)
         if self.monitoring and record.ok:
             assert self.saturation is not None
@@ -183,6 +201,11 @@ class Driver:
             # includes waiting for the concurrency cap) to the first token.
             wait = record.start_s - record.scheduled_s if record.scheduled_s is not None else 0.0
             self.saturation.observe_ttft(time.perf_counter() - self.t0, wait + record.ttft_s)
+
+    def stamp_stage(self, record: RequestRecord) -> None:
+        """The stage of the schedule in which the request started (None without a schedule)."""
+        if self.schedule is not None:
+            record.stage = self.schedule.stage_of(record.start_s)
 
     def session_finished(self) -> None:
         self.sessions_done += 1
@@ -210,6 +233,8 @@ class Driver:
         """One session, turn after turn, once ``semaphore`` (the concurrency cap) lets it in."""
         if semaphore is not None:
             async with semaphore:
+                if getattr(semaphore, "closed", False):
+                    return  # a timed closed loop has ended: no new session
                 await self._turns(session, first_id, open_loop)
         else:
             await self._turns(session, first_id, open_loop)
@@ -254,6 +279,7 @@ class Driver:
         """A request cut off in flight: by Ctrl-C, or because the point was stopped as saturated."""
         if self.saturated is not None:
             record.error = SATURATED_ERROR
+        self.stamp_stage(record)
         self.on_record(record)
 
     async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool) -> None:
@@ -290,6 +316,56 @@ class Driver:
                 return  # a conversation cannot go on without its reply
             # the dataset's reply when the workload replays the dataset's history, else the engine's
             history.append({"role": "assistant", "content": record.output_text if turn.reply is None else turn.reply})
+
+
+class ScheduledCap:
+    """A concurrency cap whose limit follows a schedule: ``async with`` it as a semaphore.
+
+    ``steps`` are (time from t0, cap), as ``LoadSchedule.cap_steps()`` gives them; :meth:`follow`
+    sets each limit at its time and closes the cap at ``end_s``, the schedule's end. A lower
+    limit lets the sessions in flight finish and starts none until fewer are in flight; a
+    higher one starts waiting sessions at once. Once closed, waiters get in and see
+    ``closed`` (the driver then returns without sending), so none is left waiting."""
+
+    def __init__(self, steps: list[tuple[float, int]], end_s: Optional[float] = None):
+        self.steps = steps
+        self.end_s = end_s
+        self.limit = steps[0][1]
+        self.in_flight = 0
+        self.closed = False
+        self.changes: list[tuple[float, int]] = []  # (time from t0, limit) as set: what was followed
+        self._cond = asyncio.Condition()
+
+    async def __aenter__(self) -> "ScheduledCap":
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.closed or self.in_flight < self.limit)
+            self.in_flight += 1
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        async with self._cond:
+            self.in_flight -= 1
+            self._cond.notify()
+
+    async def set_limit(self, limit: int, t_s: float) -> None:
+        async with self._cond:
+            self.limit = limit
+            self.changes.append((t_s, limit))
+            self._cond.notify_all()
+
+    async def close(self) -> None:
+        async with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    async def follow(self, t0: float, spin: bool = True) -> None:
+        """Set each step's limit at its time (from t0), then close at the end."""
+        for t, limit in self.steps:
+            await pace_until(t0 + t, spin)
+            await self.set_limit(limit, time.perf_counter() - t0)
+        if self.end_s is not None:
+            await pace_until(t0 + self.end_s, spin)
+            await self.close()
 
 
 @contextlib.contextmanager

@@ -41,6 +41,9 @@ def format_summary(summary: RunSummary) -> str:
             rows[f"{metric.label} ({metric.unit})"] = {c: _shown(metric, d.get(c)) for c in metrics.STATS}
     if rows:
         lines.append(pd.DataFrame(rows).T.to_string(float_format=lambda v: f"{v:.1f}"))
+    queue_line = _queue_wait_line(summary)
+    if queue_line:
+        lines.append(queue_line)
     by_source: dict[Optional[str], list[str]] = defaultdict(list)
     for key, metric in metrics.RUN_METRICS.items():
         value = summary.throughput.get(key)
@@ -116,6 +119,17 @@ def _server_metrics_line(server_metrics: Optional[dict[str, Any]]) -> Optional[s
             p99 = f", p99 ≈ {d['p99'] * 1000:.1f}" if d.get("p99") is not None else ""
             parts.append(f"{label} mean {d['mean'] * 1000:.1f}{p99} ms")
     return "server's own metrics: " + " · ".join(parts) if parts else None
+
+
+def _queue_wait_line(summary: RunSummary) -> Optional[str]:
+    """What the queue wait means, where it is a large part of the TTFT (a quarter or more at the median)."""
+    queue, first = summary.latency.get("queue_wait_s") or {}, summary.latency.get("ttft_s") or {}
+    if not queue.get("count") or not first.get("p50") or not queue.get("p50") or queue["p50"] < 0.25 * first["p50"]:
+        return None
+    note = ((summary.backend.get("info") or {}).get("notes") or {}).get("queue_wait")  # the engine's own word on it
+    hint = f": {note}" if note else ""
+    return (f"queue wait: {queue['p50'] * 1e3:.0f} ms of the TTFT p50 {first['p50'] * 1e3:.0f} ms passed before the engine "
+            f"began the request, waiting behind the requests it was serving{hint}")
 
 
 def _memory_line(mem: dict[str, Any]) -> str:

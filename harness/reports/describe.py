@@ -15,8 +15,7 @@ def backend_text(summary: RunSummary) -> str:
     """``transformers (inprocess · batching=static, device=cpu …)``."""
     b = summary.backend
     info = b.get("info") or {}
-    details = ", ".join(f"{k}={v}" for k, v in info.items()
-                        if not isinstance(v, (dict, list)) and k not in ("engine_timings",))  # a sentence: the stage-time note
+    details = ", ".join(f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list)))
     return f"{b.get('name')} ({b.get('mode')}{' · ' + details if details else ''})"
 
 

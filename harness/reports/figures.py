@@ -206,6 +206,19 @@ class Figure:
                     {"showarrow": False, "text": annotation_text, "x": x, "xanchor": "left", "xref": xref,
                      "y": 1, "yanchor": "top", "yref": yref})
 
+    def add_vrect(self, x0: float, x1: float, fillcolor: str, opacity: float = 0.12, row: Optional[int] = None,
+                  col: Optional[int] = None, annotation_text: Optional[str] = None) -> None:
+        """A shaded band from x0 to x1 across the cell (or every cell), behind the traces, labelled at its top left."""
+        for k in self._cells(row, col):
+            xref, yref = f"x{k or ''}", f"y{k or ''} domain"
+            self.layout.setdefault("shapes", []).append(
+                {"type": "rect", "x0": x0, "x1": x1, "xref": xref, "y0": 0, "y1": 1, "yref": yref, "layer": "below",
+                 "fillcolor": fillcolor, "opacity": opacity, "line": {"width": 0}})
+            if annotation_text:
+                self.layout.setdefault("annotations", []).append(
+                    {"showarrow": False, "text": annotation_text, "x": x0, "xanchor": "left", "xref": xref,
+                     "y": 1, "yanchor": "top", "yref": yref, "font": {"size": 11}})
+
     def to_dict(self) -> dict[str, Any]:
         return {"data": [_binary_arrays(t) for t in self.data], "layout": self.layout}
 

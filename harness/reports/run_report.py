@@ -37,6 +37,7 @@ from harness.client.client_load import INTERVAL_S
 from harness.reports import figures, html
 from harness.reports.describe import backend_text, engine_text, hardware_text, model_text, run_date, workload_text
 from harness.reports.html import esc, fmt
+from harness.reports.part_figures import part_cells
 from harness.results import metrics
 from harness.results.schema import REPORT, RunResult, RunSummary
 from harness.results.store import load_run
@@ -187,7 +188,67 @@ def _summary_html(summary: RunSummary) -> str:
             for t in turns
         ]
         page += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
-    return page + _engine_stages_html(summary)
+    return page + _engine_stages_html(summary) + endpoints_html(summary) + stages_html(summary)
+
+
+def stages_html(summary: RunSummary) -> str:
+    """The steady-state window (a note) and one row per stage of a time-shaped load: the summary's
+    ``window`` and ``stages`` figures as they are (request metrics p50 / p99, run metrics over
+    the stage's length)."""
+    out = ""
+    window, whole = summary.window, summary.whole_run
+    if window:
+        out += (f'<p class="note">Steady-state window: the figures above count the {window["requests"].get("completed", 0)} '
+                f'completed requests that started in [{fmt(window.get("start_s"), 2)}, {fmt(window.get("end_s"), 2)}] s '
+                f'(throughput over {fmt(window.get("duration_s"), 2)} s); the whole run had '
+                f'{(whole or {}).get("requests", {}).get("completed", 0)} (summary.json: whole_run).</p>')
+    if not summary.stages:
+        return out
+    rows = []
+    for st in summary.stages:
+        kind = "rate" if "rate" in st else "concurrency"
+        load = st.get(kind)
+        load_text = (f"{load['from']:g} → {load['to']:g} ({load['shape']})" if isinstance(load, dict) else f"{load:g}")
+        req = st.get("requests") or {}
+        row = {"stage": st.get("index"), "from–to (s)": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
+               "rate (req/s)" if kind == "rate" else "concurrency": load_text,
+               "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}"}
+        rows.append({**row, **part_cells(st, ("p50", "p99"))})
+    return out + ('<p class="note">Per stage (each request in the stage it started in; throughputs over the stage\'s '
+                  "length):</p>" + html.table(rows, list(rows[0])))
+
+
+STAGE_FILLS = ("#9fb3c8", "#f0b429")  # alternate stages
+WINDOW_FILL = "#52606d"  # outside the steady-state window
+
+
+def shade_time(fig: Any, summary: RunSummary, row: Optional[int] = None, col: Optional[int] = None) -> None:
+    """Shade an over-time figure: each stage of a time-shaped load (alternating, labelled), and
+    the warm-up and cool-down outside the steady-state window (darker) — from the summary."""
+    for st in summary.stages or []:
+        i = int(st.get("index", 0))
+        fig.add_vrect(st["start_s"], st["end_s"], STAGE_FILLS[i % 2], 0.10, row, col, f"stage {i}")
+    window = summary.window
+    if window:
+        if window.get("start_s", 0) > 0:
+            fig.add_vrect(0.0, window["start_s"], WINDOW_FILL, 0.18, row, col, "warm-up")
+        end = max(float(summary.duration_s or 0.0), window["end_s"])
+        if end > window["end_s"]:
+            fig.add_vrect(window["end_s"], end, WINDOW_FILL, 0.18, row, col, "cool-down")
+
+
+def endpoints_html(summary: RunSummary) -> str:
+    """One row per endpoint (backend.urls, backend.replicas): the summary's ``endpoints`` figures,
+    request metrics as p50 / p90, run metrics over the run's duration; nothing with one endpoint."""
+    if not summary.endpoints:
+        return ""
+    rows = []
+    for index, ep in summary.endpoints.items():
+        row = {"endpoint": index, "url": ep.get("url") or "–", "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
+               "failed": str(ep.get("failed", 0)), "cached %": fmt(ep.get("cached_share"), 1, 100)}
+        rows.append({**row, **part_cells(ep, ("p50", "p90"))})
+    return ('<p class="note">Per endpoint (requests routed by backend.routing; throughputs over the whole run\'s '
+            "duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]), text_columns=["url"]))
 
 
 def _engine_stages_html(summary: RunSummary) -> str:
@@ -203,7 +264,7 @@ def _engine_stages_html(summary: RunSummary) -> str:
                          "mean ms": fmt(d.get("mean"), 2, 1000), "p50 ms": fmt(d.get("p50"), 2, 1000),
                          "p90 ms": fmt(d.get("p90"), 2, 1000), "max ms": fmt(d.get("max"), 2, 1000)})
     if not rows:
-        why = (summary.backend.get("info") or {}).get("engine_timings")
+        why = ((summary.backend.get("info") or {}).get("notes") or {}).get("engine_timings")
         if summary.backend.get("mode") == "server" and why:
             return f'<p class="note">No stage times from the engine: {esc(str(why))}.</p>'
         return ""
@@ -324,6 +385,7 @@ def _timeline(run: RunResult):
         fig.add_trace(figures.trace("scatter", x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
                                  marker=dict(symbol="line-ns-open", size=6, color="#52606d"), hoverinfo="skip"))
     fig.update_layout(barmode="overlay", bargap=0.15)
+    shade_time(fig, run.summary)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
     fig.update_yaxes(title_text="request (by send time)", autorange="reversed")
     return ("timeline", "Per-request timeline", fig,
@@ -362,6 +424,7 @@ def _throughput_over_time(run: RunResult):
         fig.add_trace(figures.trace("scatter", x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=figures.color(1)),
                                  name="requests in flight (mean per bin)",
                                  hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>"), secondary_y=True)
+    shade_time(fig, run.summary)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
     fig.update_yaxes(title_text="output tokens/s", secondary_y=False)
     fig.update_yaxes(title_text="requests in flight", secondary_y=True, rangemode="tozero", showgrid=False,
@@ -422,6 +485,7 @@ def _server_over_time(run: RunResult):
                                     marker=dict(size=4), line=dict(color=figures.color(row - 1)), name=esc(metric),
                                     hovertemplate=f"{esc(metric)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
+    shade_time(fig, run.summary)
     fig.update_xaxes(range=[0, t_max])
     fig.update_xaxes(title_text="time since the measured phase began (s)", row=len(panels), col=1)
     return ("server-time", title, fig, _server_note(run.summary.server_metrics or {}))

@@ -126,6 +126,13 @@ def http_phases(send_t: float, phases: Optional[dict[str, float]]) -> dict[str, 
 # --- per run ----------------------------------------------------------------------------
 
 
+def cost_per_million(usd_per_hour: Optional[float], duration_s: float, tokens: int) -> Optional[float]:
+    """US$ per million tokens = P · T / 3600 / tokens · 10⁶; None without a price or tokens."""
+    if usd_per_hour is None or tokens <= 0 or duration_s <= 0:
+        return None
+    return usd_per_hour * duration_s / 3600.0 / tokens * 1e6
+
+
 def distribution(values: Sequence[float]) -> dict[str, Optional[float]]:
     """mean, std, min, max and p50/p90/p95/p99 (linear interpolation between order statistics)."""
     arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)

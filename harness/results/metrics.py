@@ -100,6 +100,7 @@ class RunTotals:
     meeting_slo: int
     duration_s: float
     gpu: Optional[GpuPhase] = None
+    usd_per_hour: Optional[float] = None  # cost.*: the machine's price; None when not given
 
 
 class RunMetric(Metric):
@@ -415,6 +416,34 @@ class GpuUtilisation(RunMetric):
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
         return totals.gpu.util if totals.gpu else None
+
+
+@register
+class CostPerMillionOutputTokens(RunMetric):
+    """Cost per million output tokens (US$) = P · T / 3600 / Σ n_out · 10⁶, P the machine's price
+    per hour (``cost.usd_per_hour``, or ``cost.usd_per_accelerator_hour`` × ``cost.accelerators``),
+    T the measured phase: what the run's output would cost at that price, the machine kept as busy."""
+
+    key, label, unit, digits = "usd_per_million_output_tokens", "$ per million output tokens", "$", 3
+    source = "cost"
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        tokens = sum(r.output_tokens for r in totals.ok)
+        return formulas.cost_per_million(totals.usd_per_hour, totals.duration_s, tokens)
+
+
+@register
+class CostPerMillionTotalTokens(RunMetric):
+    """Cost per million total tokens (US$) = P · T / 3600 / Σ (n_in + n_out) · 10⁶ (prompt tokens count too)."""
+
+    key, label, unit, digits = "usd_per_million_total_tokens", "$ per million total tokens", "$", 3
+    source = "cost"
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        tokens = sum(r.prompt_tokens + r.output_tokens for r in totals.ok)
+        return formulas.cost_per_million(totals.usd_per_hour, totals.duration_s, tokens)
 
 
 # --- engine-reported stage times, beside the harness's measure of the same interval -----------

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from core.sequences import reconcile_counts
 from core.text import valid_text
+from backends.http.router import endpoint_of_error
 from core.types import GenerationRequest, RequestDone
 from harness.results.formulas import (
     client_wait,
@@ -55,12 +56,16 @@ class RequestRecord:
     client_wait_s: Optional[float] = None  # open loop: send − scheduled
     ttft_from_scheduled_s: Optional[float] = None
     e2e_from_scheduled_s: Optional[float] = None
+    stage: Optional[int] = None  # a time-shaped load: the stage in which it started (workloads/schedule.py)
     engine_timings_source: Optional[str] = None  # where the engine's own per-request figures came from
     http_connect_s: Optional[float] = None  # None: no new connection (reused, or in-process)
     http_reused: Optional[bool] = None
     http_sent_s: Optional[float] = None
     http_first_byte_s: Optional[float] = None
     http_last_byte_s: Optional[float] = None
+    # several endpoints (backend.urls, backend.replicas): the index of the one that served it, or
+    # on which it failed (backends/http/router.py); None with one endpoint
+    endpoint: Optional[int] = None
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     output_text: Optional[str] = None
@@ -168,11 +173,21 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         e2e_from_scheduled_s=from_scheduled(wait_s, e2e_s),
         engine_timings_source=engine_stats.get("engine_timings_source"),
         **phases,
+        endpoint=_endpoint(engine_stats, error),
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,
         output_token_ids=None if output_token_ids is None else [int(t) for t in output_token_ids],
     )
+
+
+def _endpoint(engine_stats: dict[str, Any], error: Optional[str]) -> Optional[int]:
+    """The endpoint a router sent the request to: its last event says (``engine_stats["endpoint"]``),
+    or, for a request that failed before it, its error (an EndpointError's text)."""
+    told = engine_stats.get("endpoint")
+    if isinstance(told, int) and not isinstance(told, bool):
+        return told
+    return endpoint_of_error(error)
 
 
 def _queue_wait(send_t: float, done: Optional[RequestDone], engine_stats: dict[str, Any]) -> Optional[float]:

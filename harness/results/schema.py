@@ -70,8 +70,9 @@ REQUEST_COLUMNS = (
     "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
     "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
     "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s",
-    "ttfo_s", "ttst_s", "reasoning_tokens", "client_wait_s", "ttft_from_scheduled_s", "e2e_from_scheduled_s",
+    "ttfo_s", "ttst_s", "reasoning_tokens", "client_wait_s", "ttft_from_scheduled_s", "e2e_from_scheduled_s", "stage",
     "engine_timings_source", "http_connect_s", "http_reused", "http_sent_s", "http_first_byte_s", "http_last_byte_s",
+    "endpoint",
     "finish_reason",
     "error", "output_text", "engine_stats", "output_token_ids",
 )
@@ -125,10 +126,21 @@ class RunSummary:
     # why the machine was not fit to measure on (harness/telemetry/machine_state.py): one sentence
     # each; a tainted run is rerun or left out of a decision, never averaged in. [] when clean
     taint: list[str] = field(default_factory=list)
+    # The steady-state window (workload.warmup_s, cooldown_s; docs/metrics.md): its bounds and
+    # request counts; latency and throughput above are then the window's, and whole_run keeps
+    # the whole run's (requests, duration_s, latency, throughput). Absent without a window.
+    window: Optional[dict[str, Any]] = None
+    whole_run: Optional[dict[str, Any]] = None
+    # A time-shaped load: one entry per stage (index, start_s, end_s, rate | concurrency,
+    # requests, latency, throughput over the stage's length). Absent for a run of a count.
+    stages: Optional[list[dict[str, Any]]] = None
+    # Several endpoints (backend.urls, backend.replicas): {index: {url, requests, completed, failed,
+    # latency, throughput, cached_share}} (harness/results/summary.py endpoints). Absent with one.
+    endpoints: Optional[dict[str, dict[str, Any]]] = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("server_metrics", "gpu"):
+        for key in ("server_metrics", "gpu", "window", "whole_run", "stages", "endpoints"):
             if out[key] is None:
                 del out[key]
         return out

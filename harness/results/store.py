@@ -9,17 +9,19 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import orjson
 import pandas as pd
 
-from core.errors import HarnessError
+from core.errors import DiskFull, HarnessError
 from core.text import valid_text
 from harness.config import SLOConfig
 from harness.results.record import RequestRecord
@@ -67,25 +69,66 @@ class RunWriter:
         self.save_output_text = save_output_text
         self.records: list[RequestRecord] = []
         self._jsonl = None
+        self.disk_full = False  # the folder's disk filled: rows are kept in memory only, nothing more is written
 
     def write_json(self, name: str, data: Any) -> None:
-        write_json(self.run_dir / name, data)
+        with self._full_disk_ends_the_run():
+            write_json(self.run_dir / name, data)
 
     def write_text(self, name: str, text: str) -> None:
-        (self.run_dir / name).write_text(text, encoding="utf-8", errors="replace")
+        with self._full_disk_ends_the_run():
+            (self.run_dir / name).write_text(text, encoding="utf-8", errors="replace")
+
+    @contextlib.contextmanager
+    def _full_disk_ends_the_run(self) -> Iterator[None]:
+        """A file of the run folder that does not fit on its disk: :class:`DiskFull`, in one line."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or self.disk_full:
+                raise
+            raise self._disk_filled(exc) from None
 
     def write_summary(self, summary: RunSummary) -> None:
         self.write_json(SUMMARY, summary.to_dict())
 
     def append(self, record: RequestRecord) -> None:
-        """Keep a finished request; its row reaches disk at once."""
+        """Keep a finished request; its row reaches disk at once. A full disk raises
+        :class:`DiskFull` once (the run ends in that line); rows after it stay in memory."""
         self.records.append(record)
-        if self._jsonl is None:
-            self._jsonl = open(self.run_dir / REQUESTS_JSONL, "a", encoding="utf-8")
-        # on the event loop, while other streams are being read: orjson, no deep copy (about
-        # 8 ms a request with 2048 output tokens before, through asdict and _jsonable)
-        self._jsonl.write(orjson.dumps(self._row(record), default=_json_default, option=_ORJSON_OPTIONS).decode() + "\n")
-        self._jsonl.flush()
+        if self.disk_full:
+            return
+        with self._full_disk_ends_the_run():
+            if self._jsonl is None:
+                self._jsonl = open(self.run_dir / REQUESTS_JSONL, "a", encoding="utf-8")
+            # on the event loop, while other streams are being read: orjson, no deep copy (about
+            # 8 ms a request with 2048 output tokens before, through asdict and _jsonable)
+            self._jsonl.write(orjson.dumps(self._row(record), default=_json_default, option=_ORJSON_OPTIONS).decode() + "\n")
+            self._jsonl.flush()
+
+    def _disk_filled(self, exc: OSError) -> DiskFull:
+        """Stop writing; cut requests.jsonl back to its last whole row, so it stays readable."""
+        self.disk_full = True
+        jsonl, self._jsonl = self._jsonl, None
+        if jsonl is not None:
+            try:
+                jsonl.close()  # its buffer cannot reach the disk either
+            except OSError:
+                pass
+        path = self.run_dir / REQUESTS_JSONL
+        kept = 0
+        try:
+            if not path.is_file():  # e.g. a device: nothing to cut back
+                raise OSError(errno.EINVAL, "not a regular file")
+            with open(path, "r+b") as f:
+                data = f.read()
+                end = data.rfind(b"\n") + 1
+                f.truncate(end)  # a partial row would make the file unreadable; truncating needs no space
+                kept = data.count(b"\n", 0, end)
+        except OSError:
+            pass
+        return DiskFull(f"the disk holding {self.run_dir} is full ({exc.strerror or exc}): {kept} finished requests "
+                        f"are kept in {path.name}, readable; free space, then run again")
 
     def _row(self, record: RequestRecord) -> dict[str, Any]:
         # shallow: asdict would deep-copy every element of the per-token lists

@@ -22,17 +22,22 @@ OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 
 
 def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
-              gpu: Optional[GpuPhase] = None) -> dict[str, Any]:
+              gpu: Optional[GpuPhase] = None, usd_per_hour: Optional[float] = None,
+              endpoint_urls: Optional[Sequence[Optional[str]]] = None) -> dict[str, Any]:
     """Per-run figures. Failed requests are counted apart and never enter a distribution.
-    ``gpu``: the measured phase's GPU figures, for the run metrics that need them."""
+    ``gpu``: the measured phase's GPU figures, and ``usd_per_hour`` the machine's price
+    (``cost.*``), for the run metrics that need them. ``endpoint_urls``: the public URLs of
+    the endpoints requests were routed over (several: an ``endpoints`` section)."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+    by_endpoint = endpoints(records, duration_s, slo, endpoint_urls)
     return {
+        **({"endpoints": by_endpoint} if by_endpoint else {}),
         "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
         "duration_s": duration_s,
         "latency": metrics.distributions(ok),
-        "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s, gpu)),
+        "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s, gpu, usd_per_hour)),
         "prefix_cache": {
             "cached_share": formulas.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
             "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
@@ -56,6 +61,93 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
         },
         "warnings": warnings(records),
     }
+
+
+def _counts(records: Sequence[RequestRecord]) -> dict[str, int]:
+    ok = sum(1 for r in records if r.ok)
+    return {"sent": len(records), "completed": ok, "failed": len(records) - ok}
+
+
+def _load_figures(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+                  usd_per_hour: Optional[float]) -> dict[str, Any]:
+    """requests, latency and throughput of some of a run's requests over ``duration_s``: the
+    metric registry's own figures (GPU figures need the whole phase: none here)."""
+    ok = [r for r in records if r.ok]
+    meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+    return {"requests": _counts(records), "latency": metrics.distributions(ok),
+            "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s, None, usd_per_hour))}
+
+
+def time_windows(figures: dict[str, Any], records: Sequence[RequestRecord], slo: Any,
+                 window: Optional[tuple[float, float]] = None, stages: Optional[Sequence[dict[str, Any]]] = None,
+                 usd_per_hour: Optional[float] = None) -> dict[str, Any]:
+    """``figures`` (what :func:`summarize` made) with the steady-state window and the stages.
+
+    ``window`` (start_s, end_s): latency and throughput become those of the requests that
+    started in [start_s, end_s], throughput over end_s − start_s; the whole run's move to
+    ``whole_run``, and ``window`` says the bounds and the window's request counts. ``stages``
+    (index, start_s, end_s, rate | concurrency: the schedule's): each request belongs to the
+    stage it started in (its ``stage``, else its start_s: before the first stage → the first,
+    after the last → the last), each stage gets the registry's distributions and run metrics
+    over its own length. Requests and their counts in ``requests`` stay the whole run's."""
+    out = dict(figures)
+    if window is not None:
+        start, end = window
+        inside = [r for r in records if start <= r.start_s <= end]
+        length = max(end - start, 0.0)
+        windowed = _load_figures(inside, length, slo, usd_per_hour)
+        out["whole_run"] = {"requests": figures["requests"], "duration_s": figures["duration_s"],
+                            "latency": figures["latency"], "throughput": figures["throughput"]}
+        out["window"] = {"start_s": start, "end_s": end, "duration_s": length, "requests": windowed["requests"]}
+        out["latency"], out["throughput"] = windowed["latency"], windowed["throughput"]
+        if not inside:
+            out["warnings"] = [*figures.get("warnings", []),
+                               f"No request started in the steady-state window [{start:g}, {end:g}] s: "
+                               "shorten workload.warmup_s or workload.cooldown_s."]
+    if stages:
+        by_stage: dict[int, list[RequestRecord]] = defaultdict(list)
+        for r in records:
+            by_stage[r.stage if r.stage is not None else stage_at(stages, r.start_s)].append(r)
+        rows = []
+        for stage in stages:
+            figs = _load_figures(by_stage.get(stage["index"], []), stage["end_s"] - stage["start_s"], slo, usd_per_hour)
+            rows.append({**stage, **figs})
+        out["stages"] = rows
+    return out
+
+
+def stage_at(stages: Sequence[dict[str, Any]], t: float) -> int:
+    """The index of the stage holding ``t`` (the first before it, the last after it)."""
+    for stage in stages:
+        if t < stage["end_s"]:
+            return stage["index"]
+    return stages[-1]["index"]
+
+
+def endpoints(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+              urls: Optional[Sequence[Optional[str]]] = None) -> Optional[dict[str, dict[str, Any]]]:
+    """Figures per endpoint (``backend.urls``, ``backend.replicas``), keyed by its index as a
+    string: its public URL, requests sent, completed and failed, the registry's distributions
+    and run figures over its completed requests (throughputs over the whole run's duration: each
+    endpoint's share of the run's throughput), and its cached share. None with one endpoint."""
+    indexes = set(range(len(urls or ()))) | {r.endpoint for r in records if r.endpoint is not None}
+    if len(indexes) < 2:
+        return None
+    out = {}
+    for i in sorted(indexes):
+        mine = [r for r in records if r.endpoint == i]
+        ok = [r for r in mine if r.ok]
+        meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+        out[str(i)] = {
+            "url": urls[i] if urls and i < len(urls) else None,
+            "requests": len(mine),
+            "completed": len(ok),
+            "failed": len(mine) - len(ok),
+            "latency": metrics.distributions(ok),
+            "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s)),
+            "cached_share": formulas.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
+        }
+    return out
 
 
 def run_warnings(summary: RunSummary) -> list[str]:

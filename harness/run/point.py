@@ -45,7 +45,7 @@ from harness.results.schema import (
     COMPLETE, FAILED, INTERRUPTED, MACHINE, METRICS_AFTER, METRICS_BEFORE, SATURATED, SERVER_METRICS, RunSummary,
 )
 from harness.results.store import RunWriter, check_run_dir_free
-from harness.results.summary import run_warnings, summarize
+from harness.results.summary import run_warnings, summarize, time_windows
 from harness.run.session import EngineSession
 from harness.telemetry import memory as mem
 from harness.telemetry import prometheus
@@ -116,7 +116,7 @@ def run_point(
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
     driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector,
-                    spin=cfg.client.pacing == "spin")
+                    spin=cfg.client.pacing == "spin", schedule=plan.schedule)
     point = PointRun(
         session=session, cfg=cfg, plan=plan, workload_json=workload_json, writer=writer, sampler=sampler,
         driver=driver, load_s=load_s, repeat=repeat,
@@ -159,6 +159,10 @@ def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: W
     client = session.backend.worker_client()
     in_flight = driver.cap(plan.open_loop)
     workers = resolve_workers(cfg.client.workers, client is not None, in_flight)
+    if plan.schedule is not None and not plan.open_loop:  # a cap that follows a schedule: one process
+        if (cfg.client.workers or 1) > 1:
+            log.info("client.workers=%d: a closed loop with a schedule runs in one client process", cfg.client.workers)
+        return driver
     if client is None or min(workers, len(plan.sessions), in_flight or len(plan.sessions)) <= 1:
         return driver
     return WorkerPool(driver, client, workers, cfg.client.event_loop)
@@ -283,7 +287,9 @@ class PointRun:
             status=self.status, error=self.error, started_at=self.started_at, backend=self.session.describe(),
             model=self.session.model.describe() if self.session.model else {},
             workload=self._workload_summary(), seed=self.cfg.seed,
-            **summarize(records, self.duration_s, self.cfg.slo, gpu.phase if gpu else None),
+            **time_windows(summarize(records, self.duration_s, self.cfg.slo, gpu.phase if gpu else None,
+                                     self.cfg.cost.machine_usd_per_hour(), endpoint_urls=self._endpoint_urls()),
+                           records, self.cfg.slo, self._window(), self._stages(), self.cfg.cost.machine_usd_per_hour()),
             memory=self._memory_summary(gpu), load_s=self.load_s, engine=self.engine,
             config_sha256=config_sha256(self.cfg), repeat=self.repeat, saturated=self.driver.saturated,
             server_metrics=self._server_metrics(), gpu=gpu.section if gpu else None,
@@ -292,6 +298,12 @@ class PointRun:
         summary.harness.update(self.client_load.figures())
         summary.warnings = run_warnings(summary) + summary.warnings
         return summary
+
+    def _endpoint_urls(self) -> Optional[list[Optional[str]]]:
+        """The public URLs requests were routed over (backend.urls, backend.replicas), or None with one."""
+        backend = self.session.backend
+        info = backend.engine_info() if backend is not None else {}
+        return info.get("endpoints") if isinstance(info, dict) else None
 
     def fallback_summary(self) -> RunSummary:
         """When the summary itself failed: how the run ended and its request counts."""
@@ -304,6 +316,19 @@ class PointRun:
     def taint(self) -> list[str]:
         return list(self.machine.taint) if self.machine is not None else []
 
+    def _window(self) -> Optional[tuple[float, float]]:
+        """The steady-state window [warmup_s, L − cooldown_s], L the schedule's length (else the
+        measured phase's T); None when both are 0 (docs/metrics.md)."""
+        wl = self.cfg.workload
+        warm, cool = getattr(wl, "warmup_s", 0.0) or 0.0, getattr(wl, "cooldown_s", 0.0) or 0.0
+        if not warm and not cool:
+            return None
+        span = self.plan.schedule.duration_s if self.plan.schedule is not None else self.duration_s
+        return float(warm), max(float(warm), span - float(cool))
+
+    def _stages(self) -> Optional[list[dict[str, Any]]]:
+        return self.plan.schedule.to_json() if self.plan.schedule is not None else None
+
     def _workload_summary(self) -> dict[str, Any]:
         plan = self.plan
         return {
@@ -315,6 +340,8 @@ class PointRun:
             "open_loop": plan.open_loop,
             "concurrency": plan.concurrency,
             "rate": getattr(self.cfg.workload, "rate", None),
+            **({"schedule": {"kind": plan.schedule.kind, "duration_s": plan.schedule.duration_s}}
+               if plan.schedule is not None else {}),
             "exact_output_len": plan.exact_output_len,
             **({"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
                if plan.source else {}),
@@ -398,8 +425,13 @@ class PointRun:
 
 def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
     """summary.json, the tables and the report. Each is written on its own: one failing costs
-    only itself, never the others (requests.jsonl already holds every row)."""
+    only itself, never the others (requests.jsonl already holds every row). After a full disk
+    nothing more is tried: the run ends in the one line that says so (:class:`DiskFull`)."""
     point.stop_machine_monitor()
+    if point.writer.disk_full:
+        point.sampler.stop()
+        point.stop_server_sampler()
+        return point.fallback_summary()
     if point.machine is not None:
         machine = point.machine
         _guarded(MACHINE, lambda: point.writer.write_json(MACHINE, machine.to_dict()), run_dir)

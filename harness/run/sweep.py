@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from core.errors import EngineFailed, HarnessError
+from core.errors import DiskFull, EngineFailed, HarnessError
 from harness.config import RunConfig, config_sha256
 from harness.history.store import add_run
 from harness.reports.compare.outputs import write_comparison
@@ -125,7 +125,8 @@ def add_to_history(root: Path, run_dirs: list[str]) -> None:
 def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, overrides: Sequence[str],
                     single: bool = False, keep_engine: bool = True) -> dict[str, Any]:
     """Run one point of a sweep (all its repeats) and record it in sweep.json; never raises
-    for a failed point (KeyboardInterrupt still ends the sweep, after recording the point).
+    for a failed point (KeyboardInterrupt still ends the sweep, after recording the point; a
+    full disk ends it too, with nothing more written).
 
     ``single``: a plain run (no multirun); its session is closed at the end and no sweep.json
     is written unless it has repeats. ``keep_engine=False`` closes the engine after the point
@@ -136,6 +137,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     write_sweep = not single or cfg.repeat > 1
     summaries: list[RunSummary] = []
     done = find_finished(Path(cfg.output_root), sha) if cfg.resume else {}
+    disk_full = False
     try:
         for i in range(1, cfg.repeat + 1):
             rep_dir = run_dir if cfg.repeat == 1 else run_dir / f"repeat-{i}"
@@ -157,6 +159,10 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
         raise
     except HarnessError as exc:
         entry.update(status=FAILED, error=str(exc))
+        if isinstance(exc, DiskFull):
+            disk_full = True
+            SESSIONS.close()
+            raise  # no later point could write its folder either, nor sweep.json
         if isinstance(exc, EngineFailed) or SESSIONS.session is None or SESSIONS.session.fatal_error():
             SESSIONS.close()  # the next point loads a fresh engine
         if summaries:
@@ -167,7 +173,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     finally:
         if cfg.history:
             add_to_history(Path(cfg.history), entry.get("run_dirs") or [])
-        if write_sweep:
+        if write_sweep and not disk_full:
             record_point(sweep_dir, entry)
             if cfg.sweep.compare_html:
                 refresh_compare(sweep_dir)

@@ -28,6 +28,7 @@ from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_N
 from harness.reports.describe import backend_text, engine_text, hardware_text, load_text, model_text, run_date
 from harness.reports.gate_text import decision_lines
 from harness.reports.html import esc, fmt
+from harness.reports.part_figures import part_cells, uniform_rows
 from harness.reports.run_report import REPORT_NAME, SERVER_PANELS, server_panels
 from harness.results import metrics
 
@@ -67,6 +68,17 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
             parts.append(html.banner([passed[0].upper() + passed[1:] + "."], "Regression gate: no regression", "ok"))
     parts.append(html.banner(comp.notes, "What differs between the runs", "info"))
     parts.append(html.section("Runs", _runs_html(runs, table, result.out_dir), "Latencies in ms (from each run's summary.json)."))
+    stage_rows = stages_rows(runs)
+    if stage_rows:
+        parts.append(html.section("Per stage", html.table(stage_rows, list(stage_rows[0]), text_columns=["run"]),
+                                  "The runs with a time-shaped load (workload.stages, workload.ramp, workload.duration_s): "
+                                  "each stage's figures from its summary.json (requests in the stage they started in; "
+                                  "throughputs over the stage's length). Request metrics: p50 / p99."))
+    endpoint_rows = endpoints_rows(runs)
+    if endpoint_rows:
+        parts.append(html.section("Per endpoint", html.table(endpoint_rows, list(endpoint_rows[0]), text_columns=["run", "url"]),
+                                  "The runs over several endpoints (backend.urls, backend.replicas): each endpoint's "
+                                  "figures from its summary.json (throughputs over the run's duration). Request metrics: p50 / p90."))
     if diffs:
         parts.append(html.section(
             "Differences against the baseline", _diffs_html(diffs),
@@ -260,6 +272,35 @@ def _server_overlay(runs: Sequence[Run]):
     note = ("The server's own /metrics, sampled during each run's measured phase, one line per run."
             + (f" No server series: {', '.join(missing)}." if missing else ""))
     return ("server-time", "Server state over time", fig, note)
+
+
+def stages_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One row per stage of each run that has stages (summary ``stages``), columns from the registry."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        for st in run.summary.stages or []:
+            kind = "rate" if "rate" in st else "concurrency"
+            load = st.get(kind)
+            load_text = f"{load['from']:g} → {load['to']:g}" if isinstance(load, dict) else f"{load:g}"
+            req = st.get("requests") or {}
+            row: dict[str, Any] = {"run": run.label, "stage": st.get("index"),
+                                   "s": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
+                                   "load": f"{load_text} {'req/s' if kind == 'rate' else 'in flight'}",
+                                   "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}"}
+            rows.append({**row, **part_cells(st, ("p50", "p99"), compare_only=True)})
+    return uniform_rows(rows)
+
+
+def endpoints_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One row per endpoint of each run that has several (summary ``endpoints``), columns from the registry."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        for index, ep in (run.summary.endpoints or {}).items():
+            row: dict[str, Any] = {"run": run.label, "endpoint": index, "url": ep.get("url") or "–",
+                                   "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
+                                   "cached %": html.fmt(ep.get("cached_share"), 1, 100)}
+            rows.append({**row, **part_cells(ep, ("p50", "p90"), compare_only=True)})
+    return uniform_rows(rows)
 
 
 def _per_turn(runs: Sequence[Run]):

@@ -91,3 +91,42 @@ def test_cache_hit_rates_side_by_side():
     assert "data: d.jsonl (mooncake, 3 records, sha256 abababababab…)" in text
     plain = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s))
     assert "prefix-cache hit rate" not in plain
+
+
+def test_cost_per_million_tokens_only_with_a_price():
+    from core.errors import ConfigError
+    from harness.config import CostConfig
+
+    records = [record(0, ttft=0.1), record(1, ttft=0.3), record(2, error="boom")]  # 2 × 10 output tokens
+    s = summarize(records, duration_s=36.0, slo=SLOConfig(), usd_per_hour=2.0)  # $0.02 for the phase
+    out = sum(r.output_tokens for r in records[:2])
+    total = sum(r.output_tokens + r.prompt_tokens for r in records[:2])
+    assert s["throughput"]["usd_per_million_output_tokens"] == pytest.approx(0.02 / out * 1e6)
+    assert s["throughput"]["usd_per_million_total_tokens"] == pytest.approx(0.02 / total * 1e6)
+    none = summarize(records, duration_s=36.0, slo=SLOConfig())
+    assert none["throughput"]["usd_per_million_output_tokens"] is None  # absent, not zero
+    head = {"status": "complete", "backend": {"name": "x"}, "model": {"name": "m"}, "workload": {"name": "chat"}}
+    assert "$ per million output tokens" in format_summary(RunSummary(**head, **s))
+    assert "$ per million" not in format_summary(RunSummary(**head, **none))
+    assert CostConfig(usd_per_accelerator_hour=3.0, accelerators=8).machine_usd_per_hour() == 24.0
+    with pytest.raises(ConfigError, match="not both"):
+        CostConfig(usd_per_hour=1.0, usd_per_accelerator_hour=1.0).validate()
+    with pytest.raises(ConfigError, match="cost.usd_per_hour must be > 0"):
+        CostConfig(usd_per_hour=0.0).validate()
+
+
+def test_the_console_says_what_a_long_queue_wait_means():
+    records = [record(i, ttft=1.0) for i in range(4)]
+    for r in records:
+        r.queue_wait_s = 0.8
+    s = summarize(records, duration_s=4.0, slo=SLOConfig())
+    head = {"status": "complete", "model": {"name": "m"}, "workload": {"name": "chat"}}
+    note = "transformers runs one request at a time with batching=serial; backend.batching=continuous serves them together"
+    serial = format_summary(RunSummary(**head, backend={"name": "transformers", "info": {"notes": {"queue_wait": note}}}, **s))
+    assert "queue wait: 800 ms of the TTFT p50 1000 ms" in serial and "backend.batching=continuous" in serial
+    other = format_summary(RunSummary(**head, backend={"name": "vllm", "info": {}}, **s))
+    assert "queue wait: 800 ms" in other and "batching=continuous" not in other
+    for r in records:
+        r.queue_wait_s = 0.01
+    quick = summarize(records, duration_s=4.0, slo=SLOConfig())
+    assert "queue wait:" not in format_summary(RunSummary(**head, backend={"name": "vllm"}, **quick))
