@@ -31,14 +31,28 @@ def model_text(summary: RunSummary) -> str:
 
 
 def load_text(summary: RunSummary) -> str:
-    """Closed loop with its concurrency, or open loop with its rate."""
+    """Closed loop with its concurrency, or open loop with its rate; a time-shaped load by its stages."""
     wl = summary.workload
-    rate = wl.get("rate")
+    rate, cap = wl.get("rate"), wl.get("concurrency")
+    in_flight = f", at most {cap} in flight" if cap is not None else ""
+    schedule = wl.get("schedule")
+    if schedule:
+        loads = " → ".join(_stage_load(st.get(schedule.get("kind"))) for st in summary.stages or [])
+        what = f"rate {loads} req/s" if schedule.get("kind") == "rate" else f"concurrency {loads}"
+        loop = "open loop" if wl.get("open_loop") else "closed loop"
+        return f"{loop}, {what} over {schedule.get('duration_s', 0):g} s{in_flight if wl.get('open_loop') else ''}"
     if wl.get("open_loop") and rate is None and wl.get("data"):
-        return f"open loop at the data's timestamps, at most {wl.get('concurrency')} in flight"
+        return f"open loop at the data's timestamps{in_flight}"
     if wl.get("open_loop"):
-        return f"open loop, rate {rate if rate is not None else '?'}/s, at most {wl.get('concurrency')} in flight"
-    return f"closed loop, concurrency {wl.get('concurrency')}"
+        return f"open loop, rate {rate if rate is not None else '?'}/s{in_flight}"
+    return f"closed loop, concurrency {cap}"
+
+
+def _stage_load(load: Any) -> str:
+    """One stage's rate or concurrency: a number, or a ramp's from → to."""
+    if isinstance(load, dict):
+        return f"({load.get('from', '?'):g}↗{load.get('to', '?'):g} {load.get('shape', '')})".replace(" )", ")")
+    return f"{load:g}" if isinstance(load, (int, float)) else "?"
 
 
 def workload_text(summary: RunSummary) -> str:
