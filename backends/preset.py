@@ -37,3 +37,6 @@ class ServerPreset:
     cleanup_commands: list[list[str]] = field(default_factory=list)  # run once the server is stopped, by the watchdog too
     version_path: Optional[str] = None  # GET answers {"version": …}, asked once healthy (preferred to version_packages)
     version: Optional[str] = None  # the engine's version where the preset already knows it (a program's --version)
+    # what the server says about each request in its stream (backends/http/engine_timings.py): the
+    # report shows it where the engine gave no stage times
+    timings_note: str = "this server sends no per-request timings in its stream"

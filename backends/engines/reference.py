@@ -117,6 +117,8 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         extra_body=extra_body,
         prompt_token_ids=None if DIALECTS[c.dialect].token_id_prompts else False,
         engine="reference",
+        timings_note="the reference server sends vLLM's metrics with backend.per_request_metrics=true, and "
+                     "llama-server's timings with backend.dialect=llama-server",
         version_packages=("llm-harness",),
         stop_grace_s=5.0,
     )

@@ -18,7 +18,8 @@ worker, so it keeps its endpoint).
 **Failures are the request's, never the run's.** A request that fails on an endpoint (connection
 refused, an HTTP 5xx, a stream cut off, a server that exited) raises :class:`EndpointError`,
 whose text starts ``endpoint <i> (<url>): `` and then the cause; the runner records it against
-that request, and the results read the endpoint back from it (:func:`endpoint_of_error`). An
+that request, with the endpoint from the exception's ``engine_stats`` (its text names it too:
+:func:`endpoint_of_error`). An
 endpoint that **refuses a connection** is left out of the choice for ``REFUSED_RETRY_S`` seconds,
 then tried again (a replica that restarts comes back); so is one whose process has exited, for
 good (``exited``, managed replicas only). When every endpoint is left out, requests go to all
@@ -52,6 +53,7 @@ class EndpointError(Exception):
 
     def __init__(self, endpoint: int, url: str, cause: BaseException, why: Optional[str] = None):
         self.endpoint = endpoint
+        self.engine_stats = {"endpoint": endpoint}  # the failed request's record keeps it (harness/client/driver.py)
         text = why or f"{type(cause).__name__}: {cause}".strip()
         super().__init__(f"endpoint {endpoint} ({url}): {text}")
 

@@ -76,22 +76,6 @@ _VERSION_PROBE = (
 )
 
 
-# What each engine's server says about each request in a stream (backends/http/engine_timings.py);
-# the report shows it where the stage table is empty. docs/metrics.md has the table.
-ENGINE_TIMINGS: dict[str, str] = {
-    "vllm": "vLLM sends its queue, prefill and decode times on the last chunk with --enable-per-request-metrics "
-            "(vLLM 0.27 on; the preset adds it where the installed vLLM has it)",
-    "llamacpp": "llama_cpp.server sends no timings; backend.server=llama-server (llama.cpp's C++ server) sends "
-                "prompt and predicted times on every stream",
-    "llama-server": "llama-server sends prompt and predicted times (timings) on the last chunk of every stream",
-    "sglang": "SGLang sends its meta_info (cached tokens, latencies) only on replies that are not streamed",
-    "tgi": "TGI sends its timing headers only on replies that are not streamed",
-    "reference": "the reference server sends vLLM's metrics with backend.per_request_metrics=true, and "
-                 "llama-server's timings with backend.dialect=llama-server",
-    "other": "this server sends no per-request timings in its stream",
-}
-
-
 class ServerBackend(HTTPBackend):
     """An engine's own server, launched for the run and stopped after it."""
 
@@ -345,7 +329,7 @@ class ServerBackend(HTTPBackend):
                 "endpoints": [s.url_root + self.preset.api_root if s else None for s in self.servers],
                 "routing": self.config.routing} if self.replicated else {}),
             # sentences for the reader, not settings (a dict: compare does not tell runs apart by them)
-            "notes": {"engine_timings": ENGINE_TIMINGS.get(self.engine_name, ENGINE_TIMINGS["other"])},
+            "notes": {"engine_timings": self.preset.timings_note},
             "model_name": self.client.model_name if self.client else self.preset.served_model_name,
             "endpoint": self.config.endpoint,
             "api_key_env": self.config.api_key_env,  # the variable's name, never its value

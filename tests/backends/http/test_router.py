@@ -104,7 +104,8 @@ def test_records_carry_the_endpoint_and_the_summary_splits_by_it():
     ok = build_record(req, RequestTiming(t0=0.0, send_t=0.0, end_t=0.2, chunks=[(0.1, 1), (0.2, 1)]),
                       RequestDone("length", engine_stats={"endpoint": 1}))
     failed = build_record(req, RequestTiming(t0=0.0, send_t=0.0, end_t=0.1), None,
-                          error="EndpointError: endpoint 0 (http://h:1/v1): HTTPStatusError: HTTP 500")
+                          error="EndpointError: endpoint 0 (http://h:1/v1): HTTPStatusError: HTTP 500",
+                          error_stats=EndpointError(0, "http://h:1/v1", RuntimeError("HTTP 500")).engine_stats)
     assert (ok.endpoint, failed.endpoint) == (1, 0)
     s = summarize([ok, failed], 1.0, SLOConfig(), endpoint_urls=["http://h:1/v1", "http://h:2/v1"])
     eps = s["endpoints"]
