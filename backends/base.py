@@ -162,6 +162,25 @@ class Backend(ABC):
         """Raise ConfigError if the workload cannot run on this engine (checked before loading)."""
 
     @staticmethod
+    def refuse_constraints(plan: Any, engine: str) -> None:
+        """ConfigError, in one line, for a workload with a reply constraint (workload.response_format,
+        workload.tools) on an engine that has no constrained decoding."""
+        if getattr(plan, "structured", None):
+            raise ConfigError(f"{engine} has no constrained decoding (workload.response_format, workload.tools): "
+                              "drop them, or use vllm or llamacpp (in-process or server), or an engine's server")
+
+    # what serving LoRA adapters takes here, for the refusal of engines that cannot (one line)
+    lora_hint: ClassVar[str] = ("engines that serve them: backend=vllm, backend=transformers (peft), backend=llamacpp "
+                                "(in-process, or backend.mode=server backend.server=llama-server), or the vLLM, SGLang "
+                                "and TGI servers")
+
+    def check_adapters(self, adapters: list[Any]) -> None:
+        """Raise ConfigError if this engine cannot serve these LoRA adapters (``workload.lora``),
+        before it loads. Engines that serve adapters override it; by default it refuses."""
+        raise ConfigError(f"backend {self.config.name} (mode {self.config.mode}) does not serve LoRA adapters "
+                          f"(workload.lora.adapters): drop them, or use one of the {self.lora_hint}")
+
+    @staticmethod
     def check_context_fits(plan: Any, limit: Optional[int], key: str) -> None:
         """ConfigError when a request known in advance needs more than ``limit`` tokens of context."""
         if limit is None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from core.types import GenerationRequest
 
@@ -40,3 +40,75 @@ class ServerPreset:
     # what the server says about each request in its stream (backends/http/engine_timings.py): the
     # report shows it where the engine gave no stage times
     timings_note: str = "this server sends no per-request timings in its stream"
+    # LoRA (workload.lora.adapters): True where the preset launched the server with the model's
+    # adapters (``ModelFiles.adapters``) and its ``extra_body`` names each request's adapter;
+    # False: the server is refused before launch (``lora_refusal`` says why, one line)
+    lora: bool = False
+    lora_refusal: Optional[str] = None
+    # Structured output (workload.response_format, workload.tools): how the server takes a reply
+    # constraint in its body; None: it takes none, and such a workload is refused before launch
+    structured: Optional["StructuredDialect"] = None
+
+
+# how a server takes a regular expression (a key of REGEX_FIELDS)
+REGEX_FIELDS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "structured_outputs": lambda p: {"structured_outputs": {"regex": p}},  # vLLM >= 0.10 (guided_regex before)
+    "regex": lambda p: {"regex": p},  # SGLang (and the reference server)
+    "response_format": lambda p: {"response_format": {"type": "regex", "value": p}},  # TGI's grammar
+}
+
+
+@dataclass(frozen=True)
+class StructuredDialect:
+    """How one OpenAI-compatible server takes a reply constraint (core/structured.py) in its
+    chat/completions body.
+
+    - a JSON schema: ``response_format`` ``{"type": "json_schema", "json_schema": {"name", "schema"}}``
+      (OpenAI's form), or with ``json_object`` ``{"type": "json_object", "schema": ...}``
+      (llama-cpp-python's server);
+    - a regex: the field named by ``regex_field`` (:data:`REGEX_FIELDS`); None: refused;
+    - tools: ``tools`` and ``tool_choice`` as OpenAI's API has them, where ``tools`` is True.
+    """
+
+    regex_field: Optional[str] = None
+    tools: bool = True
+    json_object: bool = False
+    # a server argument without which ``tool_choice: auto`` is refused (vLLM: --enable-auto-tool-choice,
+    # with a --tool-call-parser for the model); None: auto needs nothing
+    auto_tools_flag: Optional[str] = None
+
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The body fields of one request's constraint ({} without one)."""
+        body: dict[str, Any] = {}
+        fmt = request.response_format
+        if fmt is not None and fmt["type"] == "json_schema":
+            if self.json_object:
+                body["response_format"] = {"type": "json_object", "schema": fmt["schema"]}
+            else:
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": fmt.get("name") or "reply", "schema": fmt["schema"]}}
+        elif fmt is not None and self.regex_field is not None:
+            body.update(REGEX_FIELDS[self.regex_field](fmt["pattern"]))
+        if request.tools:
+            body["tools"] = request.tools
+            body["tool_choice"] = request.tool_choice or "auto"
+        return body
+
+    def refusal(self, structured: Optional[dict[str, Any]], engine: str,
+                server_args: Sequence[str] = ()) -> Optional[str]:
+        """Why the server cannot take the workload's constraint (one line), or None."""
+        if not structured:
+            return None
+        fmt = structured.get("response_format")
+        if fmt is not None and fmt["type"] == "regex" and self.regex_field is None:
+            return (f"the {engine} server takes no regular expression (workload.response_format type regex): "
+                    "use a JSON schema, or another engine")
+        if structured.get("tools") and not self.tools:
+            return (f"the {engine} server takes no tool definitions (workload.tools) here: drop them, "
+                    "or use another engine")
+        auto = structured.get("tools") and structured.get("tool_choice_share", 0) < 1
+        if auto and self.auto_tools_flag and self.auto_tools_flag not in server_args:
+            return (f"the {engine} server answers tool_choice auto only with {self.auto_tools_flag} and a tool-call "
+                    f"parser for the model: set workload.tool_choice_share=1 (every request required), or add them "
+                    f"with backend.server_args")
+        return None

@@ -8,10 +8,12 @@ from the run's summary.json and requests.parquet:
 - per stage: requests, TTFT p50 / p99, TPOT p50, output tokens/s and requests/s (the summary's
   ``stages``: the metric registry's figures);
 - the send-time error of the schedule, start_s − scheduled_s, p50 / p99 per stage;
+- with ``--ramp FROM TO``: a linear rate ramp over the same total time (a run of its own): the
+  send-time error p50 / p99 over its requests, and for its first and second half;
 - with ``--window``: the run again with ``workload.warmup_s`` / ``cooldown_s`` (default one
   stage's length / 4 each) and p50 / p99 TTFT of the whole run and of the window.
 
-    .venv/bin/python benchmarks/stages.py [--rates 1 2 4] [--stage-s 60] [--window] \\
+    .venv/bin/python benchmarks/stages.py [--rates 1 2 4] [--stage-s 60] [--window] [--ramp 1 8] \\
         [-- backend=vllm backend.mode=server model=smollm2-135m]
 """
 from __future__ import annotations
@@ -51,6 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", type=float, nargs="+", default=[1.0, 2.0, 4.0])
     ap.add_argument("--stage-s", type=float, default=60.0)
     ap.add_argument("--window", action="store_true", help="also run with a steady-state window and compare TTFT")
+    ap.add_argument("--ramp", type=float, nargs=2, metavar=("FROM", "TO"), default=None,
+                    help="also run a linear rate ramp FROM → TO req/s over the stages' total time")
     ap.add_argument("--warmup-s", type=float, default=None)
     ap.add_argument("--cooldown-s", type=float, default=None)
     ap.add_argument("--out", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
@@ -72,6 +76,20 @@ def main(argv=None) -> int:
         print(f"{st['index']:>5} {st['start_s']:>5g}–{st['end_s']:<5g} {st.get('rate'):>6g} {st['requests']['completed']:>5} "
               f"{ms(lat['ttft_s']['p50']):>9} {ms(lat['ttft_s']['p99']):>9} {ms(lat['tpot_s']['p50']):>9} "
               f"{(thr['output_tokens_per_s'] or 0):>9.1f} {(thr['requests_per_s'] or 0):>6.2f} {ms(p50):>12} {ms(p99):>9}")
+    if args.ramp:
+        start, end = args.ramp
+        length = args.stage_s * len(args.rates)
+        ramp = f"workload.ramp={{from: {start:g}, to: {end:g}, duration_s: {length:g}, of: rate}}"
+        r = run([ramp, *args.overrides], root / "ramp").summary
+        rows = load_requests(root / "ramp")
+        err = (rows["start_s"] - rows["scheduled_s"]).to_numpy(float)
+        half = rows["scheduled_s"].to_numpy(float) < length / 2
+        print(f"\nramp {start:g} → {end:g} req/s over {length:g} s ({root / 'ramp'}, {r.requests['sent']} requests): "
+              "send-time error start_s − scheduled_s")
+        for label, part in (("all", err), ("first half", err[half]), ("second half", err[~half])):
+            part = part[np.isfinite(part)]
+            p50, p99 = np.percentile(part, [50, 99]) if part.size else (None, None)
+            print(f"  {label:<12} {part.size:>5} requests  p50 {ms(p50)} ms  p99 {ms(p99)} ms")
     if args.window:
         warm = args.warmup_s if args.warmup_s is not None else args.stage_s / 4
         cool = args.cooldown_s if args.cooldown_s is not None else args.stage_s / 4

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from core.errors import ModelError
+from core.lora import LoraAdapter
 
 
 def cache_root() -> Path:
@@ -27,6 +28,8 @@ class ModelFiles:
     gguf_file: Optional[Path] = None
     # GGUF → HF folder, for engines that load HF (the model store passes its cached converter)
     derive_hf_dir: Optional[Callable[[Path], Path]] = field(default=None, repr=False, compare=False)
+    # LoRA adapters the engine loads beside the model (workload.lora.adapters; core/lora.py)
+    adapters: list[LoraAdapter] = field(default_factory=list)
 
     def require_hf_dir(self) -> Path:
         """The HF folder, derived from the GGUF (and cached) when only a GGUF was given."""
@@ -71,6 +74,7 @@ class ModelFiles:
             "source": self.source,
             "hf_dir": str(self.hf_dir) if self.hf_dir else None,
             "gguf_file": str(self.gguf_file) if self.gguf_file else None,
+            **({"adapters": [a.describe() for a in self.adapters]} if self.adapters else {}),
         }
 
 

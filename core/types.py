@@ -29,6 +29,14 @@ class GenerationRequest:
     messages: list[dict[str, str]] = field(default_factory=list)
     session_id: int = 0
     turn: int = 0
+    # Structured output (core/structured.py): the reply's constraint, None for free text.
+    # ``response_format``: {"type": "json_schema", "schema": {...}} or {"type": "regex", "pattern": "..."};
+    # ``tools``: OpenAI tool definitions; ``tool_choice``: "required" or "auto" (None without tools).
+    response_format: Optional[dict[str, Any]] = None
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[str] = None
+    # the LoRA adapter that serves it (a name of workload.lora.adapters); None: the base model
+    adapter: Optional[str] = None
 
 
 @dataclass(slots=True)
@@ -83,6 +91,9 @@ class RequestDone:
     # HTTP: the request's phases on the harness's clock (``perf_counter``): "connect_start",
     # "connect_end" (absent when a kept connection was reused), "sent", "first_byte", "last_byte"
     http_phases: Optional[dict[str, float]] = None
+    # The reply's tool calls as a server returned them ([{"name", "arguments"}], arguments the
+    # JSON text as streamed); None where the engine has no tool-call field (in-process engines).
+    tool_calls: Optional[list[dict[str, Any]]] = None
 
 
 StreamEvent = Union[TokenChunk, RequestDone]

@@ -68,9 +68,12 @@ class SLOConfig:
     ttft_s: Optional[float] = None
     tpot_s: Optional[float] = None
     e2e_s: Optional[float] = None
+    # agent jobs (workload=agentic): a job's completion time, first send to last token
+    # (harness/results/jobs.py job goodput); not part of the per-request SLO
+    job_s: Optional[float] = None
 
     def validate(self) -> None:
-        for key in ("ttft_s", "tpot_s", "e2e_s"):
+        for key in ("ttft_s", "tpot_s", "e2e_s", "job_s"):
             value = getattr(self, key)
             if value is not None and not value > 0:  # NaN too
                 raise ConfigError(f"slo.{key} must be > 0 seconds (got {value})")
@@ -350,6 +353,9 @@ def engine_key(cfg: RunConfig) -> str:
     """What makes two points able to share one loaded engine: the backend's and the model's settings."""
     body = {"backend": OmegaConf.to_container(OmegaConf.structured(cfg.backend), resolve=True),
             "model": OmegaConf.to_container(OmegaConf.structured(cfg.model), resolve=True)}
+    adapters = getattr(getattr(cfg.workload, "lora", None), "adapters", None)
+    if adapters:  # LoRA adapters load with the engine (their shares do not); absent without: keys stay what they were
+        body["lora"] = [{k: v for k, v in a.items() if k != "share"} if hasattr(a, "items") else a for a in adapters]
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 

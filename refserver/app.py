@@ -50,6 +50,7 @@ from typing import Any, Optional
 from refserver.dialects import DIALECTS, word
 from refserver import faults
 from refserver.http11 import Request, Response, StreamResponse, json_response
+from refserver.constrained import ConstrainedReply, constrained_reply
 from refserver.metrics import ServedMetrics
 from refserver.stream import StreamedReply
 from refserver.timers import LoopTimer, PreciseTimer
@@ -81,6 +82,10 @@ class Settings:
     spec_acceptance: float = 0.0  # the share of draft tokens accepted
     reasoning_tokens: int = 0  # the first N tokens of a chat reply are reasoning (the dialect's delta field)
     per_request_metrics: bool = False  # vLLM's --enable-per-request-metrics: a metrics object on the usage chunk
+    lora_adapters: tuple[str, ...] = ()  # --lora-modules: the adapters it serves (ReferenceServer.adapter)
+    # structured output (refserver/constrained.py): a reply that satisfies the request's JSON
+    # schema, regex or required tool call; True: a lying engine that ignores them all
+    ignore_constraints: bool = False
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -182,6 +187,7 @@ class ReferenceServer:
     async def _generate(self, request: Request, chat: bool) -> StreamResponse:
         arrival = request.arrival  # when the kernel received its first bytes
         self._log(request)
+        logged = self.received[-1]
         self.requests += 1
         index = self.requests
         if self.s.exit_after is not None and index > self.s.exit_after:
@@ -199,11 +205,21 @@ class ReferenceServer:
             return self._error(400, "prompt is required", "invalid_request_error")
         if not chat and not self.dialect.token_id_prompts and not isinstance(body["prompt"], str):
             return self._error(422, "prompt must be a string", "invalid_request_error")
+        adapter, unknown = self.adapter(body)
+        if unknown is not None:
+            return self._error(404, unknown, "NotFoundError")
+        logged["adapter"] = adapter
         fault = self.s.error_kind if self.s.error_rate > 0 and self.rng.random() < self.s.error_rate else None
         refused = faults.refusal(fault, self.s.fault_size_mib, request, self._error)
         if refused is not None:
             return refused
         n = self._length(body)
+        constrained = None if self.s.ignore_constraints else constrained_reply(body, index)
+        finish = self._finish_reason(body, n)
+        if constrained is not None:  # the reply is the constrained text, cut at max_tokens
+            cap = body.get("max_tokens", body.get("max_completion_tokens"))
+            n = len(constrained.pieces) if cap is None else min(len(constrained.pieces), int(cap))
+            finish = "length" if n < len(constrained.pieces) else "tool_calls" if constrained.tool else "stop"
         due = self._schedule(arrival, n)
         if self._tokenizer is not None:  # a chat template takes milliseconds: off the event loop
             prompt_tokens = asyncio.get_running_loop().run_in_executor(self._pool, self._count_prompt, body, chat)
@@ -218,13 +234,38 @@ class ReferenceServer:
         try:
             if body.get("stream"):
                 return await self._stream(request, body, chat, index, n, due, prompt_tokens, arrival, fault,
-                                          request.arrival)
-            return await self._whole(body, chat, index, n, due, prompt_tokens, arrival)
+                                          request.arrival, finish, constrained)
+            return await self._whole(body, chat, index, n, due, prompt_tokens, arrival, finish, constrained)
         finally:
             self.metrics.running -= 1
             self.metrics.kv_tokens -= n
             if self._slots is not None:
                 self._slots.release()
+
+    def adapter(self, body: dict) -> tuple[Optional[str], Optional[str]]:
+        """The LoRA adapter a request asks for, and why it is unknown (else None): ``lora_path``
+        (SGLang), ``lora`` ([{id, scale}] by --lora-modules position, the first with a scale
+        other than 0: llama-server), or ``model`` naming an adapter (vLLM, TGI). With adapters
+        served, a model that is neither the served name nor an adapter is unknown (vLLM's 404);
+        without, any model name is taken (as before)."""
+        served = self.s.lora_adapters
+        if body.get("lora_path") is not None:
+            name = body["lora_path"]
+            return (name, None) if name in served else (None, f"LoRA adapter {name!r} is not loaded")
+        if isinstance(body.get("lora"), list):
+            for entry in body["lora"]:
+                i = entry.get("id") if isinstance(entry, dict) else None
+                if not isinstance(i, int) or not 0 <= i < len(served):
+                    return None, f"invalid adapter id {i!r}"
+                if entry.get("scale", 1.0):
+                    return served[i], None
+            return None, None
+        model = body.get("model")
+        if model in served:
+            return model, None
+        if served and model not in (None, "", self.s.model_name):
+            return None, f"The model `{model}` does not exist."
+        return None, None
 
     async def _wait_for_slot(self, arrival: float) -> float:
         """Hold a request while --max-running others run (the waiting gauge counts it); when it got its slot."""
@@ -275,24 +316,33 @@ class ReferenceServer:
 
     async def _stream(self, request: Request, body: dict, chat: bool, index: int, n: int, due: list[float],
                       prompt_tokens: asyncio.Future, arrival: float, fault: Optional[str],
-                      queued: Optional[float] = None) -> StreamResponse:
+                      queued: Optional[float] = None, finish: Optional[str] = None,
+                      constrained: Optional[ConstrainedReply] = None) -> StreamResponse:
         response = StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        reply = StreamedReply(self.dialect.on(chat), chat, body, self.s.model_name, n, self._finish_reason(body, n), fault,
-                              reasoning_tokens=self.s.reasoning_tokens, per_request_metrics=self.s.per_request_metrics,
-                              spec=(self.s.spec_draft_tokens, self.s.spec_acceptance), queued=queued)
+        reply = StreamedReply(self.dialect.on(chat), chat, body, self.s.model_name, n,
+                              finish or self._finish_reason(body, n), fault, reasoning_tokens=self.s.reasoning_tokens,
+                              per_request_metrics=self.s.per_request_metrics,
+                              spec=(self.s.spec_draft_tokens, self.s.spec_acceptance), queued=queued,
+                              constrained=constrained)
         if await reply.send(request, response, index, self.s.chunk_tokens, due, prompt_tokens, self.timer,
                             self.s.fault_size_mib, self.metrics, arrival):
             self.metrics.served(arrival, reply.last_t, await prompt_tokens, n)
         return response
 
-    async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival) -> Response:
+    async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival, finish=None,
+                     constrained=None) -> Response:
         if due:
             await self.timer.sleep_until(due[-1])
-        text = "".join(word(index, k) for k in range(n))
+        text = "".join(constrained.pieces[:n] if constrained else (word(index, k) for k in range(n)))
         n_prompt = await prompt_tokens
-        finish = self._finish_reason(body, n)
-        if chat:
+        finish = finish or self._finish_reason(body, n)
+        if chat and constrained is not None and constrained.tool:
+            call = {"id": f"call_{index}", "type": "function",
+                    "function": {"name": constrained.tool, "arguments": text}}
+            choice = {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                      "finish_reason": finish}
+        elif chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}

@@ -56,6 +56,11 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
                    help="the first N tokens of a chat reply are reasoning (in the dialect's reasoning delta)")
     p.add_argument("--per-request-metrics", action="store_true",
                    help="vLLM's --enable-per-request-metrics: a metrics object on the final usage chunk")
+    p.add_argument("--lora-modules", nargs="*", default=[], metavar="NAME[=PATH]",
+                   help="LoRA adapters it serves: a request names one as its model, in lora_path (SGLang) or in "
+                        "lora ([{id, scale}], llama-server, by position); an unknown one gets 404")
+    p.add_argument("--ignore-constraints", action="store_true",
+                   help="a lying engine: ignore response_format, regexes and tools, and answer in plain words")
     a = p.parse_args(argv)
     if a.reasoning_tokens < 0:
         p.error("--reasoning-tokens must be >= 0")
@@ -78,6 +83,8 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
         kv_capacity_tokens=a.kv_capacity_tokens, metrics_drip_s=a.metrics_drip_s,
         spec_draft_tokens=a.spec_draft_tokens, spec_acceptance=a.spec_acceptance,
         reasoning_tokens=a.reasoning_tokens, per_request_metrics=a.per_request_metrics,
+        lora_adapters=tuple(m.split("=", 1)[0] for m in a.lora_modules),
+        ignore_constraints=a.ignore_constraints,
     )
     return a.host, a.port, settings
 

@@ -20,6 +20,7 @@ import uuid
 from typing import Any, Optional
 
 from refserver import faults
+from refserver.constrained import ConstrainedReply
 from refserver.dialects import Dialect, word
 from refserver.http11 import Request, StreamResponse
 from refserver.metrics import ServedMetrics
@@ -30,8 +31,14 @@ class StreamedReply:
 
     def __init__(self, dialect: Dialect, chat: bool, body: dict[str, Any], model_name: str, n: int,
                  finish: str, fault: Optional[str], *, reasoning_tokens: int = 0, per_request_metrics: bool = False,
-                 spec: tuple[int, float] = (0, 0.0), queued: Optional[float] = None):
+                 spec: tuple[int, float] = (0, 0.0), queued: Optional[float] = None,
+                 constrained: Optional[ConstrainedReply] = None):
         self.dialect, self.chat, self.n, self.fault = dialect, chat, n, fault
+        # a constrained reply (refserver/constrained.py): its pieces are the tokens; a tool call's
+        # go out as delta.tool_calls arguments, the first with the call's id and function name
+        self.constrained = constrained
+        self.tool = constrained.tool if constrained is not None and chat else None
+        self.tool_started = False
         self.reasoning_tokens = reasoning_tokens if chat else 0
         self.per_request_metrics = per_request_metrics
         self.spec = spec
@@ -68,6 +75,8 @@ class StreamedReply:
             delta["role"] = "assistant"
         if reasoning:
             delta[self.dialect.reasoning_field] = text
+        elif text and self.tool is not None:  # a role chunk's empty text stays content
+            delta["tool_calls"] = [self.tool_delta(text)]
         elif text is not None:
             delta["content"] = text
         if extras == "matched_stop" and not reasoning:
@@ -80,6 +89,20 @@ class StreamedReply:
         if self.trtllm:  # its chat chunks are dumped with exclude_none
             c = {k: v for k, v in c.items() if v is not None}
         return c
+
+    def tool_delta(self, arguments: str) -> dict[str, Any]:
+        """One piece of the tool call: the first names the function (OpenAI's streaming form)."""
+        if self.tool_started:
+            return {"index": 0, "function": {"arguments": arguments}}
+        self.tool_started = True
+        return {"index": 0, "id": f"call_{self.base['id'][-8:]}", "type": "function",
+                "function": {"name": self.tool, "arguments": arguments}}
+
+    def token_text(self, index: int, group: list[int]) -> str:
+        """The text of the tokens ``group``: the constrained reply's pieces, else the words."""
+        if self.constrained is not None:
+            return "".join(self.constrained.pieces[k] for k in group)
+        return "".join(word(index, k) for k in group)
 
     def usage(self, n_prompt: int) -> dict[str, Any]:
         usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": self.n, "total_tokens": n_prompt + self.n}
@@ -115,7 +138,7 @@ class StreamedReply:
                 await timer.sleep_until(due[last])
                 if await faults.mid_stream(self.fault, request, response, size_mib, self.token_event):
                     return False
-            text = faults.corrupt_text(self.fault, "".join(word(index, k) for k in group), first=gi == 0)
+            text = faults.corrupt_text(self.fault, self.token_text(index, group), first=gi == 0)
             final = gi == len(groups) - 1 and not finish_apart
             extra = dict(self.zeroed)
             if final and self.dialect.usage == "final":

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from core.errors import ConfigError
+from core.structured import check_tool_choice_share, normalize_response_format, normalize_tools
+from workloads.lora import LoraSettings, adapter_specs, assign, round_robin
 
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
 
@@ -52,6 +54,13 @@ class WorkloadConfig:
     # started in [warmup_s, L − cooldown_s] (docs/metrics.md); 0 and 0: the whole run.
     warmup_s: float = 0.0
     cooldown_s: float = 0.0
+    # LoRA traffic (workloads/lora.py): adapters and their shares; empty: the base model alone
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    # Structured output and tool calls (core/structured.py; every reply is checked):
+    # {type: json_schema, schema: {...}} | {type: regex, pattern: "..."}; null: free text
+    response_format: Optional[Any] = None
+    tools: Optional[list[Any]] = None  # OpenAI tool definitions [{type: function, function: {name, parameters}}]
+    tool_choice_share: float = 0.0  # share of requests sent with tool_choice "required" (the rest "auto")
 
     def validate(self) -> None:
         require_positive(f"workload.concurrency", self.concurrency, allow_none=True)
@@ -75,6 +84,23 @@ class WorkloadConfig:
         if schedule is not None and self.warmup_s + self.cooldown_s >= schedule.duration_s:
             raise ConfigError(f"workload.warmup_s + workload.cooldown_s ({self.warmup_s + self.cooldown_s:g} s) leave no "
                               f"steady-state window in a run of {schedule.duration_s:g} s: make them shorter")
+        adapter_specs(self.lora)
+        self.structured()
+
+    def structured(self) -> Optional[dict[str, Any]]:
+        """The reply constraint as plain data ({response_format, tools, tool_choice_share}), or
+        None for free text; ConfigError on a bad one. A constrained reply ends when it is
+        complete, so it cannot have an exact length."""
+        response_format = normalize_response_format(self.response_format)
+        tools = normalize_tools(self.tools)
+        check_tool_choice_share(self.tool_choice_share, tools)
+        if response_format is None and tools is None:
+            return None
+        if self.exact_output_len:
+            raise ConfigError("workload.response_format and workload.tools need workload.exact_output_len=false: "
+                              "a constrained reply ends when it is complete, not at an exact length")
+        return {"response_format": response_format, "tools": tools,
+                "tool_choice_share": float(self.tool_choice_share) if tools else 0.0}
 
 
 def session_count(cfg: WorkloadConfig, configured: int, arrival_rng: Optional["np.random.Generator"] = None) -> int:
@@ -125,6 +151,13 @@ class SessionSpec:
     system: Optional[str] = None
     arrival_s: Optional[float] = None  # open loop: when the session starts, from run start
     history: Optional[list[dict[str, str]]] = None  # messages before the first turn (a dataset's)
+    adapter: Optional[str] = None  # the LoRA adapter serving every turn (workloads/lora.py); None: the base model
+    # Agent jobs (workload=agentic): the job this session belongs to, its depth in the job's
+    # tree (0: the main loop) and, for a sub-agent, (parent session id, parent turn): it starts
+    # once that turn has finished, and the parent's next turn waits for all its sub-agents.
+    job_id: Optional[int] = None
+    depth: Optional[int] = None
+    parent: Optional[tuple[int, int]] = None
 
 
 def first_request_ids(sessions: list[SessionSpec]) -> list[int]:
@@ -136,9 +169,22 @@ def first_request_ids(sessions: list[SessionSpec]) -> list[int]:
     return ids
 
 
+Forks = dict[tuple[int, int], list[tuple[SessionSpec, int]]]
+
+
+def fork_table(sessions: list[SessionSpec], first_ids: list[int]) -> Forks:
+    """The sub-agents of each (session id, turn) that forks, each with its first request id, in
+    plan order; {} for a plan without dependencies (every workload but agentic)."""
+    table: Forks = {}
+    for s, first_id in zip(sessions, first_ids):
+        if s.parent is not None:
+            table.setdefault((int(s.parent[0]), int(s.parent[1])), []).append((s, first_id))
+    return table
+
+
 # Fields added for data workloads: left out of the plan's JSON while unset, so the hashes of
 # the generated workloads stay what they were.
-_OPTIONAL_KEYS = ("reply", "prompt_id", "history")
+_OPTIONAL_KEYS = ("reply", "prompt_id", "history", "adapter", "job_id", "depth", "parent")
 # workload.json of a data workload keeps this much of each user message (the data file has the rest)
 EXCERPT_CHARS = 200
 
@@ -170,6 +216,11 @@ def compact_session_json(s: SessionSpec) -> dict[str, Any]:
         body["system"] = _excerpt(s.system)
     if s.history:
         body["history_messages"] = len(s.history)
+    if s.adapter is not None:
+        body["adapter"] = s.adapter
+    for key in ("job_id", "depth", "parent"):  # an agent trace's tree
+        if getattr(s, key) is not None:
+            body[key] = getattr(s, key)
     return body
 
 
@@ -197,6 +248,11 @@ class WorkloadPlan:
     # Time-shaped load (workloads/schedule.py LoadSchedule): its stages enter workload.json and
     # the sha256 (arrival times are in the sessions already); None for a run of a count.
     schedule: Optional[Any] = None
+    # LoRA traffic: the entries of workload.lora.adapters ({name, path, share}); in the hashes when set
+    lora: list[dict[str, Any]] = field(default_factory=list)
+    # Structured output (WorkloadConfig.structured): {response_format, tools, tool_choice_share};
+    # in workload.json and the hashes when set, so runs under different schemas never compare
+    structured: Optional[dict[str, Any]] = None
 
     @property
     def num_requests(self) -> int:
@@ -216,6 +272,10 @@ class WorkloadPlan:
             body["source"] = self.source
         if self.schedule is not None:
             body["schedule"] = {"kind": self.schedule.kind, "stages": self.schedule.to_json()}
+        if self.lora:
+            body["lora"] = self.lora
+        if self.structured:
+            body["structured"] = self.structured
         hashes = {"sha256": self.content_hash(body), "prompts_sha256": self.prompts_hash(body)}
         if self.source is not None:  # the hashes cover the full prompts; the file keeps ids and lengths
             body.update(compact=True, sessions=[compact_session_json(s) for s in self.sessions],
@@ -232,6 +292,10 @@ class WorkloadPlan:
             measured["data_sha256"] = body["source"].get("sha256")
         if body.get("schedule"):  # absent for runs of a count: their hashes stay what they were
             measured["schedule"] = body["schedule"]
+        if body.get("lora"):  # absent without LoRA: those hashes stay what they were
+            measured["lora"] = body["lora"]
+        if body.get("structured"):  # absent for free text: those hashes stay what they were
+            measured["structured"] = body["structured"]
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
     @staticmethod
@@ -243,6 +307,10 @@ class WorkloadPlan:
                     "sampling": body["sampling"], "sessions": sessions}
         if body.get("source"):
             measured["data_sha256"] = body["source"].get("sha256")
+        if body.get("lora"):
+            measured["lora"] = body["lora"]
+        if body.get("structured"):
+            measured["structured"] = body["structured"]
         return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
 
 
@@ -286,6 +354,7 @@ def make_plan(
     the cap follows the schedule (``concurrency`` is its peak)."""
     schedule = load_schedule(config) if use_schedule else None
     concurrency = config.concurrency
+    specs = adapter_specs(getattr(config, "lora", None))
     info: dict[str, Any] = {}
     if schedule is not None and schedule.kind == RATE:
         process = arrival_registry.create(config.arrival)
@@ -301,6 +370,11 @@ def make_plan(
         process = arrival_registry.create(config.arrival)
         for session, offset in zip(sessions, process.offsets(arrival_rng, len(sessions), config.rate, config.burstiness)):
             session.arrival_s = round(offset, 6)
+    if specs:
+        for session, adapter in zip(sessions, assign(specs, len(sessions), seed)):
+            session.adapter = adapter
+        for session, adapter in zip(warmup, round_robin(specs, len(warmup))):
+            session.adapter = adapter
     return WorkloadPlan(
         name=config.name,
         sessions=sessions,
@@ -312,4 +386,6 @@ def make_plan(
         seed=seed,
         info=info,
         schedule=schedule,
+        lora=[s.to_json() for s in specs],
+        structured=config.structured() if hasattr(config, "structured") else None,
     )

@@ -34,6 +34,9 @@ class SyntheticConfig(WorkloadConfig):
     input_len: int = 128
     input_len_dist: str = "fixed"
     input_len_spread: float = 0.0
+    # text put before each prompt's corpus text, inside input_len (e.g. what a JSON reply should
+    # hold, for workload.response_format); null: corpus text alone
+    instruction: Optional[str] = None
 
     def validate(self) -> None:
         super().validate()
@@ -53,7 +56,12 @@ class SyntheticWorkload(Workload):
     def build(self, renderer: PromptRenderer, corpus: TokenizedCorpus, seed: int) -> WorkloadPlan:
         cfg = self.config
         text_rng, arrival_rng, warm_rng = seeded_streams(seed, 3)
-        minimum = renderer.overhead(user_only) + 1
+        head = f"{cfg.instruction}\n\n" if cfg.instruction else ""
+
+        def messages(text: str) -> list[dict[str, str]]:
+            return user_only(head + text)
+
+        minimum = renderer.overhead(messages) + 1
         if cfg.input_len < minimum:
             raise ConfigError(
                 f"workload.input_len {cfg.input_len} is too short: the chat template alone takes "
@@ -67,8 +75,8 @@ class SyntheticWorkload(Workload):
                 outputs = [min(o, max_output) for o in outputs]
             made = []
             for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
-                text, ids = renderer.fit_text(corpus, rng, n_in, user_only)
-                made.append(SessionSpec(first_id + i, [TurnSpec(text, n_out, prompt_token_ids=ids)]))
+                text, ids = renderer.fit_text(corpus, rng, n_in, messages)
+                made.append(SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)]))
             return made
 
         measured = sessions(text_rng, session_count(cfg, cfg.num_requests, arrival_rng), 0)

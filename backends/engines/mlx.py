@@ -113,6 +113,9 @@ class MLXBackend(ThreadedBackend):
             model = dataclasses.replace(model, hf_dir=rope_compat_folder(model.hf_dir))
         return mlx_preset(config, model)
 
+    def check_workload(self, plan: Any) -> None:
+        self.refuse_constraints(plan, "backend=mlx")
+
     def import_engine(self) -> None:
         import mlx_lm  # noqa: F401
 

@@ -22,6 +22,7 @@ from backends.http.backend import HTTPBackend
 from backends.http.client import OpenAIClient, client_limits
 from backends.http.probe import check_server
 from backends.http.router import Router
+from backends.preset import StructuredDialect
 from backends.http.urls import public_url, refuse_credentials_in_url
 from backends.registry import backend_registry
 from core.errors import ConfigError
@@ -104,8 +105,13 @@ class OpenAIBackend(HTTPBackend):
             self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
                                 else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", "")))
 
+    # structured output: OpenAI's response_format and tools; a regex as vLLM takes it
+    # (``structured_outputs``), the likeliest server behind an OpenAI-compatible URL
+    structured = StructuredDialect(regex_field="structured_outputs")
+
     def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
-        body = self.config.extra_body_dict()
+        body = self.structured.body(request)
+        body.update(self.config.extra_body_dict())
         if self.config.ignore_eos and request.exact_output_len:
             body.update(ignore_eos=True, min_tokens=request.max_new_tokens)
         return body

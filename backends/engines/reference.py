@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from backends.base import Backend, BackendConfig, GenerationRequest
-from backends.preset import ServerPreset
+from backends.preset import ServerPreset, StructuredDialect
 from backends.registry import backend_registry
 from core.errors import ConfigError
 from core.model import ModelFiles
@@ -47,6 +47,9 @@ class ReferenceConfig(BackendConfig):
     spec_acceptance: float = 0.0  # the share of draft tokens accepted
     reasoning_tokens: int = 0  # the first N tokens of a chat reply are reasoning (the dialect's reasoning delta)
     per_request_metrics: bool = False  # vLLM's per-request metrics object on the usage chunk (openai dialect)
+    # a lying engine: it ignores response_format, regexes and tools and answers in plain words
+    # (refserver/constrained.py), so tests can show that invalid replies are caught
+    ignore_constraints: bool = False
 
     def validate(self) -> None:
         if self.mode != "server":
@@ -101,13 +104,21 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         command += ["--reasoning-tokens", str(c.reasoning_tokens)]
     if c.per_request_metrics:
         command.append("--per-request-metrics")
+    if c.ignore_constraints:
+        command.append("--ignore-constraints")
     if c.count_prompt_tokens:
         command += ["--tokenizer", "{model}"]
     if c.api_key_env:
         command += ["--api-key-env", c.api_key_env]  # the variable's name; the server reads the key itself
 
+    if model.adapters:  # LoRA traffic: the adapters by name, each request's as its model (as vLLM's)
+        command += ["--lora-modules", *(a.name for a in model.adapters)]
+
     def extra_body(request: GenerationRequest) -> dict[str, Any]:
-        return {"ignore_eos": True} if request.exact_output_len else {}
+        body: dict[str, Any] = {"ignore_eos": True} if request.exact_output_len else {}
+        if request.adapter is not None:
+            body["model"] = request.adapter
+        return body
 
     return ServerPreset(
         command=command,
@@ -117,6 +128,8 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         extra_body=extra_body,
         prompt_token_ids=None if DIALECTS[c.dialect].token_id_prompts else False,
         engine="reference",
+        lora=True,
+        structured=StructuredDialect(regex_field="regex"),  # and it answers under the constraint unless told to lie
         timings_note="the reference server sends vLLM's metrics with backend.per_request_metrics=true, and "
                      "llama-server's timings with backend.dialect=llama-server",
         version_packages=("llm-harness",),

@@ -11,6 +11,7 @@ it cannot generate, but its arguments and HTTP dialect can still be checked.
 from __future__ import annotations
 
 import itertools
+import json
 import typing
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
@@ -19,6 +20,7 @@ from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
 from backends.registry import backend_registry
 from backends.server.presets import sglang_preset
 from core.errors import ConfigError
+from core.structured import JSON_SCHEMA, decoding_constraint
 from core.types import RequestDone, TokenChunk
 
 CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
@@ -203,6 +205,13 @@ class SGLangBackend(Backend):
         }
         if s.seed is not None:
             sampling["sampling_seed"] = s.seed
+        constraint = decoding_constraint(request.response_format, request.tools, request.tool_choice)
+        if constraint is not None:  # SGLang's own grammar backend: a JSON schema (as text) or a regex
+            kind, value = constraint
+            if kind == JSON_SCHEMA:
+                sampling["json_schema"] = json.dumps(value)
+            else:
+                sampling["regex"] = value
         chunks = await self._engine.async_generate(
             input_ids=request.prompt_token_ids, sampling_params=sampling, stream=True, rid=f"harness-{next(self._ids)}"
         )

@@ -8,11 +8,17 @@ continuous-batching manager instead (``backends/engines/_transformers_cb.py``): 
 running batch at the next step. Either way a request's clock starts when the runner hands
 it over, so TTFT includes its wait.
 
+LoRA adapters (``workload.lora.adapters``) load with peft beside the model
+(``load_adapter`` each); before each batch the engine thread switches to the batch's adapter
+(``set_adapter``, or ``disable_adapters`` for the base model). A static batch holds requests of
+one adapter; continuous batching, which mixes requests in every step, refuses adapters.
+
 ``backend.mode=server`` launches ``transformers serve`` instead (where the interpreter's
 transformers has it, with ``pip install 'transformers[serving]'``).
 """
 from __future__ import annotations
 
+import importlib.util
 import queue
 import time
 from dataclasses import dataclass
@@ -139,10 +145,43 @@ class TransformersBackend(ThreadedBackend):
         self._eos_ids = sorted({t for t in eos + [self._tokenizer.eos_token_id] if t is not None})
         pad = self._tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else self._eos_ids[0]  # pad = eos when batching
+        self._active_adapter: Optional[str] = None
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # each adapter's load report lists the others' weights as missing
+        try:
+            for adapter in self.model.adapters:
+                self._model.load_adapter(str(adapter.require_hf_dir()), adapter_name=adapter.name)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        if self.model.adapters:
+            self._model.disable_adapters()  # the base model until a request names an adapter
         if cfg.batching == "continuous":
             self._start_continuous()
         else:
             self.start_engine_thread("transformers-engine")
+
+    def check_adapters(self, adapters: list[Any]) -> None:
+        """LoRA with peft, one adapter per batch: serial or static batching."""
+        if self.config.batching == "continuous":
+            raise ConfigError("backend.batching=continuous mixes requests of different LoRA adapters in one step, "
+                              "which transformers cannot: use backend.batching=serial or static with "
+                              "workload.lora.adapters")
+        if importlib.util.find_spec("peft") is None:
+            raise ConfigError("backend=transformers serves LoRA adapters with peft, which is not installed: "
+                              "pip install -e '.[transformers]'")
+        for adapter in adapters:
+            adapter.require_hf_dir()
+
+    def _use_adapter(self, name: Optional[str]) -> None:
+        """Switch the model to ``name``'s adapter (None: the base model), on the engine thread."""
+        if name == self._active_adapter:
+            return
+        if name is None:
+            self._model.disable_adapters()
+        else:
+            self._model.enable_adapters()
+            self._model.set_adapter(name)
+        self._active_adapter = name
 
     def _start_continuous(self) -> None:
         from backends.engines._transformers_cb import ContinuousEngine
@@ -155,6 +194,7 @@ class TransformersBackend(ThreadedBackend):
         self._cb.start()  # greedy; a request that samples rebuilds it while nothing is in flight
 
     def check_workload(self, plan: Any) -> None:
+        self.refuse_constraints(plan, "backend=transformers in-process")
         if self.config.batching == "continuous":
             self.check_context_fits(plan, self.config.cb_cache_tokens, "backend.cb_cache_tokens")
 
@@ -270,6 +310,8 @@ class TransformersBackend(ThreadedBackend):
                 torch.manual_seed(first.sampling.seed)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        if self.model.adapters:
+            self._use_adapter(first.adapter)  # one adapter per batch (_batch_key)
         streamer = _BatchStreamer(batch, set(self._eos_ids), scheduled_t)
         # Stages 3 and 4, prefill and the decode loop; the streamer is stage 6, return.
         with torch.inference_mode():
@@ -281,8 +323,8 @@ class TransformersBackend(ThreadedBackend):
 
 
 def _batch_key(job: Job) -> tuple:
-    """Requests can share a static batch when they ask for the same decoding."""
-    return (job.request.exact_output_len, job.request.sampling)
+    """Requests can share a static batch when they ask for the same decoding and the same adapter."""
+    return (job.request.exact_output_len, job.request.sampling, job.request.adapter)
 
 
 class _BatchStreamer:

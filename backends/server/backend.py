@@ -97,6 +97,13 @@ class ServerBackend(HTTPBackend):
             raise ConfigError("backend.replicas is not supported for a server in a container (backend.container.image): "
                               "its replicas would share the container's name; run the engine's program instead")
 
+    def check_adapters(self, adapters: list[Any]) -> None:
+        """LoRA adapters: served where the engine's preset launches its server with them."""
+        if not self.preset.lora:
+            raise ConfigError(self.preset.lora_refusal or (
+                f"the {self.config.name} server does not serve LoRA adapters here (workload.lora.adapters): drop them, "
+                f"or use one of the {self.lora_hint}"))
+
     @property
     def server(self) -> Optional[ManagedServer]:
         """The server (replica 0 of several)."""
@@ -254,7 +261,24 @@ class ServerBackend(HTTPBackend):
             return "unknown"
 
     def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
-        return self.preset.extra_body(request) if self.preset.extra_body else {}
+        body = self.preset.structured.body(request) if self.preset.structured is not None else {}
+        if self.preset.extra_body:
+            body.update(self.preset.extra_body(request))
+        return body
+
+    def check_workload(self, plan: Any) -> None:
+        """Structured output (workload.response_format, workload.tools): refused in one line,
+        before launch, where the engine's server takes no such constraint (its preset's ``structured``)."""
+        structured = getattr(plan, "structured", None)
+        if not structured:
+            return
+        engine = self.preset.engine or self.config.name
+        if self.preset.structured is None:
+            raise ConfigError(f"the {engine} server has no constrained decoding here (workload.response_format, "
+                              "workload.tools): drop them, or use vllm, llama.cpp, sglang or another engine with it")
+        reason = self.preset.structured.refusal(structured, engine, self.config.server_args)
+        if reason:
+            raise ConfigError(reason)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
         if self.replicated:  # the router names the replica, and one that exited

@@ -35,10 +35,11 @@ import subprocess
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from backends.base import BackendConfig, GenerationRequest
-from backends.preset import ServerPreset
+from backends.preset import ServerPreset, StructuredDialect
 from backends.server.container import FILES_MOUNT, MODEL_MOUNT, container_run, mount_source
 from backends.server.launch import HOST, resolve_python
 from core.errors import ConfigError
+from core.lora import max_rank
 from core.model import ModelFiles
 
 if TYPE_CHECKING:
@@ -73,6 +74,33 @@ def eog_bias_body(eog_ids: Sequence[int]) -> Callable[[GenerationRequest], dict[
         return {"logit_bias": dict(bias)} if request.exact_output_len and bias else {}
 
     return extra
+
+
+# --- LoRA adapters (workload.lora.adapters; ModelFiles.adapters) -------------------------------
+
+
+def with_adapter(body: Optional[Callable[[GenerationRequest], dict[str, Any]]],
+                 field_of: Callable[[Optional[str]], dict[str, Any]]) -> Callable[[GenerationRequest], dict[str, Any]]:
+    """``body``'s extras plus the request's adapter, as ``field_of(adapter name or None)`` says."""
+    def extra(request: GenerationRequest) -> dict[str, Any]:
+        return {**(body(request) if body else {}), **field_of(request.adapter)}
+
+    return extra
+
+
+def adapter_as_model(name: Optional[str]) -> dict[str, Any]:
+    """vLLM, TGI: the adapter is the request's ``model`` (the base model's name without one)."""
+    return {"model": name} if name is not None else {}
+
+
+def vllm_lora_args(model: ModelFiles) -> list[str]:
+    """vLLM's server with the model's adapters: ``--enable-lora --lora-modules name=path …``,
+    as many slots as adapters (``--max-loras``) and the largest rank (``--max-lora-rank``)."""
+    adapters = model.adapters
+    if not adapters:
+        return []
+    return ["--enable-lora", "--max-loras", str(len(adapters)), "--max-lora-rank", str(max_rank(adapters)),
+            "--lora-modules", *(f"{a.name}={a.require_hf_dir()}" for a in adapters)]
 
 
 def eog_token_ids(model: ModelFiles) -> list[int]:
@@ -134,15 +162,17 @@ def vllm_preset(
     name = model.name
     return ServerPreset(
         command=["-m", "vllm.entrypoints.openai.api_server", "--model", str(model.require_hf_dir()),
-                 "--served-model-name", name, *_bind(extra_args)],
+                 "--served-model-name", name, *vllm_lora_args(model), *_bind(extra_args)],
         health_path="/health",
         metrics_path="/metrics",
         # /reset_prefix_cache exists only in dev mode; the server binds 127.0.0.1 and lives for the run
         reset_cache_path="/reset_prefix_cache",
         env={"VLLM_SERVER_DEV_MODE": "1", **(env or {})},
         served_model_name=name,
-        extra_body=vllm_body,
+        extra_body=with_adapter(vllm_body, adapter_as_model) if model.adapters else vllm_body,
+        lora=True,  # --lora-modules; each request names its adapter as its model (404 for an unknown one)
         prompt_token_ids=True,
+        structured=StructuredDialect(regex_field="structured_outputs", auto_tools_flag="--enable-auto-tool-choice"),
         engine="vllm",
         timings_note="vLLM sends its queue, prefill and decode times on the last chunk with "
                      "--enable-per-request-metrics (vLLM 0.27 on; the preset adds it where the installed vLLM has it)",
@@ -163,18 +193,36 @@ def sglang_preset(
     name = model.name
     return ServerPreset(
         command=["-m", "sglang.launch_server", "--model-path", str(model.require_hf_dir()),
-                 "--served-model-name", name, "--enable-metrics", "--enable-cache-report", *_bind(extra_args)],
+                 "--served-model-name", name, "--enable-metrics", "--enable-cache-report", *sglang_lora_args(model),
+                 *_bind(extra_args)],
         health_path="/health",
         metrics_path="/metrics",
         reset_cache_path="/flush_cache",
         env=dict(env or {}),
         served_model_name=name,
-        extra_body=ignore_eos_body,
+        extra_body=with_adapter(ignore_eos_body, sglang_lora_field) if model.adapters else ignore_eos_body,
+        lora=True,  # --lora-paths; each request names its adapter in lora_path
         prompt_token_ids=True,
+        structured=StructuredDialect(regex_field="regex"),
         engine="sglang",
         timings_note="SGLang sends its meta_info (cached tokens, latencies) only on replies that are not streamed",
         version_packages=("sglang",),
     )
+
+
+def sglang_lora_args(model: ModelFiles) -> list[str]:
+    """SGLang's server with the model's adapters: ``--enable-lora --lora-paths name=path …``,
+    all of them in one batch (``--max-loras-per-batch``), ``--max-lora-rank`` the largest rank."""
+    adapters = model.adapters
+    if not adapters:
+        return []
+    return ["--enable-lora", "--max-loras-per-batch", str(len(adapters)), "--max-lora-rank", str(max_rank(adapters)),
+            "--lora-paths", *(f"{a.name}={a.require_hf_dir()}" for a in adapters)]
+
+
+def sglang_lora_field(name: Optional[str]) -> dict[str, Any]:
+    """SGLang: ``lora_path`` names the adapter (its OpenAI layer's field; base: none)."""
+    return {"lora_path": name} if name is not None else {}
 
 
 def llamacpp_preset(
@@ -194,7 +242,10 @@ def llamacpp_preset(
         served_model_name=None,  # its /v1/models lists the model alias
         extra_body=eog_bias_body(eog_ids if eog_ids is not None else eog_token_ids(model)),
         prompt_token_ids=False,  # its /v1/completions takes text only
+        structured=StructuredDialect(json_object=True, tools=False),  # response_format json_object + schema
         engine="llama.cpp",
+        lora_refusal="llama_cpp.server applies one adapter (--lora_path) to every request: for LoRA traffic use "
+                     "backend.server=llama-server (llama.cpp's C++ server switches adapters per request)",
         timings_note="llama_cpp.server sends no timings; backend.server=llama-server (llama.cpp's C++ server) sends "
                      "prompt and predicted times on every stream",
         version_packages=("llama-cpp-python",),
@@ -205,6 +256,26 @@ def llama_server_body(request: GenerationRequest) -> dict[str, Any]:
     """llama-server: exact lengths through its own ``ignore_eos`` (a −inf bias on every
     end-of-generation token of the vocabulary); it has no ``min_tokens``."""
     return {"ignore_eos": True} if request.exact_output_len else {}
+
+
+def llama_server_lora_args(model: ModelFiles) -> list[str]:
+    """llama-server with the model's GGUF adapters, loaded but applied to no request by default
+    (``--lora FILE`` each, ``--lora-init-without-apply``): each request sets its own."""
+    if not model.adapters:
+        return []
+    args = [arg for a in model.adapters for arg in ("--lora", str(a.require_gguf()))]
+    return [*args, "--lora-init-without-apply"]
+
+
+def llama_server_lora_field(model: ModelFiles) -> Callable[[Optional[str]], dict[str, Any]]:
+    """llama-server: ``"lora": [{"id": i, "scale": 1.0}]`` for the request's adapter (i: its
+    --lora position); ``"lora": []`` for the base model (every adapter at scale 0)."""
+    ids = {a.name: i for i, a in enumerate(model.adapters)}
+
+    def field_of(name: Optional[str]) -> dict[str, Any]:
+        return {"lora": [] if name is None else [{"id": ids[name], "scale": 1.0}]}
+
+    return field_of
 
 
 def llama_server_preset(
@@ -218,14 +289,18 @@ def llama_server_preset(
     gguf = model.require_gguf()
     name = model.name
     return ServerPreset(
-        command=[binary, "--model", str(gguf), "--alias", name, "--metrics", "--slots", *_bind(extra_args)],
+        command=[binary, "--model", str(gguf), "--alias", name, "--metrics", "--slots", *llama_server_lora_args(model),
+                 *_bind(extra_args)],
         uses_python=False,
         health_path="/health",  # 503 while the model loads, 200 once it serves
         metrics_path="/metrics",
         env=dict(env or {}),
         served_model_name=name,
-        extra_body=llama_server_body,
+        extra_body=(with_adapter(llama_server_body, llama_server_lora_field(model)) if model.adapters
+                    else llama_server_body),
+        lora=True,  # --lora per adapter, none applied; each request sets its own in "lora"
         prompt_token_ids=True,
+        structured=StructuredDialect(),  # JSON schema and tools; a regex would need GBNF
         engine="llama-server",
         timings_note="llama-server sends prompt and predicted times (timings) on the last chunk of every stream",
         version=version,
@@ -323,6 +398,8 @@ def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Seq
     else:
         command = ["text-generation-launcher", "--model-id", str(hf), "--hostname", HOST, "--port", "{port}",
                    "--prometheus-port", "{aux_port}", *extra_args]
+        if model.adapters:  # LORA_ADAPTERS=name=path,…: each request names its adapter as its model
+            env["LORA_ADAPTERS"] = ",".join(f"{a.name}={a.require_hf_dir()}" for a in model.adapters)
     return ServerPreset(
         command=command,
         uses_python=False,
@@ -331,6 +408,11 @@ def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Seq
         env=env,
         served_model_name="tgi",
         prompt_token_ids=False,  # its /v1/completions takes text (a string or a list of strings)
+        extra_body=with_adapter(None, adapter_as_model) if model.adapters else None,
+        lora=not config.container.image,
+        lora_refusal="TGI in a container does not see the adapters' folders here: run text-generation-launcher "
+                     "on this machine for LoRA traffic (LORA_ADAPTERS)",
+        structured=StructuredDialect(regex_field="response_format"),
         engine="tgi",
         timings_note="TGI sends its timing headers only on replies that are not streamed",
         version_path="/info",
@@ -371,6 +453,7 @@ def tensorrt_llm_preset(config: EngineServerConfig, model: ModelFiles, *, extra_
         served_model_name=None,  # its /v1/models lists the folder's name; any name is accepted
         extra_body=ignore_eos_body,
         prompt_token_ids=True,
+        structured=StructuredDialect(),
         engine="tensorrt-llm",
         version_packages=("tensorrt_llm", "tensorrt-llm"),
         version_path="/version",
@@ -471,6 +554,7 @@ def ollama_preset(config: EngineServerConfig, model: ModelFiles, *, model_name: 
         env=env,
         served_model_name=name,
         prompt_token_ids=False,
+        structured=StructuredDialect(),
         engine="ollama",
         version_path="/api/version",
         files={"Modelfile": modelfile},

@@ -14,17 +14,19 @@ import asyncio
 import bisect
 import contextlib
 import gc
+import json
 import logging
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Optional
 
 from backends.base import RequestStream
+from core.structured import tool_choice_for
 from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChunk
 from harness.client.pacing import pace_until
 from harness.client.saturation import SaturationDetector
-from harness.results.record import RequestRecord, RequestTiming, build_record
-from workloads.base import SessionSpec, WorkloadPlan, first_request_ids
+from harness.results.record import RequestRecord, RequestTiming, build_record, check_output
+from workloads.base import Forks, SessionSpec, WorkloadPlan, first_request_ids, fork_table
 from workloads.prompts import PromptRenderer, chat_messages
 from workloads.schedule import LoadSchedule
 
@@ -95,6 +97,8 @@ async def execute(
     record.ids_text = ids_text
     if done is not None and done.text is not None:
         record.output_text = done.text  # the reply as the engine's server sent it
+    if done is not None and done.tool_calls is not None:  # a server with a tool-call field: what it called
+        record.tool_calls = json.dumps(done.tool_calls)
     return record, output_ids
 
 
@@ -125,6 +129,19 @@ class Driver:
         # A time-shaped load (workloads/schedule.py): each record gets the stage it started in;
         # closed loop, the cap follows the schedule and no session starts after its end.
         self.schedule = schedule
+        # Agent jobs (workload=agentic): the sub-agents each (session, turn) forks; {} otherwise
+        self.forks: Forks = {}
+
+    def _constraint_for(self, request_id: int) -> dict[str, Any]:
+        """The reply's constraint (workload.response_format, workload.tools) as GenerationRequest
+        keywords; which requests must call a tool follows the request id (core/structured.py)."""
+        structured = getattr(self.plan, "structured", None)
+        if not structured:
+            return {}
+        tools = structured.get("tools")
+        share = structured.get("tool_choice_share") or 0.0
+        return {"response_format": structured.get("response_format"), "tools": tools,
+                "tool_choice": tool_choice_for(request_id, share) if tools else None}
 
     def _sampling_for(self, request_id: int) -> SamplingParams:
         """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
@@ -149,6 +166,10 @@ class Driver:
         timed = self.schedule is not None and not open_loop
         semaphore: Any = ScheduledCap(self.schedule.cap_steps(), self.schedule.duration_s) if timed else asyncio.Semaphore(cap) if cap else None
         first_ids = first_request_ids(sessions)
+        self.forks = fork_table(sessions, first_ids)
+        if self.forks:  # agent jobs: sub-agents start from their parent's turn (_turns), not here
+            roots = [(s, i) for s, i in zip(sessions, first_ids) if s.parent is None]
+            sessions, first_ids = [s for s, _ in roots], [i for _, i in roots]
         session = self._counted_session if self.monitoring else self.session
         self.t0 = time.perf_counter()
         if open_loop:
@@ -284,7 +305,13 @@ class Driver:
         self.stamp_stage(record)
         self.on_record(record)
 
-    async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool) -> None:
+    async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool,
+                     parent_request: Optional[int] = None) -> None:
+        """The session's turns in order; an agent's sub-agents (``self.forks``) run after the turn
+        that forks them, in parallel, and its next turn waits for them all."""
+        job = session.job_id is not None
+        on_cancel = self._on_cancel if not job else (
+            lambda r, s=session, p=parent_request: self._on_cancel(tag_job(r, s, p)))
         history: list[dict[str, str]] = list(session.history or [])
         for turn_index, turn in enumerate(session.turns):
             if turn.think_time_s > 0:
@@ -302,22 +329,37 @@ class Driver:
                 messages=messages,
                 session_id=session.session_id,
                 turn=turn_index,
+                adapter=session.adapter,
+                **self._constraint_for(first_id + turn_index),
             )
             scheduled = session.arrival_s if open_loop and turn_index == 0 else None
             record, output_ids = await execute(
                 self.backend, request, self.t0, scheduled,
                 expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
-                on_cancel=self._on_cancel,
+                on_cancel=on_cancel,
             )
+            if job:
+                tag_job(record, session, parent_request)
             # Stage 5, post-processing: the reply as text, which the next turn re-sends
             # (a server's own reply text when it sent one, else the output ids decoded).
             if record.output_text is None:
                 record.output_text = self.renderer.decode(output_ids) if output_ids else ""
+            check_output(record, request)
             self.take_record(record)
             if not record.ok:
                 return  # a conversation cannot go on without its reply
             # the dataset's reply when the workload replays the dataset's history, else the engine's
             history.append({"role": "assistant", "content": record.output_text if turn.reply is None else turn.reply})
+            children = self.forks.get((session.session_id, turn_index)) if self.forks else None
+            if children:
+                await asyncio.gather(*(self._turns(child, child_first, open_loop, request.request_id)
+                                       for child, child_first in children))
+
+
+def tag_job(record: RequestRecord, session: SessionSpec, parent_request: Optional[int]) -> RequestRecord:
+    """An agent job's request: its job, its depth in the tree, and the request its agent forked after."""
+    record.job_id, record.depth, record.parent_request_id = session.job_id, session.depth, parent_request
+    return record
 
 
 class ScheduledCap:

@@ -124,7 +124,11 @@ def comparable_problems(baseline: RunResult, run: RunResult) -> list[str]:
         if r.summary.workload.get("greedy") is False:
             problems.append(f"{r.name} sampled (temperature > 0): only greedy runs can agree token for token")
     a, b = (r.summary.workload.get("prompts_sha256") for r in (baseline, run))
-    if a and b and a != b:
+    ca, cb = (r.summary.workload.get("constraint") for r in (baseline, run))
+    if ca != cb:  # the hash covers the constraint too; say which differs
+        problems.append(f"the runs constrained their replies differently (response_format, tools): {ca or 'none'} "
+                        f"vs {cb or 'none'}")
+    elif a and b and a != b:
         problems.append("the runs sent different prompts (workload prompts_sha256 differs)")
     if (baseline.summary.model.get("name") or "") != (run.summary.model.get("name") or ""):
         problems.append("the runs used different models")

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from harness.results import metrics
+from harness.results.jobs import jobs_line
 from harness.results.schema import RunSummary
-from harness.results.summary import cache_hit_figures, is_number
+from harness.results.summary import cache_hit_figures, is_number, structured_line
 from harness.results.sweep_file import figure_name, varying_overrides
 
 
@@ -62,6 +63,12 @@ def format_summary(summary: RunSummary) -> str:
     hit_line = cache_hit_line(summary)
     if hit_line:
         lines.append(hit_line)
+    checked_line = structured_line(summary.structured)
+    if checked_line:
+        lines.append(checked_line)
+    job_line = jobs_line(summary.jobs)
+    if job_line:
+        lines.append(job_line)
     data = wl.get("data")
     if data:
         lines.append(f"data: {data.get('path')} ({data.get('format')}, {data.get('records')} records, "
@@ -88,11 +95,34 @@ def format_summary(summary: RunSummary) -> str:
             df["cached_share"] = df["cached_share"] * 100
         df.columns = names
         lines.append("per turn:\n" + df.to_string(float_format=lambda v: f"{v:.1f}"))
+    adapter_table = adapters_table(summary)
+    if adapter_table:
+        lines.append(adapter_table)
     for w in summary.warnings:
         lines.append(f"WARNING: {w}")
     if summary.taint:
         lines.append("TAINTED: " + "; ".join(summary.taint))
     return "\n".join(lines)
+
+
+def adapters_table(summary: RunSummary) -> Optional[str]:
+    """Per LoRA adapter (the summary's ``adapters``): share, requests, TTFT and TPOT p50, output tokens/s."""
+    import pandas as pd
+
+    if not summary.adapters:
+        return None
+    rows = {}
+    for name, ad in summary.adapters.items():
+        lat, thr = ad.get("latency") or {}, ad.get("throughput") or {}
+        rows[name] = {
+            "share %": (ad.get("share") or 0) * 100,
+            "ok": ad.get("completed", 0),
+            "failed": ad.get("failed", 0),
+            "TTFT p50 ms": ((lat.get("ttft_s") or {}).get("p50") or float("nan")) * 1000,
+            "TPOT p50 ms": ((lat.get("tpot_s") or {}).get("p50") or float("nan")) * 1000,
+            "output tok/s": thr["output_tokens_per_s"] if is_number(thr.get("output_tokens_per_s")) else float("nan"),
+        }
+    return "per LoRA adapter:\n" + pd.DataFrame(rows).T.to_string(float_format=lambda v: f"{v:.1f}")
 
 
 def cache_hit_line(summary: RunSummary) -> Optional[str]:
@@ -159,7 +189,8 @@ TABLE_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("outp
 
 
 def format_sweep(sweep: dict[str, Any]) -> str:
-    """One row per point: overrides, status, load, key figures (mean ± CI half-width across repeats)."""
+    """One row per point: overrides, status, load, key figures (mean ± CI half-width across
+    repeats); under a time-shaped point, a row per stage ("3.0", "3.1", …) with the stage's own."""
     import pandas as pd
 
     rows = []
@@ -171,11 +202,14 @@ def format_sweep(sweep: dict[str, Any]) -> str:
         row: dict[str, Any] = {"point": p.get("index"), "overrides": " ".join(changed) or "-",
                                "status": p.get("status"), "load s": f"{p.get('load_s') or 0:.1f}",
                                "reused": "yes" if p.get("engine_reused") else "no"}
-        for metric, stat in (*TABLE_FIGURES, *sourced):
-            m = metrics.get(metric)
-            label = f"{m.label} {stat}" if stat else m.label
-            row[f"{label} ({m.unit})"] = _figure_text(m, (p.get("figures") or {}).get(figure_name(metric, stat)))
+        _add_figures(row, p.get("figures") or {}, sourced)
         rows.append(row)
+        for stage in p.get("stages") or []:  # a time-shaped point: a row per stage below its own
+            stage_row: dict[str, Any] = {"point": f"{p.get('index')}.{stage.get('index')}",
+                                         "overrides": f"  stage {stage.get('index')}: {stage.get('load')}",
+                                         "status": "", "load s": "", "reused": ""}
+            _add_figures(stage_row, stage.get("figures") or {}, sourced)
+            rows.append(stage_row)
     lines = []
     if rows:
         lines.append(pd.DataFrame(rows).set_index("point").to_string())
@@ -184,6 +218,14 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     if search:
         lines.append(search.get("answer_text", ""))
     return "\n".join(lines)
+
+
+def _add_figures(row: dict[str, Any], figures: dict[str, Any], sourced: Sequence[tuple[str, None]]) -> None:
+    """The table's figure columns of a point (or a stage of one) into ``row``."""
+    for metric, stat in (*TABLE_FIGURES, *sourced):
+        m = metrics.get(metric)
+        label = f"{m.label} {stat}" if stat else m.label
+        row[f"{label} ({m.unit})"] = _figure_text(m, figures.get(figure_name(metric, stat)))
 
 
 def _figure_text(metric: type[metrics.Metric], value: Any) -> str:

@@ -41,7 +41,9 @@ from harness.reports.part_figures import part_cells
 from harness.results import metrics
 from harness.results.schema import REPORT, RunResult, RunSummary
 from harness.results.store import load_run
-from harness.results.summary import CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, cache_hit_figures, client_warnings
+from harness.results.jobs import job_table
+from harness.results.summary import (CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, cache_hit_figures, client_warnings,
+                                      structured_line)
 
 REPORT_NAME = REPORT
 PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "failed": "#e15759"}
@@ -177,6 +179,9 @@ def _summary_html(summary: RunSummary) -> str:
         if mem.get(key):
             items.append((label, html.fmt_bytes(mem[key])))
     page = html.cards(items) + table + _detail_html(summary)
+    checked = structured_line(summary.structured)
+    if checked:  # workload.response_format / workload.tools: how many replies kept their constraint
+        page += f'<p class="note">{esc(checked)} (JSON schemas checked with {esc(summary.structured.get("validator"))})</p>'
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
@@ -188,7 +193,18 @@ def _summary_html(summary: RunSummary) -> str:
             for t in turns
         ]
         page += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
-    return page + _engine_stages_html(summary) + endpoints_html(summary) + stages_html(summary)
+    return (page + jobs_html(summary) + _engine_stages_html(summary) + endpoints_html(summary) + adapters_html(summary)
+            + stages_html(summary))
+
+
+def jobs_html(summary: RunSummary) -> str:
+    """Agent jobs (workload=agentic): the summary's ``jobs`` figures (harness/results/jobs.py) as a table."""
+    rows = [{"figure": k, "value": v} for k, v in job_table(summary.jobs)]
+    if not rows:
+        return ""
+    return ('<p class="note">Agent jobs (JCT: first send → last token of a job; critical path: the chain of '
+            'dependent requests that ends the job):</p>'
+            + html.table(rows, ["figure", "value"], text_columns=["figure", "value"]))
 
 
 def stages_html(summary: RunSummary) -> str:
@@ -249,6 +265,21 @@ def endpoints_html(summary: RunSummary) -> str:
         rows.append({**row, **part_cells(ep, ("p50", "p90"))})
     return ('<p class="note">Per endpoint (requests routed by backend.routing; throughputs over the whole run\'s '
             "duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]), text_columns=["url"]))
+
+
+def adapters_html(summary: RunSummary) -> str:
+    """One row per LoRA adapter (workload.lora.adapters; "base": no adapter): the summary's
+    ``adapters`` figures, request metrics as p50 / p90, run metrics over the run's duration."""
+    if not summary.adapters:
+        return ""
+    rows = []
+    for name, ad in summary.adapters.items():
+        row = {"adapter": name, "share %": fmt(ad.get("share"), 1, 100),
+               "ok / sent": f"{ad.get('completed', 0)} / {ad.get('requests', 0)}", "failed": str(ad.get("failed", 0))}
+        rows.append({**row, **part_cells(ad, ("p50", "p90"))})
+    return ('<p class="note">Per LoRA adapter (workload.lora.adapters; "base": the base model; throughputs over '
+            "the whole run's duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]),
+                                                                                        text_columns=["adapter"]))
 
 
 def _engine_stages_html(summary: RunSummary) -> str:

@@ -446,6 +446,26 @@ class CostPerMillionTotalTokens(RunMetric):
         return formulas.cost_per_million(totals.usd_per_hour, totals.duration_s, tokens)
 
 
+# --- per run, from the checks of constrained replies (absent on runs without a constraint) -------
+
+
+@register
+class ValidOutputShare(RunMetric):
+    """Valid replies (fraction) = completed requests whose reply satisfied its constraint (JSON
+    schema, regex, required tool call; core/structured.py) / completed requests that were checked.
+    Beside the speed: an engine that ignores the constraint is fast and wrong."""
+
+    key, label, unit, scale = "valid_output_share", "valid replies", "%", 100.0
+    lower_is_better = False
+    source = "structured"
+    in_console = False  # the console's own structured-output line says it, with the counts
+
+    @classmethod
+    def compute(cls, totals: RunTotals) -> Optional[float]:
+        checked = [r.output_valid for r in totals.ok if r.output_valid is not None]
+        return sum(checked) / len(checked) if checked else None
+
+
 # --- engine-reported stage times, beside the harness's measure of the same interval -----------
 
 

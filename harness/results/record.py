@@ -1,10 +1,12 @@
 """One request's record (a row of requests.parquet), built from its stamps with the formulas of :mod:`harness.results.formulas`."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from core.sequences import reconcile_counts
+from core.structured import check_reply
 from core.text import valid_text
 from core.types import GenerationRequest, RequestDone
 from harness.results.formulas import (
@@ -24,7 +26,7 @@ from harness.results.formulas import (
 )
 
 
-@dataclass
+@dataclass(slots=True)  # a long run keeps one a request (harness/results/kept.py): no __dict__
 class RequestRecord:
     """One row of requests.parquet. Times ``*_s`` relative to the measured phase's start."""
 
@@ -56,6 +58,11 @@ class RequestRecord:
     ttft_from_scheduled_s: Optional[float] = None
     e2e_from_scheduled_s: Optional[float] = None
     stage: Optional[int] = None  # a time-shaped load: the stage in which it started (workloads/schedule.py)
+    # Agent jobs (workload=agentic): the job, the agent's depth in its tree (0: the main loop) and,
+    # for a sub-agent's request, the request its agent forked after (harness/results/jobs.py)
+    job_id: Optional[int] = None
+    depth: Optional[int] = None
+    parent_request_id: Optional[int] = None
     engine_timings_source: Optional[str] = None  # where the engine's own per-request figures came from
     http_connect_s: Optional[float] = None  # None: no new connection (reused, or in-process)
     http_reused: Optional[bool] = None
@@ -65,6 +72,15 @@ class RequestRecord:
     # several endpoints (backend.urls, backend.replicas): the index of the one that served it, or
     # on which it failed (backends/http/router.py); None with one endpoint
     endpoint: Optional[int] = None
+    adapter: Optional[str] = None  # the LoRA adapter that served it (workload.lora.adapters); None: the base model
+    # Structured output (workload.response_format, workload.tools; core/structured.py): what the
+    # reply was checked as (json_schema, regex, tool_call), whether it was valid and why not;
+    # None for a request without a constraint or one that failed
+    output_check: Optional[str] = None
+    output_valid: Optional[bool] = None
+    output_invalid_reason: Optional[str] = None
+    # the tool calls a server returned, as JSON text ([{"name", "arguments"}]); None where none came
+    tool_calls: Optional[str] = None
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     output_text: Optional[str] = None
@@ -175,11 +191,26 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         engine_timings_source=engine_stats.get("engine_timings_source"),
         **phases,
         endpoint=_endpoint(engine_stats),
+        adapter=request.adapter,
         finish_reason=valid_text(finish_reason) if finish_reason else finish_reason,
         error=valid_text(error) if error else error,
         engine_stats=engine_stats,
         output_token_ids=None if output_token_ids is None else [int(t) for t in output_token_ids],
     )
+
+
+def check_output(record: RequestRecord, request: GenerationRequest) -> None:
+    """Check a completed reply against its request's constraint (core/structured.py) and set
+    ``output_check``, ``output_valid`` and ``output_invalid_reason``; after the request, off its
+    timing. Failed requests and requests without a constraint stay unchecked (None)."""
+    if not record.ok or (request.response_format is None and not request.tools):
+        return
+    calls = json.loads(record.tool_calls) if record.tool_calls is not None else None
+    result = check_reply(record.output_text, calls, request.response_format, request.tools, request.tool_choice,
+                         record.finish_reason)
+    if result is not None:
+        record.output_check, record.output_valid = result.kind, result.valid
+        record.output_invalid_reason = result.reason
 
 
 def _endpoint(engine_stats: dict[str, Any]) -> Optional[int]:

@@ -73,11 +73,14 @@ REQUEST_COLUMNS = (
     "ttfo_s", "ttst_s", "reasoning_tokens", "client_wait_s", "ttft_from_scheduled_s", "e2e_from_scheduled_s", "stage",
     "engine_timings_source", "http_connect_s", "http_reused", "http_sent_s", "http_first_byte_s", "http_last_byte_s",
     "endpoint",
+    "adapter",
+    "job_id", "depth", "parent_request_id",
+    "output_check", "output_valid", "output_invalid_reason", "tool_calls",
     "finish_reason",
     "error", "output_text", "engine_stats", "output_token_ids",
 )
 
-TEXT_COLUMNS = ("finish_reason", "error", "output_text")
+TEXT_COLUMNS = ("finish_reason", "error", "output_text", "output_invalid_reason", "tool_calls")
 
 # How a run ended. A saturated point was stopped early on purpose (its queue kept growing);
 # what it measured before that is kept.
@@ -137,10 +140,21 @@ class RunSummary:
     # Several endpoints (backend.urls, backend.replicas): {index: {url, requests, completed, failed,
     # latency, throughput, cached_share}} (harness/results/summary.py endpoints). Absent with one.
     endpoints: Optional[dict[str, dict[str, Any]]] = None
+    # LoRA traffic (workload.lora.adapters): {name: {share, requests, completed, failed, latency,
+    # throughput}}, "base" for requests without an adapter (harness/results/summary.py adapters). Absent without.
+    adapters: Optional[dict[str, dict[str, Any]]] = None
+    # Structured output (workload.response_format, workload.tools): {checked, valid, valid_share,
+    # by_kind, examples, validator} (harness/results/summary.py structured). Absent without a constraint.
+    structured: Optional[dict[str, Any]] = None
+    # Agent jobs (workload=agentic): {count, completed, failed, slo_job_s, job_s, critical_path_s,
+    # critical_path_requests, critical_path_share, job_cached_share (distributions over completed
+    # jobs), jobs_per_s, job_goodput_share, job_goodput_per_s, by_depth} (harness/results/jobs.py).
+    # Absent without agent jobs.
+    jobs: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("server_metrics", "gpu", "window", "whole_run", "stages", "endpoints"):
+        for key in ("server_metrics", "gpu", "window", "whole_run", "stages", "endpoints", "adapters", "structured", "jobs"):
             if out[key] is None:
                 del out[key]
         return out

@@ -1,7 +1,9 @@
 """Writing and reading a run folder (its files: :mod:`harness.results.schema`).
 
 - :class:`RunWriter` — each finished request's row to ``requests.jsonl`` as it lands (a crash
-  keeps it), the tables when the run ends (also on error or Ctrl-C), JSON written atomically;
+  keeps it), and in memory only what the summary reads (:class:`harness.results.kept.KeptRequests`);
+  the tables when the run ends (also on error or Ctrl-C), requests.parquet from requests.jsonl in
+  row groups, so a long run's end holds one group at a time; JSON written atomically;
 - :func:`check_run_dir_free` — claims the folder for one run;
 - :func:`load_run` — a folder back as a :class:`RunResult`, also a killed run's (its figures
   rebuilt from ``requests.jsonl`` when it left no ``summary.json``). Report and compare render
@@ -15,15 +17,19 @@ import errno
 import json
 import math
 import os
+import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from core.errors import DiskFull, HarnessError
 from core.text import valid_text
 from harness.config import SLOConfig
+from harness.results.kept import KeptRequests
 from harness.results.record import RequestRecord
 from harness.results.schema import (
     CLAIM,
@@ -67,7 +73,7 @@ class RunWriter:
         self.tokenize = tokenize
 
         self.save_output_text = save_output_text
-        self.records: list[RequestRecord] = []
+        self.records = KeptRequests()
         self._jsonl = None
         self.disk_full = False  # the folder's disk filled: rows are kept in memory only, nothing more is written
 
@@ -93,17 +99,21 @@ class RunWriter:
         self.write_json(SUMMARY, summary.to_dict())
 
     def append(self, record: RequestRecord) -> None:
-        """Keep a finished request; its row reaches disk at once. A full disk raises
-        :class:`DiskFull` once (the run ends in that line); rows after it stay in memory."""
-        self.records.append(record)
+        """A finished request: its row reaches disk at once, its slim form stays in memory
+        (``records``). A full disk raises :class:`DiskFull` once (the run ends in that line);
+        after it only the slim forms are kept."""
+        self.records.add(record)
         if self.disk_full:
             return
         with self._full_disk_ends_the_run():
             if self._jsonl is None:
                 self._jsonl = open(self.run_dir / REQUESTS_JSONL, "a", encoding="utf-8")
+            row = self._row(record)
+            if record.output_token_ids is None and record.ids_text is not None and self.save_output_text:
+                row[PENDING_IDS_TEXT] = record.ids_text  # tokenized with the tables, off the event loop
             # on the event loop, while other streams are being read: orjson, no deep copy (about
             # 8 ms a request with 2048 output tokens before, through asdict and _jsonable)
-            self._jsonl.write(orjson.dumps(self._row(record), default=_json_default, option=_ORJSON_OPTIONS).decode() + "\n")
+            self._jsonl.write(orjson.dumps(row, default=_json_default, option=_ORJSON_OPTIONS).decode() + "\n")
             self._jsonl.flush()
 
     def _disk_filled(self, exc: OSError) -> DiskFull:
@@ -146,9 +156,7 @@ class RunWriter:
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
-        self._count_pending_ids()
-        rows = [self._row(r) for r in sorted(self.records, key=lambda r: r.request_id)]
-        pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)).to_parquet(self.run_dir / REQUESTS_PARQUET, index=False)
+        self._write_requests_table()
         if memory_samples:
             mem = pd.DataFrame(list(memory_samples), columns=["t", "rss_bytes"])
             mem["t_s"] = mem.pop("t") - t0
@@ -164,14 +172,74 @@ class RunWriter:
         """server_metrics.parquet: the sampled /metrics series (columns SERVER_METRICS_COLUMNS)."""
         frame[list(SERVER_METRICS_COLUMNS)].to_parquet(self.run_dir / SERVER_METRICS, index=False)
 
-    def _count_pending_ids(self) -> None:
-        """Tokenize, in one batch, the replies whose ids were left to count after the run."""
-        pending = [r for r in self.records if r.output_token_ids is None and r.ids_text is not None]
-        if not pending or self.tokenize is None:
-            return
-        for record, ids in zip(pending, self.tokenize([r.ids_text for r in pending])):
-            record.output_token_ids = list(ids)
-            record.ids_text = None
+    def _write_requests_table(self) -> None:
+        """requests.parquet from requests.jsonl, :data:`ROW_GROUP` rows at a time, each group in
+        request-id order; the replies whose ids were left to count are tokenized a group at a
+        time (one batch each)."""
+        jsonl, parquet = self.run_dir / REQUESTS_JSONL, self.run_dir / REQUESTS_PARQUET
+        schema = requests_arrow_schema()
+        with pq.ParquetWriter(parquet, schema) as out:
+            wrote = False
+            for rows in _row_groups(jsonl, ROW_GROUP):
+                self._count_pending_ids(rows)
+                rows.sort(key=lambda row: row.get("request_id", 0))
+                out.write_table(pa.Table.from_pylist(rows, schema=schema))
+                wrote = True
+            if not wrote:
+                out.write_table(schema.empty_table())
+
+    def _count_pending_ids(self, rows: list[dict[str, Any]]) -> None:
+        """Tokenize, in one batch, the replies of ``rows`` whose ids were left to count after the run."""
+        pending = [row for row in rows if row.get(PENDING_IDS_TEXT) is not None]
+        if pending and self.tokenize is not None:
+            for row, ids in zip(pending, self.tokenize([row[PENDING_IDS_TEXT] for row in pending])):
+                row["output_token_ids"] = [int(t) for t in ids]
+        for row in pending:
+            row.pop(PENDING_IDS_TEXT, None)
+
+
+# requests.jsonl: the text whose tokens are a reply's ids, in the rows of replies whose ids were
+# left to count; not a column of requests.parquet
+PENDING_IDS_TEXT = "ids_text"
+ROW_GROUP = 10_000  # rows of requests.parquet read, tokenized and written together
+
+
+def _row_groups(jsonl: Path, size: int) -> Iterator[list[dict[str, Any]]]:
+    """The complete rows of requests.jsonl, ``size`` at a time (a line cut short is skipped)."""
+    if not jsonl.is_file():
+        return
+    rows: list[dict[str, Any]] = []
+    with open(jsonl, "rb") as f:
+        for line in f:
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            if len(rows) >= size:
+                yield rows
+                rows = []
+    if rows:
+        yield rows
+
+
+def requests_arrow_schema() -> pa.Schema:
+    """requests.parquet's columns (:data:`REQUEST_COLUMNS`) typed from :class:`RequestRecord`'s
+    fields: whole numbers int64, times float64, lists of either, flags bool, text (and the
+    engine's stats, as JSON) string; every column nullable."""
+    hints = typing.get_type_hints(RequestRecord)
+    return pa.schema([pa.field(name, _arrow_type(hints.get(name, str))) for name in REQUEST_COLUMNS])
+
+
+def _arrow_type(hint: Any) -> pa.DataType:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is typing.Union and len(args) == 1:
+        return _arrow_type(args[0])
+    if typing.get_origin(hint) is list:
+        return pa.list_(_arrow_type(args[0]) if args else pa.float64())
+    scalars = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
+    return scalars.get(hint, pa.string())
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -218,7 +286,10 @@ def load_requests(run_dir: Path) -> pd.DataFrame:
     run_dir = Path(run_dir)
     parquet = run_dir / REQUESTS_PARQUET
     if parquet.exists():
-        return pd.read_parquet(parquet)
+        frame = pd.read_parquet(parquet)
+        if not frame["request_id"].is_monotonic_increasing:  # row groups of a long run: each in order
+            frame = frame.sort_values("request_id", kind="stable", ignore_index=True)
+        return frame
     return pd.DataFrame(read_jsonl_rows(run_dir / REQUESTS_JSONL), columns=list(REQUEST_COLUMNS))
 
 

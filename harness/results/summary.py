@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
+from core.lora import BASE
 from harness.results import formulas
 from harness.results import metrics
+from core.structured import validator_name
+from harness.results.jobs import job_figures
 from harness.results.record import RequestRecord
 from harness.results.schema import COMPLETE, INTERRUPTED, SATURATED, RunSummary
 from harness.telemetry.gpu_phase import GpuPhase
@@ -23,17 +26,23 @@ OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 
 def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
               gpu: Optional[GpuPhase] = None, usd_per_hour: Optional[float] = None,
-              endpoint_urls: Optional[Sequence[Optional[str]]] = None) -> dict[str, Any]:
+              endpoint_urls: Optional[Sequence[Optional[str]]] = None,
+              lora: Optional[Sequence[dict[str, Any]]] = None) -> dict[str, Any]:
     """Per-run figures. Failed requests are counted apart and never enter a distribution.
     ``gpu``: the measured phase's GPU figures, and ``usd_per_hour`` the machine's price
     (``cost.*``), for the run metrics that need them. ``endpoint_urls``: the public URLs of
-    the endpoints requests were routed over (several: an ``endpoints`` section)."""
+    the endpoints requests were routed over (several: an ``endpoints`` section). ``lora``: the
+    plan's adapters ({name, path, share}: an ``adapters`` section, :func:`adapters`)."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
     by_endpoint = endpoints(records, duration_s, slo, endpoint_urls)
+    by_adapter = adapters(records, duration_s, slo, lora)
     return {
         **({"endpoints": by_endpoint} if by_endpoint else {}),
+        **({"adapters": by_adapter} if by_adapter else {}),
+        **({"structured": checked} if (checked := structured(records)) else {}),
+        **({"jobs": by_job} if (by_job := job_figures(records, duration_s, getattr(slo, "job_s", None))) else {}),
         "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
         "duration_s": duration_s,
         "latency": metrics.distributions(ok),
@@ -150,6 +159,68 @@ def endpoints(records: Sequence[RequestRecord], duration_s: float, slo: Any,
     return out
 
 
+def adapters(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+             lora: Optional[Sequence[dict[str, Any]]] = None) -> Optional[dict[str, dict[str, Any]]]:
+    """Figures per LoRA adapter (workload.lora.adapters), keyed by its name ("base": requests
+    without an adapter), in the plan's order: its planned share (s_i / Σ s), requests sent,
+    completed and failed, the registry's distributions and run figures over its completed
+    requests (throughputs over the whole run's duration: each adapter's part of the run's
+    throughput). None for a run without adapters."""
+    if not lora and all(r.adapter is None for r in records):
+        return None
+    total = sum(float(e.get("share") or 0) for e in lora or ()) or None
+    names = [str(e["name"]) for e in lora or ()]
+    for r in records:
+        name = r.adapter if r.adapter is not None else BASE
+        if name not in names:
+            names.append(name)
+    out = {}
+    for name in names:
+        mine = [r for r in records if (r.adapter if r.adapter is not None else BASE) == name]
+        ok = [r for r in mine if r.ok]
+        meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+        share = next((float(e.get("share") or 0) for e in lora or () if e.get("name") == name), None)
+        out[name] = {
+            "share": share / total if share is not None and total else None,
+            "requests": len(mine),
+            "completed": len(ok),
+            "failed": len(mine) - len(ok),
+            "latency": metrics.distributions(ok),
+            "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s)),
+        }
+    return out
+
+
+def structured(records: Sequence[RequestRecord]) -> Optional[dict[str, Any]]:
+    """The checks of constrained replies (workload.response_format, workload.tools; core/structured.py):
+    ``checked`` (completed requests whose reply was checked), ``valid``, ``valid_share`` = valid /
+    checked, the same ``by_kind`` (json_schema, regex, tool_call), up to three ``examples`` of why
+    replies were invalid, and the JSON schema ``validator`` that ran. None when nothing was checked."""
+    checked = [r for r in records if r.ok and r.output_valid is not None]
+    if not checked:
+        return None
+
+    def counts(rs: Sequence[RequestRecord]) -> dict[str, Any]:
+        valid = sum(1 for r in rs if r.output_valid)
+        return {"checked": len(rs), "valid": valid, "valid_share": valid / len(rs)}
+
+    kinds = sorted({r.output_check or "?" for r in checked})
+    reasons = sorted({r.output_invalid_reason or "" for r in checked if not r.output_valid})
+    return {**counts(checked), "by_kind": {k: counts([r for r in checked if r.output_check == k]) for k in kinds},
+            "examples": reasons[:3], "validator": validator_name()}
+
+
+def structured_line(section: Optional[dict[str, Any]]) -> Optional[str]:
+    """One line of the summary's ``structured`` section, for the console and the report."""
+    if not section or not section.get("checked"):
+        return None
+    kinds = " · ".join(f"{k} {v['valid']}/{v['checked']}" for k, v in (section.get("by_kind") or {}).items())
+    line = (f"structured output: {section['valid']} of {section['checked']} checked replies valid "
+            f"({section['valid_share'] * 100:.1f} %; {kinds})")
+    examples = section.get("examples") or []
+    return line + (f" · e.g. {examples[0]}" if examples else "")
+
+
 def run_warnings(summary: RunSummary) -> list[str]:
     """What the ending and the harness's own overhead add to the request warnings."""
     out = []
@@ -253,6 +324,11 @@ def warnings(records: Sequence[RequestRecord]) -> list[str]:
     over = [r for r in ok if not r.exact_output_len and r.output_tokens > r.requested_output_tokens]
     if over:
         out.append(f"{len(over)} requests produced more than their maximum output length")
+    invalid = [r for r in ok if r.output_valid is False]
+    if invalid:
+        checked = sum(1 for r in ok if r.output_valid is not None)
+        out.append(f"{len(invalid)} of {checked} checked replies broke their constraint "
+                   f"(e.g. {invalid[0].output_check}: {invalid[0].output_invalid_reason})")
     off = [r for r in records if r.expected_prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens]
     if off:
         out.append(

@@ -63,6 +63,45 @@ def mean_ci95(values: Sequence[Optional[float]]) -> dict[str, Any]:
     return out
 
 
+def stage_figures(stage: dict[str, Any]) -> dict[str, Optional[float]]:
+    """KEY_FIGURES of one stage of a summary's ``stages`` (its own latency and throughput)."""
+    out: dict[str, Optional[float]] = {}
+    for metric, stat in KEY_FIGURES:
+        if stat:
+            value = ((stage.get("latency") or {}).get(metric) or {}).get(stat)
+        else:
+            value = (stage.get("throughput") or {}).get(metric)
+        out[figure_name(metric, stat)] = value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return out
+
+
+def stage_load(stage: dict[str, Any]) -> str:
+    """A stage's load in words: '2 req/s', 'concurrency 8', a ramp '1→8 req/s'."""
+    for key, unit in (("rate", " req/s"), ("concurrency", "")):
+        value = stage.get(key)
+        prefix = "concurrency " if key == "concurrency" else ""
+        if isinstance(value, dict):
+            return f"{prefix}{value.get('from'):g}→{value.get('to'):g}{unit}"
+        if isinstance(value, (int, float)):
+            return f"{prefix}{value:g}{unit}"
+    return "-"
+
+
+def combine_stages(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
+    """A time-shaped point's stages (the first run's schedule), each with its KEY_FIGURES: a
+    single run's values, or mean and 95 % CI over the repeats; [] for a point without stages."""
+    stages = (summaries[0].stages or []) if summaries else []
+    out = []
+    for stage in stages:
+        per_run = [stage_figures(st) for s in summaries for st in (s.stages or [])
+                   if st.get("index") == stage.get("index")]
+        figures = per_run[0] if len(per_run) == 1 else {
+            name: mean_ci95([f.get(name) for f in per_run]) for name in dict.fromkeys(n for f in per_run for n in f)}
+        out.append({"index": stage.get("index"), "start_s": stage.get("start_s"), "end_s": stage.get("end_s"),
+                    "load": stage_load(stage), "figures": figures})
+    return out
+
+
 def combine_repeats(summaries: Sequence[RunSummary]) -> dict[str, Any]:
     """A point's figures: the value of a single run, or mean and 95 % CI over its repeats."""
     per_run = [key_figures(s) for s in summaries]

@@ -224,6 +224,11 @@ def _check_sha256(path: Path, expected: str) -> None:
         raise ModelError(f"{path.name}: sha256 {digest.hexdigest()} does not match the expected {expected}")
 
 
+def locked_folder(folder: Path) -> "contextlib.AbstractContextManager[None]":
+    """Serialize builds of one cached folder across processes (the adapter store uses it too)."""
+    return _locked(folder)
+
+
 def _is_ready(marker: Path) -> bool:
     return marker.is_file()
 

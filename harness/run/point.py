@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from omegaconf import OmegaConf
 
 from core.errors import EngineFailed
+from core.structured import describe_constraint
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver
 from harness.client.saturation import SaturationDetector
@@ -64,7 +65,7 @@ log = logging.getLogger("harness")
 class RunOutcome:
     run_dir: Path
     summary: RunSummary
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]  # slim: what the summary reads (harness/results/kept.py)
 
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
@@ -162,6 +163,10 @@ def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: W
     if plan.schedule is not None and not plan.open_loop:  # a cap that follows a schedule: one process
         if (cfg.client.workers or 1) > 1:
             log.info("client.workers=%d: a closed loop with a schedule runs in one client process", cfg.client.workers)
+        return driver
+    if any(s.parent is not None for s in plan.sessions):  # agent jobs: sub-agents wait on their parent's turn
+        if (cfg.client.workers or 1) > 1:
+            log.info("client.workers=%d: agent jobs (sub-agents) run in one client process", cfg.client.workers)
         return driver
     if client is None or min(workers, len(plan.sessions), in_flight or len(plan.sessions)) <= 1:
         return driver
@@ -288,7 +293,8 @@ class PointRun:
             model=self.session.model.describe() if self.session.model else {},
             workload=self._workload_summary(), seed=self.cfg.seed,
             **time_windows(summarize(records, self.duration_s, self.cfg.slo, gpu.phase if gpu else None,
-                                     self.cfg.cost.machine_usd_per_hour(), endpoint_urls=self._endpoint_urls()),
+                                     self.cfg.cost.machine_usd_per_hour(), endpoint_urls=self._endpoint_urls(),
+                                     lora=self.plan.lora),
                            records, self.cfg.slo, self._window(), self._stages(), self.cfg.cost.machine_usd_per_hour()),
             memory=self._memory_summary(gpu), load_s=self.load_s, engine=self.engine,
             config_sha256=config_sha256(self.cfg), repeat=self.repeat, saturated=self.driver.saturated,
@@ -296,6 +302,9 @@ class PointRun:
             taint=self.taint(),
         )
         summary.harness.update(self.client_load.figures())
+        sampled = records.sampling()
+        if sampled is not None:  # a long run: its pooled ITL gaps were thinned to a budget
+            summary.harness["itl_sampled"] = sampled
         summary.warnings = run_warnings(summary) + summary.warnings
         return summary
 
@@ -347,6 +356,7 @@ class PointRun:
                if plan.source else {}),
             **plan.info,
             "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
+            **({"constraint": describe_constraint(plan.structured)} if getattr(plan, "structured", None) else {}),
         }
 
     def _server_metrics(self) -> Optional[dict[str, Any]]:

@@ -27,8 +27,10 @@ from core.errors import HarnessError, ModelError
 from core.model import ModelFiles
 from harness.client.event_loops import new_loop
 from harness.config import RunConfig, engine_key
+from harness.run.adapter_store import resolve_adapters
 from harness.run.model_store import resolve_model
 from workloads.corpus import TokenizedCorpus
+from workloads.lora import adapter_specs
 from workloads.prompts import PromptRenderer
 
 log = logging.getLogger("harness")
@@ -59,11 +61,15 @@ class EngineSession:
         check_backend_available(self.cfg.backend)
         self.model = resolve_model(self.cfg.model)
         model = self.model
+        # LoRA adapters load with the engine: their files are found (or made) before it starts
+        model.adapters = resolve_adapters(adapter_specs(getattr(self.cfg.workload, "lora", None)), model)
         self.backend = _one_line(lambda: create_backend(self.cfg.backend, model),
                                  f"backend {self.cfg.backend.name} cannot use model {model.name} ({model.source})")
         self.backend.run_dir = self.workdir
         backend = self.backend
         try:
+            if model.adapters:
+                backend.check_adapters(model.adapters)  # an engine without LoRA refuses, before it loads
             t = time.perf_counter()
             _one_line(backend.import_engine, f"backend {self.cfg.backend.name} could not import its engine")
             self.import_s = time.perf_counter() - t

@@ -36,6 +36,7 @@ from harness.results.store import holds_run, load_summary
 from harness.results.sweep_file import (
     SKIPPED,
     combine_repeats,
+    combine_stages,
     count_engine_load,
     new_entry,
     point_run_dirs,
@@ -154,6 +155,8 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
             if write_sweep and i < cfg.repeat:
                 record_point(sweep_dir, dict(entry, status="running", figures=combine_repeats(summaries)))
         entry.update(_entry_status(summaries, skipped=len(done) >= cfg.repeat), figures=combine_repeats(summaries))
+        if any(s.stages for s in summaries):
+            entry["stages"] = combine_stages(summaries)
     except KeyboardInterrupt:
         entry.update(status=INTERRUPTED, error="interrupted by the user (Ctrl-C)")
         raise

@@ -13,6 +13,11 @@ extras=""
 grep -q "^$engine = \[" pyproject.toml && extras="$engine"
 HARNESS_VENV="$venv" scripts/setup.sh "$extras"
 if command -v nvidia-smi >/dev/null 2>&1; then
-  "$venv/bin/python" -m pip install --quiet -e ".[gpu]"  # NVML: GPU memory, power, energy
+  # NVML: GPU memory, power, energy; with uv where scripts/setup.sh installed it into the venv
+  if [ -x "$venv/bin/uv" ]; then
+    "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" -e ".[gpu]"
+  else
+    "$venv/bin/python" -m pip install --quiet -e ".[gpu]"
+  fi
 fi
 "$venv/bin/python" scripts/ci/engine_available.py "$engine"

@@ -29,7 +29,7 @@ def test_run_prints_summary_then_results_folder(tmp_path):
 
 @pytest.mark.parametrize("arg,choices", [
     ("backend=nope", "unknown backend 'nope': choose one of deepspeed_mii, llamacpp, mlx, ollama, openai, reference, sglang, tensorrt_llm, tgi, transformers, vllm"),
-    ("workload=nope", "unknown workload 'nope': choose one of chat, jsonl, shared_prefix, sharegpt, synthetic, trace"),
+    ("workload=nope", "unknown workload 'nope': choose one of agentic, chat, jsonl, shared_prefix, sharegpt, structured, synthetic, trace"),
     ("model=nope", "unknown model 'nope': choose one of smollm2-135m, tiny-random"),
 ])
 def test_unknown_choice_is_one_line(tmp_path, arg, choices):

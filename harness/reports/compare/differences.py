@@ -111,15 +111,30 @@ def _difference(base: Side, side: Side, metric: str, stat: str, fn, resamples: i
     if interval.method == intervals.WITHIN_RUN and noise is not None:
         interval = intervals.widened_by_noise_floor(interval, noise.sd_run)
     base_value = row["baseline_value"]
+    verdict = stats.verdict(interval, m.lower_is_better)
+    share, base_share = valid_share(side), valid_share(base)
+    if verdict == stats.FASTER and share is not None and share < (base_share if base_share is not None else 1.0):
+        verdict = stats.invalid_verdict(share)
     row.update({
         "method": interval.method, "change_pct": (interval.ratio - 1) * 100,
         "ci_low_pct": (interval.low - 1) * 100, "ci_high_pct": (interval.high - 1) * 100,
-        "verdict": stats.verdict(interval, m.lower_is_better), "_interval": interval,
+        "verdict": verdict, "_interval": interval,
     })
     if base_value is not None and row["value"] is not None:
         row.update({"diff": row["value"] - base_value, "ci_low": base_value * (interval.low - 1),
                     "ci_high": base_value * (interval.high - 1)})
     return row
+
+
+def valid_share(side: Side) -> Optional[float]:
+    """The share of a side's checked replies that kept their constraint (summary.json's
+    ``structured``, pooled over its runs); None where no reply was checked."""
+    checked = valid = 0
+    for run in side.runs:
+        section = run.summary.structured or {}
+        checked += section.get("checked") or 0
+        valid += section.get("valid") or 0
+    return valid / checked if checked else None
 
 
 def _positive(values: np.ndarray) -> np.ndarray:

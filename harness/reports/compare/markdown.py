@@ -10,6 +10,7 @@ import pandas as pd
 from harness.gate.verdicts import PASS, REGRESSION
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import ci_text, gate_results, pct_text
+from harness.reports.compare.parts import endpoints_rows, stages_rows
 from harness.reports.compare.runs import (
     Comparability,
     CompareError,
@@ -29,7 +30,7 @@ from harness.results import metrics
 def comparison_markdown(result: Comparison) -> str:
     """The comparison for a GitHub job summary or pull-request comment: no HTML, cells escaped."""
     sections = [_md_head(result), _md_problems(result.comparability), _md_gate(result), _md_runs(result.runs),
-                _md_figures(result.table), _md_differences(result), _md_agreement(result), _md_notes(result.comparability)]
+                _md_figures(result.table), _md_parts(result.runs), _md_differences(result), _md_agreement(result), _md_notes(result.comparability)]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
@@ -79,6 +80,16 @@ def _md_figures(table: pd.DataFrame) -> str:
     parts = ["### Figures", md_table(["run", *heads], figure_rows(table, latency, counts=False))]
     heads = ["ok", "failed", *(f"{figure_label(m, st)} ({metrics.get(m).unit})" for m, st in whole_run)]
     parts.append(md_table(["run", *heads], figure_rows(table, whole_run, counts=True)))
+    return "\n\n".join(parts)
+
+
+def _md_parts(runs: Sequence[Run]) -> str:
+    """Per stage and per endpoint, as compare.html shows them (request metrics: p50 / p99, p50 / p90)."""
+    parts = []
+    for title, rows in (("Per stage", stages_rows(runs)), ("Per endpoint", endpoints_rows(runs))):
+        if rows:
+            heads = list(rows[0])
+            parts.append(f"### {title}\n\n" + md_table(heads, [[str(row.get(h, "")) for h in heads] for row in rows]))
     return "\n\n".join(parts)
 
 

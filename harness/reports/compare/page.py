@@ -14,6 +14,7 @@ from harness.reports import agreement, figures, html
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import gate_passed_text, pct_text
+from harness.reports.compare.parts import endpoints_rows, stages_rows
 from harness.reports.compare.runs import (
     LOAD_KEYS,
     Run,
@@ -28,7 +29,6 @@ from harness.reports.compare.token_agreement import AGREEMENT_HEADS, AGREEMENT_N
 from harness.reports.describe import backend_text, engine_text, hardware_text, load_text, model_text, run_date
 from harness.reports.gate_text import decision_lines
 from harness.reports.html import esc, fmt
-from harness.reports.part_figures import part_cells, uniform_rows
 from harness.reports.run_report import REPORT_NAME, SERVER_PANELS, server_panels
 from harness.results import metrics
 
@@ -129,6 +129,8 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
 
 
 def _verdict_class(v: str) -> str:
+    if v.startswith(stats.NOT_FASTER):  # faster with invalid replies: shown as the loss it is
+        return "slower"
     return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.NO_DIFFERENCE: "nodiff",
             stats.WITHIN_RUN_ONLY: "nodiff"}.get(v, "nodata")
 
@@ -272,35 +274,6 @@ def _server_overlay(runs: Sequence[Run]):
     note = ("The server's own /metrics, sampled during each run's measured phase, one line per run."
             + (f" No server series: {', '.join(missing)}." if missing else ""))
     return ("server-time", "Server state over time", fig, note)
-
-
-def stages_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """One row per stage of each run that has stages (summary ``stages``), columns from the registry."""
-    rows: list[dict[str, Any]] = []
-    for run in runs:
-        for st in run.summary.stages or []:
-            kind = "rate" if "rate" in st else "concurrency"
-            load = st.get(kind)
-            load_text = f"{load['from']:g} → {load['to']:g}" if isinstance(load, dict) else f"{load:g}"
-            req = st.get("requests") or {}
-            row: dict[str, Any] = {"run": run.label, "stage": st.get("index"),
-                                   "s": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
-                                   "load": f"{load_text} {'req/s' if kind == 'rate' else 'in flight'}",
-                                   "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}"}
-            rows.append({**row, **part_cells(st, ("p50", "p99"), compare_only=True)})
-    return uniform_rows(rows)
-
-
-def endpoints_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """One row per endpoint of each run that has several (summary ``endpoints``), columns from the registry."""
-    rows: list[dict[str, Any]] = []
-    for run in runs:
-        for index, ep in (run.summary.endpoints or {}).items():
-            row: dict[str, Any] = {"run": run.label, "endpoint": index, "url": ep.get("url") or "–",
-                                   "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
-                                   "cached %": html.fmt(ep.get("cached_share"), 1, 100)}
-            rows.append({**row, **part_cells(ep, ("p50", "p90"), compare_only=True)})
-    return uniform_rows(rows)
 
 
 def _per_turn(runs: Sequence[Run]):

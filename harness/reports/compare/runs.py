@@ -273,6 +273,9 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
     hardware = _differs(runs, _hardware)
     if hardware:
         result.problems.append(f"different hardware: {hardware}")
+    constraint = _differs(runs, lambda r: r.summary.workload.get("constraint") or "none")
+    if constraint:  # workload.response_format, workload.tools: other constraints decode other tokens
+        result.problems.append(f"different reply constraint (response_format, tools): {constraint}")
     described = [describe(r) for r in runs]
     keys = list(dict.fromkeys(k for d in described for k in d if k not in ("model", "workload", "repeat")))
     for key in keys:

@@ -19,6 +19,13 @@ SLOWER = "slower"
 NO_DIFFERENCE = "no significant difference"
 WITHIN_RUN_ONLY = "within-run only"
 NOT_ENOUGH_DATA = "not enough data"
+# a side that would be faster but kept its reply constraint (workload.response_format, tools) less
+# often than the baseline: speed bought with invalid replies is not faster
+NOT_FASTER = "not faster"
+
+
+def invalid_verdict(valid_share: float) -> str:
+    return f"{NOT_FASTER}: only {valid_share * 100:.0f} % of its replies were valid"
 
 MIN_SAMPLES = 3  # fewer values in any run of either side: no interval
 DEFAULT_RESAMPLES = 2000
