@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from harness_runs import read_summary, run_harness  # beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,19 +26,6 @@ ENGINES = {
     "vllm-nocache": ["backend=vllm", "backend.enable_prefix_caching=false"],
     "llamacpp": ["backend=llamacpp", "backend.keep_session_cache=true"],
 }
-
-
-def run(args: list[str], out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "harness", *args, "progress=false", f"output_root={out}"]
-    print("$ python -m harness", " ".join(args), flush=True)
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    print(f"  ({time.perf_counter() - t:.0f} s)", flush=True)
-    if proc.returncode != 0:
-        print(proc.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(proc.returncode)
-    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    return {"dir": str(run_dir), **json.loads((run_dir / "summary.json").read_text())}
 
 
 def row(name: str, s: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +61,8 @@ def main() -> None:
         extra = list(ENGINES[name])
         if name.startswith("vllm"):
             extra.append(f"+backend.engine_args.block_size={a.vllm_block_size}")
-        summary = run([*extra, f"model={a.model}", *workload], Path(a.out) / name)
+        summary = read_summary(run_harness([*extra, f"model={a.model}", *workload], Path(a.out) / name,
+                                           report=True)[-1])
         rows.append(row(name, summary))
         print(json.dumps(rows[-1], indent=None, default=str), flush=True)
     print("\nengine        jobs  JCT p50 s  JCT p90 s  crit.path req  crit.path %  TTFT p50 ms  cached share by depth")

@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from harness_runs import run_harness  # beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -34,15 +35,7 @@ sys.path.insert(0, str(REPO))
 
 def harness(args: list[str], out: Path) -> list[Path]:
     """Run ``python -m harness`` (a sweep with -m); the run folders it wrote."""
-    cmd = [sys.executable, "-m", "harness", *args, "progress=false", "report=false", f"output_root={out}"]
-    print("$ python -m harness", " ".join(args), flush=True)
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    print(f"  ({time.perf_counter() - t:.0f} s)", flush=True)
-    if proc.returncode != 0:
-        print(proc.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(proc.returncode)
-    return sorted(p.parent for p in out.glob("**/summary.json"))
+    return sorted(run_harness(args, out))
 
 
 def summary(run_dir: Path) -> dict[str, Any]:

@@ -13,13 +13,11 @@ rerun on a quiet one.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional
+
+from harness_runs import read_summary, run_harness  # beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,20 +27,6 @@ ENGINES = {
     "vllm": ["backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1"],
 }
 ARMS = {"free": ["workload.response_format=null"], "json_schema": []}
-
-
-def harness(args: list[str], out: Path) -> Optional[dict[str, Any]]:
-    """One run; its summary.json, or None when it failed (the error is printed)."""
-    cmd = [sys.executable, "-m", "harness", *args, "progress=false", "report=false", f"output_root={out}"]
-    print("$ python -m harness", " ".join(args), flush=True)
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    print(f"  ({time.perf_counter() - t:.0f} s)", flush=True)
-    if proc.returncode != 0:
-        print((proc.stderr or proc.stdout)[-2000:], file=sys.stderr)
-        return None
-    found = sorted(out.glob("**/summary.json"))
-    return json.loads(found[-1].read_text()) if found else None
 
 
 def row(engine: str, arm: str, s: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +56,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         for arm, extra in ARMS.items():
             args = [*ENGINES[engine], f"model={a.model}", "workload=structured", f"workload.num_requests={a.requests}",
                     f"workload.concurrency={a.concurrency}", f"workload.output_len={a.output_len}", *extra]
-            s = harness(args, out / engine / arm)
+            found = run_harness(args, out / engine / arm, exit_on_failure=False)
+            s = read_summary(found[-1]) if found else None
             if s is not None:
                 rows.append(row(engine, arm, s))
     if not rows:

@@ -16,6 +16,8 @@ parent's next turn), which is also the order :func:`theoretical_hit_rate` counts
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -65,6 +67,17 @@ class BuiltJobs:
     sessions: list[SessionSpec]  # job by job, each job's agents in dependency order
     roots: list[SessionSpec]  # the main loop of each job
     prompts_in_order: list[list[int]]  # every call's prompt ids, in an order the dependencies allow
+
+
+def describe_tree(sessions: list[SessionSpec]) -> str:
+    """The jobs' shape in a few words, with a fingerprint of the tree (each agent's job, depth,
+    parent, calls and tool gaps: the first 12 hex digits of their sha256), so two runs of other
+    trees are told apart at a glance: ``2 jobs, 6 agents, depth 1 · 9c1d04be3f2a``."""
+    shape = [[s.job_id, s.depth, s.parent, [t.think_time_s for t in s.turns]] for s in sessions]
+    digest = hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:12]
+    jobs = len({s.job_id for s in sessions})
+    depth = max((s.depth or 0 for s in sessions), default=0)
+    return f"{jobs} job{'s' if jobs != 1 else ''}, {len(sessions)} agents, depth {depth} · {digest}"
 
 
 class JobBuilder:

@@ -32,7 +32,7 @@ import numpy as np
 from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.agent_trace import read_agent_trace
-from workloads.agent_tree import Agent, AgentCall, Job, job_sessions
+from workloads.agent_tree import Agent, AgentCall, Job, describe_tree, job_sessions
 from workloads.base import (
     WARMUP_OUTPUT_TOKENS,
     Workload,
@@ -177,6 +177,7 @@ class AgenticWorkload(Workload):
             "jobs": len(kept),
             "agents": len(plan.sessions),
             "max_depth": max(depths, default=0),
+            "tree": describe_tree(plan.sessions),  # the comparability guard names a different tree
             # an unbounded cache over every call's prompt, in dependency order (shared_prefix.py)
             "theoretical_cache_hit": round(theoretical_hit_rate(built.prompts_in_order), 4),
         }

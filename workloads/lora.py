@@ -18,6 +18,8 @@ round-robin over the entries in order, so each adapter is loaded before the meas
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -91,6 +93,16 @@ def adapter_specs(settings: Optional[LoraSettings]) -> list[AdapterSpec]:
     if specs and all(s.is_base for s in specs):
         raise ConfigError(f"workload.lora.adapters has only '{BASE}': add an adapter, or drop workload.lora")
     return specs
+
+
+def describe_traffic(entries: list[dict[str, Any]]) -> Optional[str]:
+    """The plan's adapters in a few words, with a fingerprint of the entries (names, paths,
+    shares: the first 12 hex digits of their sha256), so two runs that sent traffic to other
+    adapters are told apart at a glance: ``a0 2, a1 1, base 1 · 3f2a9c1d04be``."""
+    if not entries:
+        return None
+    digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:12]
+    return ", ".join(f"{e['name']} {e['share']:g}" for e in entries) + f" · {digest}"
 
 
 def quotas(specs: list[AdapterSpec], n: int) -> list[int]:

@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 import pandas as pd
 
 from core.sequences import common_prefix
-from harness.results.schema import RunResult, completed
+from harness.results.schema import WORKLOAD_PARTS, RunResult, completed
 
 CONTEXT_CHARS = 24  # text shown before the first divergent character
 TAIL_CHARS = 48  # text shown from it
@@ -124,11 +124,13 @@ def comparable_problems(baseline: RunResult, run: RunResult) -> list[str]:
         if r.summary.workload.get("greedy") is False:
             problems.append(f"{r.name} sampled (temperature > 0): only greedy runs can agree token for token")
     a, b = (r.summary.workload.get("prompts_sha256") for r in (baseline, run))
-    ca, cb = (r.summary.workload.get("constraint") for r in (baseline, run))
-    if ca != cb:  # the hash covers the constraint too; say which differs
-        problems.append(f"the runs constrained their replies differently (response_format, tools): {ca or 'none'} "
-                        f"vs {cb or 'none'}")
-    elif a and b and a != b:
+    parts = []  # the hash covers these too; say which differs
+    for key, what in WORKLOAD_PARTS:
+        pa, pb = (r.summary.workload.get(key) for r in (baseline, run))
+        if pa != pb:
+            parts.append(f"the runs differ in their {what}: {pa or 'none'} vs {pb or 'none'}")
+    problems += parts
+    if not parts and a and b and a != b:
         problems.append("the runs sent different prompts (workload prompts_sha256 differs)")
     if (baseline.summary.model.get("name") or "") != (run.summary.model.get("name") or ""):
         problems.append("the runs used different models")

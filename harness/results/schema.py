@@ -52,6 +52,14 @@ MACHINE = "machine.json"
 
 WORKLOAD = "workload.json"
 
+# Parts of a workload that summary.json's workload section describes in a few words with a
+# fingerprint (the workload's sha256 covers them all): runs that differ in one are told which.
+WORKLOAD_PARTS = (
+    ("constraint", "reply constraint (response_format, tools)"),  # other constraints decode other tokens
+    ("lora", "LoRA traffic (workload.lora.adapters)"),  # other adapters, other shares
+    ("tree", "agent tree (workload=agentic)"),  # other jobs, fan-out, depth or tool gaps
+)
+
 MEMORY = "memory.parquet"
 
 GPU = "gpu.parquet"

@@ -10,6 +10,14 @@ existing run folders instead.
 
     python -m harness.agree                       # transformers fp32 and bf16, vLLM, llama.cpp, MLX
     python -m harness.agree --engines transformers-fp32,llamacpp --requests 8 --output-len 32
+    python -m harness.agree --workload structured # the same JSON schema on every engine
+    python -m harness.agree --workload lora       # the store's adapter a0 and the base model
+
+``--workload`` picks what every engine is sent: ``chat`` (default), ``structured`` (replies
+under workload=structured's JSON schema; the valid share is printed per engine), ``agentic``
+(workload=agentic's jobs: the same tree, prompts grown from the same stand-in replies) or
+``lora`` (chats split between the store's ``adapter-0`` and the base model: engines that
+apply the same adapter agree as the base model does).
 """
 from __future__ import annotations
 
@@ -51,12 +59,38 @@ def installed(label: str) -> Optional[str]:
     return None
 
 
-def workload_overrides(model: str, requests: int, output_len: int) -> list[str]:
-    """One-turn chats of real text (the corpus), each answered until its end-of-sequence or
-    ``output_len`` tokens, greedily and one at a time."""
-    return [f"model={model}", "workload=chat", f"workload.sessions={requests}", "workload.turns=1",
-            f"workload.output_len={output_len}", "workload.exact_output_len=false", "workload.concurrency=1",
-            "workload.temperature=0", "workload.warmup_requests=0", "seed=0", "progress=false", "report=false"]
+def chat(requests: int, output_len: int) -> list[str]:
+    """One-turn chats of real text (the corpus)."""
+    return ["workload=chat", f"workload.sessions={requests}", "workload.turns=1", f"workload.output_len={output_len}"]
+
+
+def structured(requests: int, output_len: int) -> list[str]:
+    """Prompts that ask for a JSON object, each reply under workload=structured's schema."""
+    return ["workload=structured", f"workload.num_requests={requests}", f"workload.output_len={output_len}"]
+
+
+def agentic(requests: int, output_len: int) -> list[str]:
+    """workload=agentic's jobs, one at a time (its sub-agents still run side by side)."""
+    return ["workload=agentic", f"workload.jobs={requests}", f"workload.output_len={output_len}"]
+
+
+def lora(requests: int, output_len: int) -> list[str]:
+    """Chats split between the store's seeded adapter-0 and the base model."""
+    return [*chat(requests, output_len),
+            'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: base}]']
+
+
+# --workload → (its overrides, its default --output-len: a JSON object needs room to close)
+WORKLOADS = {"chat": (chat, 24), "structured": (structured, 96), "agentic": (agentic, 16), "lora": (lora, 24)}
+
+
+def workload_overrides(model: str, requests: int, output_len: Optional[int], workload: str = "chat") -> list[str]:
+    """The workload, each reply answered until its end-of-sequence or ``output_len`` tokens,
+    greedily and one at a time."""
+    build, default_len = WORKLOADS[workload]
+    return [f"model={model}", *build(requests, output_len or default_len), "workload.exact_output_len=false",
+            "workload.concurrency=1", "workload.temperature=0", "workload.warmup_requests=0", "seed=0",
+            "progress=false", "report=false"]
 
 
 def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -> tuple[Optional[Path], str]:
@@ -84,14 +118,24 @@ def matrix_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[st
     return lines
 
 
+def valid_share(result: RunResult) -> str:
+    """The share of replies that kept the run's constraint ("–" for free text)."""
+    checked = result.summary.structured or {}
+    share = checked.get("valid_share")
+    return "–" if share is None else f"{share:.0%}"
+
+
 def numerics_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[str]:
+    """Per run: the engine, its mode and numerics, and (under a constraint) its valid replies."""
+    constrained = any(r.summary.structured for r in results)
     rows = []
     for r, lab in zip(results, labels):
         dtype, quant = agreement.numerics(r)
         b = r.summary.backend
         rows.append([lab, f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip(), b.get("mode") or "?",
-                     dtype or "–", quant or "–"])
-    return text_table([["run"], ["engine"], ["mode"], ["dtype"], ["quantization"]], rows, align="lllll")
+                     dtype or "–", quant or "–", *([valid_share(r)] if constrained else [])])
+    heads = [["run"], ["engine"], ["mode"], ["dtype"], ["quantization"], *([["valid"]] if constrained else [])]
+    return text_table(heads, rows, align="l" * len(heads))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -100,7 +144,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help=f"comma-separated, the first is the baseline (default: {','.join(ENGINES)})")
     parser.add_argument("--model", default="smollm2-135m", help="model config name (default: smollm2-135m)")
     parser.add_argument("--requests", type=int, default=4, help="one-turn chats (default: 4)")
-    parser.add_argument("--output-len", type=int, default=24, help="most tokens per reply (default: 24)")
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="chat",
+                        help="what every engine is sent (default: chat)")
+    parser.add_argument("--output-len", type=int, default=None,
+                        help="most tokens per reply (default: 24; structured 96, agentic 16)")
     parser.add_argument("--out", type=Path, default=None, help="folder of the runs (default: results/agree-<date>-<time>)")
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="per engine run (default: 1200)")
     parser.add_argument("--runs", nargs="+", type=Path, default=None, help="compare these run folders instead of running")
@@ -118,12 +165,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if unknown:
             print(f"error: unknown engine {unknown[0]!r}: choose from {', '.join(ENGINES)}", file=sys.stderr)
             return 2
-        if args.requests < 1 or args.output_len < 1:
+        if args.requests < 1 or (args.output_len is not None and args.output_len < 1):
             print("error: --requests and --output-len must be >= 1", file=sys.stderr)
             return 2
         out = args.out or Path("results") / f"agree-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         out.mkdir(parents=True, exist_ok=True)
-        common = workload_overrides(args.model, args.requests, args.output_len)
+        common = workload_overrides(args.model, args.requests, args.output_len, args.workload)
         folders, kept = [], []
         for label in labels:
             missing = installed(label)

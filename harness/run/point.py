@@ -57,6 +57,7 @@ from harness.telemetry.machine_monitor import MachineMonitor
 from harness.telemetry.machine_state import MachineState
 from workloads import workload_registry
 from workloads.base import WorkloadPlan
+from workloads.lora import describe_traffic
 
 log = logging.getLogger("harness")
 
@@ -357,6 +358,7 @@ class PointRun:
             **plan.info,
             "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
             **({"constraint": describe_constraint(plan.structured)} if getattr(plan, "structured", None) else {}),
+            **({"lora": describe_traffic(plan.lora)} if plan.lora else {}),
         }
 
     def _server_metrics(self) -> Optional[dict[str, Any]]:

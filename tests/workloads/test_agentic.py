@@ -38,6 +38,11 @@ def test_the_tree_has_the_configured_shape(parts):
         parent = sessions[s.parent[0]]
         assert s.parent[1] == 1 and parent.job_id == s.job_id and parent.depth == 0
     assert plan.info["jobs"] == 2 and plan.info["agents"] == 6 and plan.info["max_depth"] == 1
+    assert plan.info["tree"].startswith("2 jobs, 6 agents, depth 1 · ")
+    wider = build(parts, "agentic", **{**SMALL, "fanout": 3})
+    assert wider.info["tree"].startswith("2 jobs, 8 agents, depth 1 · ")
+    gaps = build(parts, "agentic", **{**SMALL, "tool_gap_s": 0.5})  # the same shape, other tool gaps
+    assert gaps.info["tree"].split(" · ")[1] != plan.info["tree"].split(" · ")[1]
     assert plan.num_requests == 2 * 4 + 4 * 2
     # a job's sessions are together, the main loop first
     assert [s.job_id for s in plan.sessions] == [0, 0, 0, 1, 1, 1]

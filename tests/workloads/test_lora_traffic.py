@@ -5,7 +5,7 @@ import pytest
 
 from core.errors import ConfigError
 from workloads.base import SessionSpec, TurnSpec, WorkloadConfig, make_plan, seeded_streams
-from workloads.lora import LoraSettings, adapter_specs, assign, quotas, round_robin
+from workloads.lora import LoraSettings, adapter_specs, assign, describe_traffic, quotas, round_robin
 
 
 def specs(*entries):
@@ -68,6 +68,10 @@ def test_the_plan_carries_adapters_and_hashes_them():
     cfg.lora.adapters[0]["share"] = 2
     reshared = make_plan(cfg, sessions(6), sessions(2), seeded_streams(0, 1)[0], seed=0).to_json()
     assert reshared["sha256"] != body["sha256"]
+    # the summary's few words (summary.workload.lora) tell the two mixes apart
+    words = describe_traffic(body["lora"]), describe_traffic(reshared["lora"])
+    assert words[0].startswith("a 1, base 1 · ") and words[1].startswith("a 2, base 1 · ")
+    assert describe_traffic([]) is None
 
 
 def test_a_bad_entry_fails_validation():

@@ -17,7 +17,7 @@ from harness.reports.describe import backend_text, engine_text, load_text, model
 from harness.reports.html import fmt
 from harness.reports.tables import header_lines, text_table, wrap
 from harness.results import metrics
-from harness.results.schema import WORKLOAD, RunResult, RunSummary
+from harness.results.schema import WORKLOAD, WORKLOAD_PARTS, RunResult, RunSummary
 from harness.results.store import is_run_dir, load_run, read_json
 from harness.results.sweep_file import point_run_dirs
 from workloads.base import WorkloadPlan
@@ -273,9 +273,10 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
     hardware = _differs(runs, _hardware)
     if hardware:
         result.problems.append(f"different hardware: {hardware}")
-    constraint = _differs(runs, lambda r: r.summary.workload.get("constraint") or "none")
-    if constraint:  # workload.response_format, workload.tools: other constraints decode other tokens
-        result.problems.append(f"different reply constraint (response_format, tools): {constraint}")
+    for key, what in WORKLOAD_PARTS:  # the sha256 differs too: say which part
+        differs = _differs(runs, lambda r: r.summary.workload.get(key) or "none")
+        if differs:
+            result.problems.append(f"different {what}: {differs}")
     described = [describe(r) for r in runs]
     keys = list(dict.fromkeys(k for d in described for k in d if k not in ("model", "workload", "repeat")))
     for key in keys:

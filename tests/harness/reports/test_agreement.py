@@ -117,3 +117,32 @@ def test_model_numerics_from_the_files(real_model, tiny_model):
     assert gguf_quantization(real_model.gguf_file) == "GGUF Q4_1"
     assert hf_dtype(tiny_model.hf_dir) == "bfloat16"
     assert gguf_quantization(tiny_model.hf_dir / "config.json") is None  # not a GGUF
+
+
+@pytest.mark.parametrize("key,value,what", [
+    ("constraint", "json_schema 3f2a9c1d04be", "reply constraint"),
+    ("lora", "a0 1, base 1 · 9c1d04be3f2a", "LoRA traffic"),
+    ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree"),
+])
+def test_a_different_constraint_adapter_mix_or_tree_is_named(run_dir, tmp_path, key, value, what):
+    """The prompts hash covers all three; the problem says which part differs, not only 'different prompts'."""
+    other = tmp_path / key
+    shutil.copytree(run_dir, other)
+    summary = json.loads((other / "summary.json").read_text())
+    summary["workload"].update({key: value, "prompts_sha256": "0" * 64})
+    (other / "summary.json").write_text(json.dumps(summary))
+    problems = agreement.agreement(load_run(run_dir), load_run(other)).problems
+    assert problems == [f"the runs differ in their {what}" + problems[0].split(what, 1)[1]]
+    assert problems[0].endswith(f": none vs {value}")
+
+
+@pytest.mark.parametrize("workload", ["chat", "structured", "agentic", "lora"])
+def test_agree_workloads_compose_and_plan(workload):
+    """Each --workload of python -m harness.agree is a valid greedy one-at-a-time config."""
+    from harness.run.agree import workload_overrides
+
+    overrides = workload_overrides("tiny-random", 2, None, workload)
+    cfg = make_config(*overrides)
+    assert cfg.workload.temperature == 0 and cfg.workload.concurrency == 1 and not cfg.workload.exact_output_len
+    if workload == "lora":
+        assert [a["name"] for a in cfg.workload.lora.adapters] == ["a0", "base"]

@@ -160,6 +160,20 @@ def test_same_prompts_at_another_rate_are_comparable(runs, tmp_path, capsys):
     assert "WARNING" not in out.err and "same prompts, different arrival schedule" in out.out
 
 
+@pytest.mark.parametrize("key,value,what", [
+    ("lora", "a0 2, base 1 · 9c1d04be3f2a", "LoRA traffic (workload.lora.adapters)"),
+    ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree (workload=agentic)"),
+    ("constraint", "json_schema 3f2a9c1d04be", "reply constraint (response_format, tools)"),
+])
+def test_the_guard_names_the_part_of_the_workload_that_differs(runs, tmp_path, capsys, key, value, what):
+    other = copy_run(runs / "static-c2", tmp_path / f"other-{key}")
+    edit_json(other / "summary.json", lambda d: d["workload"].update({key: value, "sha256": "f" * 64,
+                                                                       "prompts_sha256": "e" * 64}))
+    assert cli.main([str(runs / "serial-c2"), str(other), "--strict", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "different workload (sha256)" in err and f"different {what}: 1 transformers" in err and value in err
+
+
 def synthetic_run(template: Path, dest: Path, ttft_mean: float, seed: int, n: int = 200) -> Path:
     """A run folder whose requests have TTFTs drawn from N(ttft_mean, 10 ms): the answer is known."""
     copy_run(template, dest)
