@@ -8,7 +8,8 @@ held in memory, and only sent to the configured origin.
 Several servers (replicas with no router in front): ``backend.urls=[http://a:8000/v1,http://b:8000/v1]``
 with ``backend.routing=round_robin|least_outstanding|session_affinity`` (backends/http/router.py).
 Each must answer at load; during the run a server that fails fails its own requests only. The
-model name is the first server's; ``metrics_url`` (a path: on the first server) is scraped alone.
+model name is the first server's; ``metrics_url`` (a path) is scraped on every server, each sample
+labelled with its endpoint (a full URL: that one alone).
 """
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ class OpenAIBackend(HTTPBackend):
             root = urlsplit(base)
             self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
                                 else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", "")))
+            if "://" not in cfg.metrics_url:  # a path: on every endpoint, each sample labelled with its own
+                self.metrics_urls = [urlunsplit((*urlsplit(r)[:2], cfg.metrics_url, "", "")) for r in roots]
 
     # structured output: OpenAI's response_format and tools; a regex as vLLM takes it
     # (``structured_outputs``), the likeliest server behind an OpenAI-compatible URL

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, AsyncIterator, Callable, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from backends.base import Backend, RequestStream
 from backends.http.client import OpenAIClient
+from backends.http.exposition import merge
 from backends.http.probe import http_get_text
 from backends.http.urls import public_url
 from core.errors import HarnessError
@@ -18,7 +20,8 @@ class HTTPBackend(Backend):
 
     extra = ""
     client: Optional[OpenAIClient] = None
-    metrics_url: Optional[str] = None
+    metrics_url: Optional[str] = None  # the first endpoint's /metrics
+    metrics_urls: Sequence[str] = ()  # every endpoint's, where a run has several (scraped together)
     _tokenizer: Any = None
 
     def get_tokenizer(self) -> Any:
@@ -53,12 +56,33 @@ class HTTPBackend(Backend):
         return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched
 
     def scrape_metrics(self, deadline_s: float = 10.0) -> Optional[str]:
-        if not self.metrics_url:
-            return None
-        status, body = http_get_text(self.metrics_url, deadline_s)
-        if status != 200:
-            raise HarnessError(f"{public_url(self.metrics_url)} answered HTTP {status}")
-        return body
+        """One endpoint's /metrics; several endpoints' all at once, merged with an ``endpoint``
+        label on every sample (backends/http/exposition.py). An endpoint that fails is left out of
+        that scrape; all failing raises the first one's error."""
+        urls = list(self.metrics_urls) if len(self.metrics_urls) > 1 else [self.metrics_url] if self.metrics_url else []
+        if len(urls) <= 1:
+            return scrape_one(urls[0], deadline_s) if urls else None
+        with ThreadPoolExecutor(len(urls), thread_name_prefix="scrape") as pool:
+            futures = [pool.submit(scrape_one, url, deadline_s) for url in urls]
+        texts: list[Optional[str]] = []
+        errors: list[BaseException] = []
+        for future in futures:
+            try:
+                texts.append(future.result())
+            except (OSError, TimeoutError, HarnessError) as exc:
+                texts.append(None)
+                errors.append(exc)
+        if len(errors) == len(urls):
+            raise errors[0]
+        return merge(texts)
+
+
+def scrape_one(url: str, deadline_s: float) -> str:
+    """The text of one /metrics, or HarnessError naming the URL and its HTTP status."""
+    status, body = http_get_text(url, deadline_s)
+    if status != 200:
+        raise HarnessError(f"{public_url(url)} answered HTTP {status}")
+    return body
 
 
 class ClientStream:

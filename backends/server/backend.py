@@ -22,7 +22,8 @@ every replica has exited. Placement, one entry per replica: ``backend.replica_gp
 sets each replica's ``CUDA_VISIBLE_DEVICES``, ``backend.replica_cpus=[[0],[1]]`` its CPU
 affinity (Linux, ``os.sched_setaffinity`` in the child before it starts: its threads inherit
 it), ``backend.replica_env=[{A: x},{A: y}]`` variables of its own. A server in a container
-(``backend.container.image``) has no replicas here. Only replica 0's ``/metrics`` is scraped; the GPU memory of the engine is that of
+(``backend.container.image``) has no replicas here. Every replica's ``/metrics`` is scraped, each
+sample labelled with its replica (``endpoint``); the GPU memory of the engine is that of
 every process the harness started (all replicas).
 """
 from __future__ import annotations
@@ -198,6 +199,8 @@ class ServerBackend(HTTPBackend):
         ) for server in self.servers if server is not None]
         self.client = clients[0] if len(clients) == 1 else Router(clients, cfg.routing, exited=self._replica_exited)
         self.metrics_url = self.server.url_root + preset.metrics_path if preset.metrics_path else None
+        self.metrics_urls = [server.url_root + preset.metrics_path for server in self.servers
+                             if server is not None] if preset.metrics_path else []
 
     def _wait_healthy(self, index: int, asked_at: float) -> float:
         """Wait for replica ``index`` to be healthy (relaunched on another port when its port was

@@ -491,6 +491,14 @@ def server_panels(series: Optional[pd.DataFrame]) -> list[tuple[str, str, float,
             for name, title, scale in SERVER_PANELS if (neutral["name"] == name).any()]
 
 
+def endpoint_series(series: pd.DataFrame, metric: str) -> list[tuple[str, pd.DataFrame]]:
+    """(endpoint index, rows sorted by t_s) of the engine metric's series per endpoint, for a run
+    over several (``labels`` ``endpoint=i``); empty otherwise."""
+    mine = series[(series["name"] == metric) & series["labels"].str.startswith("endpoint=")]
+    groups = [(str(label).removeprefix("endpoint="), rows.sort_values("t_s")) for label, rows in mine.groupby("labels")]
+    return sorted(groups, key=lambda g: int(g[0]) if g[0].isdigit() else 0) if len(groups) > 1 else []
+
+
 def _server_over_time(run: RunResult):
     """The server's own state over the measured phase (its /metrics, sampled), on the x axis of
     the throughput figure above; or one line saying why there is none."""
@@ -515,6 +523,11 @@ def _server_over_time(run: RunResult):
         fig.add_trace(figures.trace("scatter", x=t, y=rows["value"].to_numpy(float) * scale, mode="lines+markers",
                                     marker=dict(size=4), line=dict(color=figures.color(row - 1)), name=esc(metric),
                                     hovertemplate=f"{esc(metric)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+        for i, part in endpoint_series(run.server_series, metric):  # a run over several endpoints: each one
+            fig.add_trace(figures.trace("scatter", x=part["t_s"].to_numpy(float), y=part["value"].to_numpy(float) * scale,
+                                        mode="lines", line=dict(color=figures.color(row - 1), dash="dot", width=1),
+                                        name=f"endpoint {esc(i)}", hovertemplate=f"endpoint {esc(i)}: %{{y:.3g}} at "
+                                        f"t=%{{x:.2f}} s<extra></extra>"), row, 1)
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     shade_time(fig, run.summary)
     fig.update_xaxes(range=[0, t_max])
@@ -531,8 +544,10 @@ def _server_note(server_metrics: dict[str, Any]) -> str:
         d = s.get(name)
         if d:
             unit = " %" if scale == 100.0 else ""
+            per = "".join(f"; endpoint {i}: peak {fmt(e.get('peak'), 2, scale, unit)}, mean {fmt(e.get('mean'), 2, scale, unit)}"
+                          for i, e in (d.get("endpoints") or {}).items())
             parts.append(f"{label.split(' (')[0]} ({d.get('metric') or name}): peak {fmt(d.get('peak'), 2, scale, unit)}, "
-                         f"time-weighted mean {fmt(d.get('mean'), 2, scale, unit)}.")
+                         f"time-weighted mean {fmt(d.get('mean'), 2, scale, unit)}{per}.")
     spec = server_metrics.get("speculative")
     if spec:
         parts.append(f"Speculative decoding over the phase (counters): acceptance rate "

@@ -16,9 +16,11 @@ when it was sent (the harness's clock; ``t_s`` in the table is from the phase's 
 
 - every gauge and counter family: its value summed over label sets (``labels`` empty; a counter's
   raw cumulative value), and per label set for the labels in :data:`PER_LABEL` (the position of
-  a speculative-decoding counter);
+  a speculative-decoding counter; the endpoint of a run over several, whose scrapes are merged
+  with an ``endpoint`` label on every sample, backends/http/exposition.py);
 - neutral series (``kind`` ``neutral``) mapped from the engines' names (:data:`NEUTRAL`):
-  ``kv_cache_usage`` (0..1), ``requests_running``, ``requests_waiting``; and where the server
+  ``kv_cache_usage`` (0..1; over several endpoints their mean), ``requests_running``,
+  ``requests_waiting`` (over several endpoints their sum); and where the server
   counts speculative decoding (prometheus.SPEC_COUNTERS), per interval between two scrapes
   ``spec_acceptance_rate`` = Δaccepted / Δdraft_tokens and ``spec_acceptance_length`` =
   1 + Δaccepted / Δdrafts, stamped at the later scrape.
@@ -29,7 +31,9 @@ Histograms are not sampled (their phase totals are in the before/after differenc
 scrapes tried, ok, failed (an error or an HTTP status), slow (past ``timeout_s``), skipped (the
 previous slow one still running); for each neutral gauge its engine metric, ``peak`` (the
 largest sample) and ``mean``, **time-weighted**: the trapezoids between consecutive samples ÷
-the time from the first sample to the last (the one sample's value when there is one).
+the time from the first sample to the last (the one sample's value when there is one); over
+several endpoints also each endpoint's ``peak`` and ``mean`` of the same engine metric
+(``endpoints``).
 """
 from __future__ import annotations
 
@@ -48,7 +52,13 @@ log = logging.getLogger("harness")
 
 MAX_SERIES = 512  # (name, labels) pairs kept; a scrape's further ones are dropped and counted
 
-PER_LABEL = ("position",)  # labels whose values are kept apart (besides the sum over label sets)
+# labels whose values are kept apart (besides the sum over label sets): the position of a
+# speculative-decoding counter, and the endpoint of a run over several (backends/http/exposition.py)
+PER_LABEL = ("position", "endpoint")
+ENDPOINT = "endpoint"
+# neutral gauges that are a share of one server's capacity: over several endpoints their mean,
+# not their sum (equal capacities assumed; each endpoint's own value is in its series)
+SHARE_GAUGES = {"kv_cache_usage"}
 
 # neutral name → the engines' gauge names, first present wins
 NEUTRAL: dict[str, tuple[str, ...]] = {
@@ -194,6 +204,7 @@ class ServerMetricsSampler:
     def _rows(self, t: float, families: dict[str, prometheus.Family]) -> list[tuple[float, str, str, str, float]]:
         rows = []
         sums: dict[str, float] = {}
+        endpoints: dict[str, int] = {}  # family → the endpoints its samples came from
         for name, family in families.items():
             if family.type not in ("gauge", "counter"):
                 continue
@@ -202,6 +213,7 @@ class ServerMetricsSampler:
                 continue
             total = sum(s.value for s in samples)
             sums[name] = total
+            endpoints[name] = len({s.labels[ENDPOINT] for s in samples if ENDPOINT in s.labels}) or 1
             rows.append((t, name, "", family.type, total))
             for key in PER_LABEL:
                 by_value: dict[str, float] = {}
@@ -212,7 +224,8 @@ class ServerMetricsSampler:
         for neutral, names in NEUTRAL.items():
             found = next((n for n in names if n in sums), None)
             if found is not None:
-                rows.append((t, neutral, found, NEUTRAL_KIND, sums[found]))
+                whole = sums[found] / endpoints[found] if neutral in SHARE_GAUGES else sums[found]
+                rows.append((t, neutral, found, NEUTRAL_KIND, whole))
         spec = prometheus.spec_totals(families)
         if spec is not None:
             last, self._spec_last = self._spec_last, spec
@@ -252,7 +265,23 @@ class ServerMetricsSampler:
                 out[neutral] = {"metric": points[0][2] or None, "samples": len(points),
                                 "peak": max(v for _, v, _ in points),
                                 "mean": time_weighted_mean([t for t, _, _ in points], [v for _, v, _ in points])}
+                by_endpoint = endpoint_figures(rows, points[0][2])
+                if by_endpoint:
+                    out[neutral]["endpoints"] = by_endpoint
         return out
+
+
+def endpoint_figures(rows: list[tuple[float, str, str, str, float]], metric: str) -> Optional[dict[str, Any]]:
+    """Per endpoint of a run over several: the peak and time-weighted mean of the engine's
+    ``metric`` in that endpoint's series (``labels`` ``endpoint=i``); None for one endpoint."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for t, name, labels, _, v in rows:
+        if name == metric and labels.startswith(f"{ENDPOINT}="):
+            series.setdefault(labels.removeprefix(f"{ENDPOINT}="), []).append((t, v))
+    if len(series) < 2:
+        return None
+    return {i: {"peak": max(v for _, v in pts), "mean": time_weighted_mean([t for t, _ in pts], [v for _, v in pts])}
+            for i, pts in sorted(series.items(), key=_label_order)}
 
 
 def time_weighted_mean(t: list[float], v: list[float]) -> Optional[float]:

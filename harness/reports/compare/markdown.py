@@ -10,7 +10,7 @@ import pandas as pd
 from harness.gate.verdicts import PASS, REGRESSION
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import ci_text, gate_results, pct_text
-from harness.reports.compare.parts import endpoints_rows, stages_rows
+from harness.reports.compare.parts import adapters_rows, endpoints_rows, jobs_rows, stages_rows
 from harness.reports.compare.runs import (
     Comparability,
     CompareError,
@@ -84,9 +84,11 @@ def _md_figures(table: pd.DataFrame) -> str:
 
 
 def _md_parts(runs: Sequence[Run]) -> str:
-    """Per stage and per endpoint, as compare.html shows them (request metrics: p50 / p99, p50 / p90)."""
+    """Per stage, endpoint, adapter and agent job, as compare.html shows them (request metrics: p50 / p99
+    per stage, else p50 / p90)."""
     parts = []
-    for title, rows in (("Per stage", stages_rows(runs)), ("Per endpoint", endpoints_rows(runs))):
+    for title, rows in (("Per stage", stages_rows(runs)), ("Per endpoint", endpoints_rows(runs)),
+                        ("Per adapter", adapters_rows(runs)), ("Agent jobs", jobs_rows(runs))):
         if rows:
             heads = list(rows[0])
             parts.append(f"### {title}\n\n" + md_table(heads, [[str(row.get(h, "")) for h in heads] for row in rows]))

@@ -14,7 +14,7 @@ from harness.reports import agreement, figures, html
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import gate_passed_text, pct_text
-from harness.reports.compare.parts import endpoints_rows, stages_rows
+from harness.reports.compare.parts import adapters_rows, endpoints_rows, jobs_rows, stages_rows
 from harness.reports.compare.runs import (
     LOAD_KEYS,
     Run,
@@ -79,6 +79,17 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
         parts.append(html.section("Per endpoint", html.table(endpoint_rows, list(endpoint_rows[0]), text_columns=["run", "url"]),
                                   "The runs over several endpoints (backend.urls, backend.replicas): each endpoint's "
                                   "figures from its summary.json (throughputs over the run's duration). Request metrics: p50 / p90."))
+    adapter_rows = adapters_rows(runs)
+    if adapter_rows:
+        parts.append(html.section("Per adapter", html.table(adapter_rows, list(adapter_rows[0]), text_columns=["run", "adapter"]),
+                                  "The runs with LoRA traffic (workload.lora.adapters): each adapter's figures from its "
+                                  "summary.json (base: requests without an adapter; throughputs over the run's duration). "
+                                  "Request metrics: p50 / p90."))
+    job_rows = jobs_rows(runs)
+    if job_rows:
+        parts.append(html.section("Agent jobs", html.table(job_rows, list(job_rows[0]), text_columns=list(job_rows[0])),
+                                  "The runs of workload=agentic: job completion time, the critical path and the cached "
+                                  "share per depth of the agent tree, from each run's summary.json."))
     if diffs:
         parts.append(html.section(
             "Differences against the baseline", _diffs_html(diffs),

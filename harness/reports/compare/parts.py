@@ -1,6 +1,7 @@
-"""The parts of runs compare shows a row each: the stages of a time-shaped load and the endpoints of
-a run over several (each part's figures from its summary.json, columns from the metric registry);
-the page and the markdown render the same rows."""
+"""The parts of runs compare shows a row each: the stages of a time-shaped load, the endpoints of
+a run over several, the LoRA adapters of a run's traffic and the agent jobs of workload=agentic
+(each part's figures from its summary.json, columns from the metric registry); the page and the
+markdown render the same rows."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -8,6 +9,7 @@ from typing import Any, Sequence
 from harness.reports.compare.runs import Run
 from harness.reports.html import fmt
 from harness.reports.part_figures import part_cells, uniform_rows
+from harness.results.jobs import job_table
 
 
 def stages_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -36,4 +38,21 @@ def endpoints_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
                                    "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
                                    "cached %": fmt(ep.get("cached_share"), 1, 100)}
             rows.append({**row, **part_cells(ep, ("p50", "p90"), compare_only=True)})
+    return uniform_rows(rows)
+
+
+def adapters_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One row per LoRA adapter of each run with LoRA traffic (summary ``adapters``), columns from the registry."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        for name, ad in (run.summary.adapters or {}).items():
+            row: dict[str, Any] = {"run": run.label, "adapter": name, "share %": fmt(ad.get("share"), 0, 100),
+                                   "ok / sent": f"{ad.get('completed', 0)} / {ad.get('requests', 0)}"}
+            rows.append({**row, **part_cells(ad, ("p50", "p90"), compare_only=True)})
+    return uniform_rows(rows)
+
+
+def jobs_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """One row per run with agent jobs (summary ``jobs``): the job figures and the cached share per depth."""
+    rows = [{"run": run.label, **dict(job_table(run.summary.jobs))} for run in runs if run.summary.jobs]
     return uniform_rows(rows)

@@ -3,6 +3,7 @@ dies is counted against its requests, not fatal unless all are gone; bad configs
 import os
 import signal
 
+import pandas as pd
 import psutil
 import pytest
 
@@ -48,6 +49,18 @@ def test_two_replicas_run_route_and_stop(tmp_path):
     assert "Per endpoint" in page and eps["1"]["url"] in page
     rows = endpoints_rows([Run(load_run(tmp_path), None, label="two")])
     assert [r["endpoint"] for r in rows] == ["0", "1"] and rows[1]["url"] == eps["1"]["url"]
+    # every replica's /metrics, each sample labelled with its replica; the gauges per replica and whole
+    after = (tmp_path / "metrics_after.txt").read_text()
+    assert 'vllm:num_requests_running{endpoint="0"' in after and 'vllm:num_requests_running{endpoint="1"' in after
+    series = pd.read_parquet(tmp_path / "server_metrics.parquet")
+    kv = series[series.name == "vllm:kv_cache_usage_perc"]
+    assert set(kv.labels) == {"", "endpoint=0", "endpoint=1"}
+    sampled = summary["server_metrics"]["sampled"]
+    assert set(sampled["kv_cache_usage"]["endpoints"]) == {"0", "1"}
+    whole = series[(series.name == "kv_cache_usage") & (series.kind == "neutral")]
+    assert (whole.value <= 1.0).all()  # a share of capacity: the replicas' mean, never their sum
+    page, _ = build_report(load_run(tmp_path))
+    assert "endpoint 1: peak" in page
 
 
 def test_a_replica_that_dies_fails_its_requests_and_all_dead_is_fatal(tmp_path, tiny_model):

@@ -393,3 +393,25 @@ def test_a_tainted_run_is_left_out_of_its_side_and_named(runs, tmp_path, capsys)
     assert "is tainted (another busy process: stress (pid 7) used 97% of a core): left out of the differences" in err
     row = pd.read_csv(tmp_path / "out" / "differences.csv").set_index("metric").loc["ttft_s"]
     assert row.runs == 2 and row.baseline_runs == len(base)
+
+
+def test_adapters_and_agent_jobs_get_rows_of_their_own(tmp_path, capsys):
+    """LoRA traffic (a row per adapter) and agent jobs (a row per run) in compare.html and the markdown."""
+    lora = tmp_path / "lora"
+    run_benchmark(make_config(*FAST, 'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: base}]'),
+                  lora)
+    agents = tmp_path / "agents"
+    run_benchmark(make_config("model=tiny-random", "workload=agentic", "workload.jobs=1", "workload.turns=3",
+                              "workload.output_len=4", "workload.system_prompt_len=8", "workload.task_len=8",
+                              "workload.tool_result_len=8", "workload.sub_task_len=8"), agents)
+    md = tmp_path / "c.md"
+    assert cli.main([str(lora), str(agents), "--out", str(tmp_path / "out"), "--markdown", str(md)]) == 0
+    capsys.readouterr()
+    text = md.read_text()
+    adapters = text.split("### Per adapter\n\n")[1].split("\n\n")[0].splitlines()
+    assert adapters[0].startswith("| run | adapter | share % | ok / sent |") and len(adapters) == 2 + 2
+    assert "| a0 | 50 | 4 / 4 |" in adapters[2] and "| base | 50 | 4 / 4 |" in adapters[3]
+    jobs = text.split("### Agent jobs\n\n")[1].split("\n\n")[0].splitlines()
+    assert len(jobs) == 3 and "jobs completed" in jobs[0] and "depth 0" in jobs[0] and "| 1/1 |" in jobs[2]
+    page = (tmp_path / "out" / "compare.html").read_text()
+    assert "Per adapter" in page and "Agent jobs" in page
