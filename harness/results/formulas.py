@@ -135,7 +135,11 @@ def cost_per_million(usd_per_hour: Optional[float], duration_s: float, tokens: i
 
 def distribution(values: Sequence[float]) -> dict[str, Optional[float]]:
     """mean, std, min, max and p50/p90/p95/p99 (linear interpolation between order statistics)."""
-    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if isinstance(values, np.ndarray):
+        arr = values.astype(float, copy=False)
+        arr = arr[~np.isnan(arr)]
+    else:
+        arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     keys = ["count", "mean", "std", "min", "max"] + [f"p{p}" for p in PERCENTILES]
     if arr.size == 0:
         return {k: (0 if k == "count" else None) for k in keys}

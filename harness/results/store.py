@@ -201,7 +201,10 @@ class RunWriter:
 # requests.jsonl: the text whose tokens are a reply's ids, in the rows of replies whose ids were
 # left to count; not a column of requests.parquet
 PENDING_IDS_TEXT = "ids_text"
-ROW_GROUP = 10_000  # rows of requests.parquet read, tokenized and written together
+# rows of requests.parquet read, tokenized and written together: as Python rows a group costs
+# about 18 KB a request (64-token replies; measured with tracemalloc), so the end of a run's peak
+# holds 2,000 of them (~40 MB), not a run's first 10,000 (benchmarks/long_run_memory.py)
+ROW_GROUP = 2_000
 
 
 def _row_groups(jsonl: Path, size: int) -> Iterator[list[dict[str, Any]]]:

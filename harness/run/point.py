@@ -114,13 +114,16 @@ def run_point(
     writer.write_text("overrides.yaml", OmegaConf.to_yaml(list(overrides)))
     workload_json = plan.to_json()
     writer.write_json("workload.json", workload_json)
+    # the run keeps the hashes, not a second copy of every session as dicts (a long run's memory)
+    hashes = {k: workload_json.get(k) for k in ("sha256", "prompts_sha256")}
+    del workload_json
     writer.write_json("env.json", capture_environment())
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
     driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector,
                     spin=cfg.client.pacing == "spin", schedule=plan.schedule)
     point = PointRun(
-        session=session, cfg=cfg, plan=plan, workload_json=workload_json, writer=writer, sampler=sampler,
+        session=session, cfg=cfg, plan=plan, workload_hashes=hashes, writer=writer, sampler=sampler,
         driver=driver, load_s=load_s, repeat=repeat,
         engine={"reused": reused, "session_load_s": session.load_s, "import_s": session.import_s,
                 "points_served": session.points_served, "prefix_cache_reset": prefix_cache_reset},
@@ -207,7 +210,7 @@ class PointRun:
     session: EngineSession
     cfg: RunConfig
     plan: WorkloadPlan
-    workload_json: dict[str, Any]
+    workload_hashes: dict[str, Optional[str]]  # workload.json's sha256 and prompts_sha256
     writer: RunWriter
     sampler: mem.MemorySampler
     driver: Driver
@@ -343,8 +346,8 @@ class PointRun:
         plan = self.plan
         return {
             "name": plan.name,
-            "sha256": self.workload_json["sha256"],
-            "prompts_sha256": self.workload_json.get("prompts_sha256"),
+            "sha256": self.workload_hashes["sha256"],
+            "prompts_sha256": self.workload_hashes.get("prompts_sha256"),
             "requests_planned": plan.num_requests,
             "sessions": len(plan.sessions),
             "open_loop": plan.open_loop,
