@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, ClassVar, Optional, Protocol
 from backends.preset import ServerPreset
 from core.errors import BackendUnavailable, ConfigError
 from core.model import ModelFiles
+from core.tokenizer import load_tokenizer
 from core.types import GenerationRequest, StreamEvent
 
 MODES = ("inprocess", "server")
@@ -229,9 +230,7 @@ class Backend(ABC):
         By default the Hugging Face tokenizer of the model folder: every engine gets the same
         prompt token ids. An engine with its own vocabulary may override this.
         """
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(self.model.require_hf_dir())
+        return load_tokenizer(self.model.require_hf_dir())
 
     @abstractmethod
     def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:

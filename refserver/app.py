@@ -47,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from core.tokenizer import load_tokenizer
 from refserver.dialects import DIALECTS, word
 from refserver import faults
 from refserver.http11 import Request, Response, StreamResponse, json_response
@@ -113,9 +114,7 @@ class ReferenceServer:
         self.received: list[dict[str, Any]] = []  # GET /reference/requests
         self._routes = self.routes()
         if settings.tokenizer:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer)
+            self._tokenizer = load_tokenizer(settings.tokenizer)
 
     def routes(self) -> dict[str, tuple[str, Any]]:
         """Path → (method, handler)."""

@@ -51,8 +51,11 @@ fi
 [ "$installer" = uv ] && [ ! -x "$VENV/bin/uv" ] && installer=pip
 # uv reads no pip configuration: hand it what pip would use (find-links, extra indexes and
 # global constraints, from pip.conf and PIP_* variables), and let it pick the best version
-# across indexes as pip does (uv's default stops at the first index that has the package)
-uv_args=(--python "$VENV/bin/python" --index-strategy unsafe-best-match)
+# across indexes as pip does (uv's default stops at the first index that has the package).
+# --compile-bytecode: pip writes every module's .pyc at install, uv does not; without them each
+# Python process compiles what it imports (with PYTHONDONTWRITEBYTECODE, every time: torch and
+# transformers took 10 s to import here instead of 6, in every harness process a test starts)
+uv_args=(--python "$VENV/bin/python" --index-strategy unsafe-best-match --compile-bytecode)
 if [ "$installer" = uv ]; then
   while IFS= read -r line; do
     key=${line%%=*}; key=${key#*.}; value=${line#*=}; value=${value#\'}; value=${value%\'}

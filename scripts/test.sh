@@ -10,4 +10,7 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "warning: could not install chromium: browser tests skip (and fail when CI=true)" >&2
 fi
+# the harness's own .pyc files, written here once: the suite starts a few hundred Python
+# processes, and where PYTHONDONTWRITEBYTECODE is set each would compile every module it imports
+"${HARNESS_VENV:-.venv}/bin/python" -m compileall -q -j 0 harness backends workloads core refserver >/dev/null
 exec "${HARNESS_VENV:-.venv}/bin/python" -m pytest "$@"

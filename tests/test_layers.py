@@ -47,7 +47,8 @@ LAYERS: list[list[tuple[str, ...]]] = [
     [("backends.threaded",)],  # engines driven from one thread
     [("backends.base", "backends.preset", "backends.registry")],  # the Backend interface
     [("workloads",)],  # workloads and arrival processes
-    [("core",), ("refserver",)],  # shared types; the reference server (stdlib only)
+    [("refserver",)],  # the reference server: the standard library, and core's tokenizer loader
+    [("core",)],  # shared types
 ]
 
 

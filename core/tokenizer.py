@@ -1,0 +1,41 @@
+"""The model folder's Hugging Face tokenizer, read without importing torch where the folder allows.
+
+``AutoTokenizer`` imports transformers' model and generation machinery, and torch with it: about
+8 s of a process's start on this machine, in every process that only needs a tokenizer (the
+client of a server, llama.cpp, the reference server). A folder saved as a fast tokenizer (a
+``tokenizer.json``, and ``tokenizer_config.json`` naming the generic fast class) is read by that
+class directly: the same class AutoTokenizer would pick, so the same token ids. Any other folder
+goes through AutoTokenizer.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Union
+
+# the class names transformers saves for a plain fast tokenizer (v5: one class under two names)
+GENERIC_FAST_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
+
+
+def saved_class(folder: Path) -> str:
+    """The ``tokenizer_class`` a folder's tokenizer_config.json names, or "" when it names none."""
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(config.get("tokenizer_class") or "") if isinstance(config, dict) else ""
+
+
+def load_tokenizer(folder: Union[str, Path]) -> Any:
+    """The tokenizer of a model folder: the generic fast class when the folder is one, else AutoTokenizer."""
+    folder = Path(folder)
+    if (folder / "tokenizer.json").is_file() and saved_class(folder) in GENERIC_FAST_CLASSES:
+        try:
+            from transformers.tokenization_utils_tokenizers import TokenizersBackend
+        except ImportError:  # transformers before v5 names the module differently
+            pass
+        else:
+            return TokenizersBackend.from_pretrained(folder)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
