@@ -54,8 +54,10 @@ fi
 # across indexes as pip does (uv's default stops at the first index that has the package).
 # --compile-bytecode: pip writes every module's .pyc at install, uv does not; without them each
 # Python process compiles what it imports (with PYTHONDONTWRITEBYTECODE, every time: torch and
-# transformers took 10 s to import here instead of 6, in every harness process a test starts)
-uv_args=(--python "$VENV/bin/python" --index-strategy unsafe-best-match --compile-bytecode)
+# transformers took 10 s to import here instead of 6, in every harness process a test starts).
+# --run-only (one benchmark run) skips it: compiling takes longer (~25 s) than it saves there.
+uv_args=(--python "$VENV/bin/python" --index-strategy unsafe-best-match)
+[ -n "$tools" ] && uv_args+=(--compile-bytecode)
 if [ "$installer" = uv ]; then
   while IFS= read -r line; do
     key=${line%%=*}; key=${key#*.}; value=${line#*=}; value=${value#\'}; value=${value%\'}
