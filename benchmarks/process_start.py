@@ -23,7 +23,8 @@ RUN = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "work
 CASES = {
     "import core.tokenizer, load the store's tokenizer": [
         "-c", "from harness.config import ModelConfig; from harness.run.model_store import resolve_model; "
-              "from core.tokenizer import load_tokenizer; load_tokenizer(resolve_model(ModelConfig(name='tiny-random')).hf_dir)"],
+              "from core.tokenizer import load_tokenizer; "
+              "load_tokenizer(resolve_model(ModelConfig(name='tiny-random')).hf_dir)"],
     "import torch and transformers' AutoModel": ["-c", "import torch, transformers.models.auto.auto_factory"],
     "python -m harness backend=reference (3 requests)": ["-m", "harness", "backend=reference", *RUN],
     "python -m harness backend=transformers (3 requests)": ["-m", "harness", "backend=transformers", *RUN],
@@ -46,7 +47,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in CASES.items():
             times = [seconds(args, Path(tmp)) for _ in range(repeats)]
-            print(f"{name:55s} median {statistics.median(times):5.1f} s  (runs: {', '.join(f'{t:.1f}' for t in times)})")
+            runs = ", ".join(f"{t:.1f}" for t in times)
+            print(f"{name:55s} median {statistics.median(times):5.1f} s  (runs: {runs})")
 
 
 if __name__ == "__main__":
