@@ -3,15 +3,18 @@
 ``AutoTokenizer`` imports transformers' model and generation machinery, and torch with it: about
 8 s of a process's start on this machine, in every process that only needs a tokenizer (the
 client of a server, llama.cpp, the reference server). A folder saved as a fast tokenizer (a
-``tokenizer.json``, and ``tokenizer_config.json`` naming the generic fast class) is read by that
-class directly: the same class AutoTokenizer would pick, so the same token ids. Any other folder
-goes through AutoTokenizer.
+``tokenizer.json``, and ``tokenizer_config.json`` naming the generic fast class) is read by
+:mod:`core.json_tokenizer` (the tokenizers library and jinja2, no transformers import at all), or
+where that cannot answer for it, by transformers' generic fast class directly: the class
+AutoTokenizer would pick, so the same token ids. Any other folder goes through AutoTokenizer.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any, Union
+
+from core.json_tokenizer import json_tokenizer
 
 # the class names transformers saves for a plain fast tokenizer (v5: one class under two names)
 GENERIC_FAST_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
@@ -30,6 +33,9 @@ def load_tokenizer(folder: Union[str, Path]) -> Any:
     """The tokenizer of a model folder: the generic fast class when the folder is one, else AutoTokenizer."""
     folder = Path(folder)
     if (folder / "tokenizer.json").is_file() and saved_class(folder) in GENERIC_FAST_CLASSES:
+        light = json_tokenizer(folder)
+        if light is not None:
+            return light
         try:
             from transformers.tokenization_utils_tokenizers import TokenizersBackend
         except ImportError:  # transformers before v5 names the module differently
