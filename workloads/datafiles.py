@@ -44,6 +44,8 @@ class DataConfig(WorkloadConfig):
         super().validate()
         if (self.path is None) == (self.hf_dataset is None):
             raise ConfigError(f"workload={self.name} needs its data: set workload.path=FILE (or workload.hf_dataset=owner/name:file)")
+        if self.path is not None:
+            data_file(self)  # a missing file is named before any engine is imported
         require_positive("workload.num_requests", self.num_requests, allow_none=True)
         require_positive("workload.min_prompt_len", self.min_prompt_len)
         require_positive("workload.min_output_len", self.min_output_len)
