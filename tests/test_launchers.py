@@ -6,7 +6,8 @@ from pathlib import Path
 
 from conftest import run_harness_cli
 
-FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
+# the launchers' part is engine-agnostic: the reference server, started afresh for each point
+FAST = ["model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=1", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
         "workload.num_requests=4", "progress=false", "report=false"]
 
 

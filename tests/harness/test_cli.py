@@ -98,14 +98,6 @@ def test_local_hf_folder_as_model_path(tmp_path, tiny_model):
     assert json.loads((run_dir / "summary.json").read_text())["model"]["hf_dir"] == str(tiny_model.hf_dir)
 
 
-def test_multirun_sweeps_concurrency(tmp_path):
-    proc = run_harness_cli("-m", *FAST, "workload.num_requests=4", "workload.concurrency=1,2", f"output_root={tmp_path}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    summaries = sorted(tmp_path.glob("sweep-*/*/summary.json"))
-    assert len(summaries) == 2
-    assert sorted(json.loads(p.read_text())["workload"]["concurrency"] for p in summaries) == [1, 2]
-
-
 def test_import_without_any_engine():
     code = (
         "import sys\n"

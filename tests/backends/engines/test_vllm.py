@@ -3,8 +3,8 @@ What every backend must do (lengths, EOS, batched = serial, cancellation, prompt
 is tests/test_conformance.py; this file keeps what is specific to this engine.
 
 vLLM loads in 25-40 s here: the checks specific to it run on the two engine sessions the
-conformance cases use too (``vllm_inprocess``, ``vllm_server`` in tests/conftest.py), and one
-command-line sweep shows a sweep loading it once.
+conformance cases use too (``vllm_inprocess``, ``vllm_server`` in tests/conftest.py), sweep
+points included.
 """
 import json
 
@@ -82,29 +82,35 @@ def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_
     assert log.count("starting vllm server") == 1 and log.count("POST /reset_prefix_cache HTTP/1.1\" 200") >= 2
 
 
-def _sweep(tmp_path, *args):
+def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_path):
+    """Four points of a sweep (sweep.reset_prefix_cache=true,false × concurrency 1,2) on the shared
+    engine, as `python -m harness -m` runs them once it has loaded vLLM (a command-line sweep
+    loading its engine once: tests/harness/run/test_sweep.py). Same prompts at every point:
+    without a reset the next point would be served from the cache."""
     import json
 
-    from conftest import run_harness_cli
+    from conftest import VLLM, make_config
     from harness.results.store import load_summary
+    from harness.run.sweep import SESSIONS, run_sweep_point
 
-    proc = run_harness_cli("-m", "backend=vllm", "model=tiny-random", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1",
-                           "backend.enable_prefix_caching=true", "workload=synthetic", "workload.num_requests=4",
-                           "workload.input_len=300", "workload.output_len=4", "progress=false", "report=false", *args,
-                           f"output_root={tmp_path}", cwd=tmp_path, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    sweep = json.loads(next(tmp_path.glob("sweep-*/sweep.json")).read_text())
-    summaries = [load_summary(p["run_dirs"][0]) for p in sweep["points"]]
-    return sweep, summaries
-
-
-def test_sweep_loads_vllm_once_and_resets_its_prefix_cache(tmp_path):
-    """Same prompts at every point: without a reset the second point would be served from the cache."""
-    sweep, summaries = _sweep(tmp_path, "sweep.reset_prefix_cache=true,false", "workload.concurrency=1,2")
-    assert sweep["engine_loads"] == 1
-    assert [p["engine_reused"] for p in sweep["points"]] == [False, True, True, True]
-    # point 0: emptied after its warm-up; point 1: between points; points 2 and 3 keep the cache
+    points = [(reset, c) for reset in ("true", "false") for c in (1, 2)]
+    assert SESSIONS.session is None
+    SESSIONS.session = vllm_inprocess  # the engine the sweep loaded for its first point
+    try:
+        for index, (reset, concurrency) in enumerate(points):
+            overrides = [f"sweep.reset_prefix_cache={reset}", f"workload.concurrency={concurrency}"]
+            cfg = make_config(*VLLM, "workload=synthetic", "workload.num_requests=4", "workload.input_len=300",
+                              "workload.output_len=4", "report=false", "sweep.compare_html=false", *overrides)
+            entry = run_sweep_point(cfg, tmp_path / str(index), tmp_path, index, overrides)
+            assert entry["status"] == "complete", entry
+        assert SESSIONS.session is vllm_inprocess  # kept across the points
+    finally:
+        SESSIONS.session = None  # the fixture closes it
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert [p["engine_reused"] for p in sweep["points"]] == [True] * 4
+    # points 0 and 1 emptied before they ran; points 2 and 3 keep the cache
     assert [p["prefix_cache_reset"] for p in sweep["points"]] == [True, True, None, None]
-    shares = [s["prefix_cache"]["cached_share"] for s in summaries]
-    assert shares[0] < 0.5 and shares[1] < 0.5  # reset before it: nothing of the previous point is cached (CPU blocks: 128 tokens)
+    shares = [load_summary(p["run_dirs"][0])["prefix_cache"]["cached_share"] for p in sweep["points"]]
+    # reset before it: nothing of the previous point is cached (CPU blocks: 128 tokens)
+    assert shares[0] < 0.5 and shares[1] < 0.5
     assert shares[2] > 0.7 and shares[3] > 0.7  # no reset: the previous point's prompts are still cached

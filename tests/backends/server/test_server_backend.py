@@ -1,7 +1,6 @@
 """Server mode: presets, the managed child process, and whole runs through backend=reference."""
 import json
 import os
-import signal
 import socket
 import sys
 import time
@@ -20,7 +19,7 @@ from backends.server.process import ManagedServer, ServerStartError
 from backends.preset import ServerPreset
 from backends.server.launch import choose_port, free_port, resolve_python, server_argv
 from backends.server.presets import (
-    eog_token_ids, llamacpp_preset, mlx_preset, sglang_preset, transformers_serve_available, vllm_preset,
+    eog_token_ids, llamacpp_preset, mlx_preset, sglang_preset, vllm_preset,
 )
 from conftest import make_config, run_harness_cli
 from core.errors import ConfigError, ModelError
@@ -143,22 +142,6 @@ def test_transformers_serve_missing_is_a_clear_error(tmp_path, tiny_model):
     cfg = make_config("model=tiny-random", "backend.mode=server", f"backend.python={tmp_path / 'bare'}").backend
     with pytest.raises(ConfigError, match="has no serve command"):
         create_backend(cfg, tiny_model)
-
-
-def test_transformers_serve_for_real(tmp_path):
-    """backend=transformers backend.mode=server: a real engine's server, start to stop."""
-    assert transformers_serve_available(sys.executable) is None, "pip install -e '.[test]' installs transformers[serving]"
-    cfg = make_config("backend=transformers", "backend.mode=server", "backend.startup_timeout_s=180", *FAST[:4],
-                      "workload.num_requests=4", "workload.concurrency=2")
-    outcome = run_benchmark(cfg, tmp_path)
-    df = load_requests(tmp_path)
-    assert df.error.isna().all() and (df.output_tokens == 6).all() and (df.prompt_tokens == 48).all()
-    assert df.engine_stats.map(lambda s: json.loads(s)["output_tokens_source"]).eq("usage").all()
-    assert outcome.summary.warnings == []  # exact lengths through the logit bias on eos ids
-    assert outcome.summary.backend["engine"] == "transformers"
-    log = (tmp_path / "server.log").read_text()
-    assert "transformers.cli.transformers serve" in log and "POST /v1/chat/completions" in log
-    assert gone(outcome.summary.backend["info"]["server"]["pid"])
 
 
 @pytest.mark.parametrize("preset_fn,dialect", [

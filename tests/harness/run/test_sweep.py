@@ -12,6 +12,9 @@ from harness.results.sweep_file import mean_ci95, varying_overrides
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
         "workload.num_requests=4", "progress=false"]
+# what a sweep does with whatever engine it drives: the reference server (no torch import, no
+# model load) keeps these quick; the engines' own sweeps are in tests/backends/engines/
+REF = ["backend=reference", "backend.ttft_ms=5", "backend.itl_ms=1", *FAST]
 
 
 def sweep_dir(root: Path) -> Path:
@@ -25,7 +28,7 @@ def read_sweep(root: Path) -> dict:
 
 
 def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium):
-    proc = run_harness_cli("-m", *FAST, "workload.concurrency=1,2,4", f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli("-m", *REF, "workload.concurrency=1,2,4", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     sweep = read_sweep(tmp_path)
     assert sweep["engine_loads"] == 1
@@ -59,10 +62,10 @@ def test_another_engine_setting_loads_again(tmp_path):
 
 
 def test_a_failing_point_is_one_line_and_the_sweep_goes_on(tmp_path):
-    proc = run_harness_cli("-m", *FAST, "workload.concurrency=1,0,2", f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli("-m", *REF, "workload.concurrency=1,0,2", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 1  # a point failed
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: point 1 (" + " ".join([*FAST[:-1], "progress=False", f"output_root={tmp_path}", "workload.concurrency=0"])
+    assert errors == ["error: point 1 (" + " ".join([*REF[:-1], "progress=False", f"output_root={tmp_path}", "workload.concurrency=0"])
                       + ") failed: workload.concurrency must be >= 1 (got 0)"] or (
         len(errors) == 1 and "workload.concurrency must be >= 1 (got 0)" in errors[0] and errors[0].startswith("error: point 1 ("))
     sweep = read_sweep(tmp_path)
@@ -87,7 +90,7 @@ def test_engine_death_reloads_for_the_next_point(tmp_path):
 
 
 def test_resume_skips_finished_points(tmp_path):
-    args = ["-m", *FAST, "workload.concurrency=1,2,3", f"output_root={tmp_path}"]
+    args = ["-m", *REF, "workload.concurrency=1,2,3", f"output_root={tmp_path}"]
     assert run_harness_cli(*args, cwd=tmp_path).returncode == 0
     first = sweep_dir(tmp_path)
     killed = Path(read_sweep(tmp_path)["points"][2]["run_dirs"][0])
@@ -105,7 +108,7 @@ def test_resume_skips_finished_points(tmp_path):
 
 
 def test_repeats_give_mean_and_ci(tmp_path):
-    proc = run_harness_cli("-m", *FAST, "repeat=3", "workload.concurrency=1", f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli("-m", *REF, "repeat=3", "workload.concurrency=1", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     point = read_sweep(tmp_path)["points"][0]
     assert len(point["run_dirs"]) == 3 and all(d.endswith(f"repeat-{i}") for i, d in zip((1, 2, 3), point["run_dirs"]))
@@ -116,7 +119,7 @@ def test_repeats_give_mean_and_ci(tmp_path):
 
 
 def test_single_run_with_repeats(tmp_path):
-    proc = run_harness_cli(*FAST, "repeat=2", f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli(*REF, "repeat=2", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
     assert (run_dir / "repeat-1" / "summary.json").exists() and (run_dir / "repeat-2" / "summary.json").exists()
@@ -162,7 +165,7 @@ def test_slo_search_needs_an_slo(tmp_path):
 def test_resume_into_the_same_folders_runs_an_unfinished_point_again(tmp_path):
     """hydra.sweep.dir given again (a requeued batch job): the interrupted point's run is kept
     beside, renamed, and the point runs again in its own folder."""
-    args = ["-m", *FAST, "workload.concurrency=1,2", f"output_root={tmp_path}"]
+    args = ["-m", *REF, "workload.concurrency=1,2", f"output_root={tmp_path}"]
     assert run_harness_cli(*args, cwd=tmp_path).returncode == 0
     first = sweep_dir(tmp_path)
     killed = Path(read_sweep(tmp_path)["points"][1]["run_dirs"][0])
