@@ -6,7 +6,9 @@ reply tokens the running requests reserve ÷ ``--kv-capacity-tokens`` (0..1, as 
 ``kv_cache_usage_perc``). With ``--spec-draft-tokens K`` every chunk written counts as one
 verification of K draft tokens, of which a share ``--spec-acceptance`` is accepted
 (deterministically: the running total of accepted tokens is ⌊P · K · drafts⌋, each draft's
-accepted ones at its first positions), in vLLM's ``spec_decode_*`` counters.
+accepted ones at its first positions), in vLLM's ``spec_decode_*`` counters, or for
+``--dialect sglang`` in SGLang's gauges ``spec_accept_rate`` and ``spec_accept_length`` (over the
+whole run so far).
 """
 from __future__ import annotations
 
@@ -123,7 +125,12 @@ class ServedMetrics:
         kv_use = min(1.0, self.kv_tokens / self.kv_capacity_tokens)
         for name, value in ((running, self.running), (waiting, self.waiting), (kv, kv_use)):
             lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
-        if self.spec_k:
+        if self.spec_k and p == "sglang":  # SGLang keeps gauges of the acceptance, not counters
+            rate = self.spec_accepted / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
+            length = 1.0 + self.spec_accepted / self.spec_drafts if self.spec_drafts else 0.0
+            for name, value in ((f"{p}:spec_accept_rate", rate), (f"{p}:spec_accept_length", length)):
+                lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
+        elif self.spec_k:
             for name, value in ((f"{p}:spec_decode_num_drafts", self.spec_drafts),
                                 (f"{p}:spec_decode_num_draft_tokens", self.spec_draft_tokens),
                                 (f"{p}:spec_decode_num_accepted_tokens", self.spec_accepted)):

@@ -23,7 +23,10 @@ when it was sent (the harness's clock; ``t_s`` in the table is from the phase's 
   ``requests_waiting`` (over several endpoints their sum); and where the server
   counts speculative decoding (prometheus.SPEC_COUNTERS), per interval between two scrapes
   ``spec_acceptance_rate`` = Δaccepted / Δdraft_tokens and ``spec_acceptance_length`` =
-  1 + Δaccepted / Δdrafts, stamped at the later scrape.
+  1 + Δaccepted / Δdrafts, stamped at the later scrape; where it keeps gauges of them instead
+  (:data:`SPEC_GAUGES`, SGLang's ``spec_accept_rate`` and ``spec_accept_length``, averaged by the
+  server over its last logging interval), their value at each scrape while above 0 (over several
+  endpoints their mean).
 
 Histograms are not sampled (their phase totals are in the before/after difference).
 
@@ -69,6 +72,10 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
                          "tgi_queue_size"),
 }
 SPEC_RATE, SPEC_LENGTH = "spec_acceptance_rate", "spec_acceptance_length"
+# where a server keeps gauges of the acceptance instead of counters (SGLang: over its last
+# logging interval; 0 until a speculative step, or without speculative decoding)
+SPEC_GAUGES: dict[str, tuple[str, ...]] = {SPEC_RATE: ("sglang:spec_accept_rate",),
+                                           SPEC_LENGTH: ("sglang:spec_accept_length",)}
 NEUTRAL_KIND = "neutral"
 COLUMNS = ("t_s", "name", "labels", "kind", "value")
 
@@ -237,6 +244,11 @@ class ServerMetricsSampler:
                     rows.append((t, SPEC_RATE, "", NEUTRAL_KIND, d_accepted / d_tokens))
                 if d_drafts > 0:
                     rows.append((t, SPEC_LENGTH, "", NEUTRAL_KIND, 1.0 + d_accepted / d_drafts))
+        else:
+            for neutral, names in SPEC_GAUGES.items():
+                found = next((n for n in names if sums.get(n, 0.0) > 0), None)
+                if found is not None:
+                    rows.append((t, neutral, found, NEUTRAL_KIND, sums[found] / endpoints[found]))
         return rows
 
     # --- results ---

@@ -52,6 +52,22 @@ def test_the_sampler_follows_the_load(tmp_path):
     assert {"", "position=0", "position=1"} <= set(per_pos)
 
 
+def test_sglangs_acceptance_gauges_are_the_neutral_series(tmp_path):
+    """SGLang keeps gauges of the acceptance, not counters: they are sampled as they are."""
+    with reference_server(tmp_path, "--dialect", "sglang", "--metrics", "--ttft-ms", "20", "--itl-ms", "5",
+                          "--tokens", "12", "--spec-draft-tokens", "2", "--spec-acceptance", "0.5") as server:
+        sampler = sm.ServerMetricsSampler(sm.DeadlineScrape(_scrape(server.url_root + "/metrics"), 2.0), 0.05)
+        sampler.record(sampler.scraper())  # before any request: the gauges are 0, nothing sampled
+        assert not [r for r in sampler.rows if r[1] in (sm.SPEC_RATE, sm.SPEC_LENGTH)]
+        chat_over_http(server.url_root, 10)
+        sampler.record(sampler.scraper())
+    figures = sampler.figures()
+    assert figures["spec_acceptance_rate"]["metric"] == "sglang:spec_accept_rate"
+    assert figures["spec_acceptance_rate"]["peak"] == pytest.approx(0.5, abs=0.05)
+    assert figures["spec_acceptance_length"]["metric"] == "sglang:spec_accept_length"
+    assert figures["spec_acceptance_length"]["peak"] == pytest.approx(2.0, abs=0.1)  # 1 + 0.5 × 2 draft tokens
+
+
 def test_a_dripping_metrics_never_holds_the_sampler(tmp_path):
     with reference_server(tmp_path, "--metrics", "--metrics-drip-s", "0.5") as server:
         scraper = sm.DeadlineScrape(_scrape(server.url_root + "/metrics"), 0.5)
