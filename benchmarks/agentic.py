@@ -1,9 +1,12 @@
 """Agent jobs (issue 26, item 1) run as a user runs the harness: ``workload=agentic`` on vLLM
 in-process with prefix caching on and off, and on llama.cpp in-process (with its session cache
 on): job completion time p50 / p90, the critical path, and the cached share per depth.
+``--screenshots DIR``: each run's report.html opened in headless Chromium (tests/browser.py)
+and saved as DIR/report-ENGINE.png.
 
     .venv/bin/python benchmarks/agentic.py                     # small: 3 jobs, smollm2-135m
     .venv/bin/python benchmarks/agentic.py --jobs 6 --turns 6 --engines vllm-cache llamacpp
+    .venv/bin/python benchmarks/agentic.py --engines llamacpp --screenshots /tmp/agentic-shots
 
 Every engine gets the same prompt token ids (the plan's sha256 is printed per run). vLLM on a
 CPU uses 128-token cache blocks by default; the script asks for --vllm-block-size (32: its CPU
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,7 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=8)
     p.add_argument("--vllm-block-size", type=int, default=32)
     p.add_argument("--out", default=str(REPO / "results" / "bench-agentic"))
+    p.add_argument("--screenshots", type=Path, default=None, metavar="DIR", help="save each report as a PNG here")
     a = p.parse_args()
     workload = ["workload=agentic", f"workload.jobs={a.jobs}", f"workload.turns={a.turns}",
                 f"workload.concurrency={a.concurrency}", f"workload.output_len={a.output_len}",
@@ -72,6 +77,25 @@ def main() -> None:
         print(f"{r['engine']:<13} {r['jobs']:<5} {r['jct_p50_s'] or 0:>9.2f} {r['jct_p90_s'] or 0:>10.2f} "
               f"{r['critical_path_requests'] or 0:>14.1f} {(r['critical_path_share'] or 0) * 100:>12.0f} "
               f"{r['ttft_p50_ms']:>12.1f}  {depth}   (workload {r['workload_sha256']})")
+    if a.screenshots is not None:
+        screenshots(rows, a.screenshots)
+
+
+def screenshots(rows: list[dict[str, Any]], out: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests"))
+    from browser import Chromium, chromium_binary
+
+    binary = chromium_binary()
+    if binary is None:
+        sys.exit("chromium is not installed: the reports are written, the screenshots are not")
+    out.mkdir(parents=True, exist_ok=True)
+    browser = Chromium(binary)
+    try:
+        for r in rows:
+            page = browser.open(Path(r["run"]) / "report.html", screenshot=out / f"report-{r['engine']}.png")
+            print(f"screenshot: {page.screenshot} ({len(page.plots)} plots, errors: {page.errors or 'none'})")
+    finally:
+        browser.close()
 
 
 if __name__ == "__main__":

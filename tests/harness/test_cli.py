@@ -17,16 +17,6 @@ def error_line(proc):
     return lines[0]
 
 
-def test_run_prints_summary_then_results_folder(tmp_path):
-    proc = run_harness_cli(*FAST, "workload.num_requests=3", f"output_root={tmp_path}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert lines[-1].startswith("results: ")
-    run_dir = Path(lines[-1].removeprefix("results: "))
-    assert (run_dir / "summary.json").exists() and run_dir.parent == tmp_path
-    assert "TTFT (ms)" in proc.stdout and "throughput:" in proc.stdout and "memory:" in proc.stdout
-
-
 @pytest.mark.parametrize("arg,choices", [
     ("backend=nope", "unknown backend 'nope': choose one of deepspeed_mii, llamacpp, mlx, ollama, openai, reference, sglang, tensorrt_llm, tgi, transformers, vllm"),
     ("workload=nope", "unknown workload 'nope': choose one of agentic, chat, jsonl, shared_prefix, sharegpt, structured, synthetic, trace"),
@@ -91,10 +81,15 @@ def test_hub_model_without_network_points_to_model_path(tmp_path):
     assert "model.path=" in line
 
 
-def test_local_hf_folder_as_model_path(tmp_path, tiny_model):
-    proc = run_harness_cli(*FAST, f"model.path={tiny_model.hf_dir}", "workload.num_requests=2", f"output_root={tmp_path}", cwd=tmp_path)
+def test_run_of_a_local_hf_folder_prints_summary_then_results_folder(tmp_path, tiny_model):
+    proc = run_harness_cli(*FAST, f"model.path={tiny_model.hf_dir}", "workload.num_requests=3", f"output_root={tmp_path}",
+                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith("results: ")
+    run_dir = Path(lines[-1].removeprefix("results: "))
+    assert (run_dir / "summary.json").exists() and run_dir.parent == tmp_path
+    assert "TTFT (ms)" in proc.stdout and "throughput:" in proc.stdout and "memory:" in proc.stdout
     assert json.loads((run_dir / "summary.json").read_text())["model"]["hf_dir"] == str(tiny_model.hf_dir)
 
 

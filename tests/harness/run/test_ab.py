@@ -31,9 +31,11 @@ def test_a_real_slowdown_is_a_regression_with_every_file(tmp_path):
                   "--history", str(tmp_path / "history"),
                   "--b", "backend.itl_ms=6", "--", *COMMON)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "A/B: REGRESSION after 2 blocks (4 runs in" in done.stdout
+    # decided at the first look (2 blocks) on a quiet machine; a noisy one may need the second (3)
+    blocks = 2 if "A/B: REGRESSION after 2 blocks (4 runs in" in done.stdout else 3
+    assert f"A/B: REGRESSION after {blocks} blocks ({2 * blocks} runs in" in done.stdout, done.stdout
     exp = json.loads((out / "ab.json").read_text())
-    assert exp["status"] == "complete" and exp["verdict"] == "regression" and len(exp["runs"]) == 4
+    assert exp["status"] == "complete" and exp["verdict"] == "regression" and len(exp["runs"]) == 2 * blocks
     assert all(sorted(order) == ["A", "B"] for order in exp["orders"]) and exp["seed"] == 3
     tpot = next(d for d in exp["looks"][-1]["decisions"] if d["figure"] == "tpot_s.p50")
     assert tpot["verdict"] == "regression" and 0.3 < tpot["change"] < 0.7  # itl 4 → 6 ms: +50 %
@@ -42,7 +44,7 @@ def test_a_real_slowdown_is_a_regression_with_every_file(tmp_path):
     assert md == (out / "ab.md").read_text() and "| TPOT p50 |" in md and "**REGRESSION**" in md
     page = (out / "compare.html").read_text()
     assert "Gate: REGRESSION" in page and "×2" in page  # the decision, and each arm as one side of two runs
-    assert len(query.runs(tmp_path / "history")) == 4  # every run, and each figure's decision, in the history
+    assert len(query.runs(tmp_path / "history")) == 2 * blocks  # every run, and each figure's decision, in the history
     assert sorted(query.decisions(tmp_path / "history").figure) == ["output_tokens_per_s", "tpot_s.p50"]
 
 

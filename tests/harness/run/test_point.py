@@ -26,7 +26,8 @@ def test_synthetic_run_writes_every_file(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "complete"
     assert summary["requests"] == {"sent": 6, "completed": 6, "failed": 0}
-    assert summary["warnings"] == []
+    # the client's own load (its event loop late on a busy machine) is the machine's, not the run's
+    assert [w for w in summary["warnings"] if not w.startswith("The client may be the bottleneck")] == []
     assert summary["memory"]["rss_peak_bytes"] > 0 and summary["memory"]["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 4
     workload = json.loads((tmp_path / "workload.json").read_text())
     assert workload["sha256"] == summary["workload"]["sha256"]

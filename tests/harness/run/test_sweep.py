@@ -134,9 +134,11 @@ def test_mean_ci95_and_varying_overrides():
 
 
 def test_slo_search_over_concurrency(tmp_path):
-    """transformers serves one request at a time: TTFT grows with concurrency, so the SLO breaks somewhere."""
+    """A server that serves one request at a time (the reference server's backend.max_running=1):
+    TTFT grows with concurrency, so the SLO breaks somewhere."""
     proc = run_harness_cli(
-        "model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=24", "workload.num_requests=8",
+        "model=tiny-random", "backend=reference", "backend.ttft_ms=50", "backend.itl_ms=10", "backend.max_running=1",
+        "workload=synthetic", "workload.input_len=48", "workload.output_len=24", "workload.num_requests=8",
         "progress=false", "report=false", "slo_search.enabled=true", "slo_search.over=concurrency", "slo_search.low=1",
         "slo_search.high=16", "slo_search.attainment=0.75", "slo.ttft_s=0.25", f"output_root={tmp_path}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
