@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pandas as pd
 import psutil

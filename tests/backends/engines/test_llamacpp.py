@@ -8,6 +8,7 @@ import pytest
 from core.errors import ConfigError, ModelError
 from core.model import ModelFiles
 from workloads.prompts import PromptRenderer
+from conftest import run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -140,7 +141,7 @@ def test_batched_synthetic_run_end_to_end(tmp_path):
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all()
-    assert outcome.summary.warnings == []
+    assert run_warnings(outcome.summary.warnings) == []
 
 
 def test_cli_refuses_a_folder_without_gguf(tmp_path):
@@ -163,7 +164,7 @@ def test_server_mode_chat_and_exact_lengths(tmp_path):
     df = load_requests(tmp_path)
     # llama_cpp.server sends no usage: counts come from re-tokenizing; the logit bias gives exact lengths
     assert (df.output_tokens == 12).all() and df.error.isna().all()
-    assert outcome.summary.warnings == []
+    assert run_warnings(outcome.summary.warnings) == []
     assert "llama_cpp.server" in (tmp_path / "server.log").read_text()
 
 

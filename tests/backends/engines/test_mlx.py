@@ -8,6 +8,7 @@ import pytest
 
 from core.errors import ModelError
 from core.model import ModelFiles
+from conftest import run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -85,7 +86,7 @@ def test_synthetic_run_end_to_end(tmp_path):
                       "workload.concurrency=4", "workload.input_len=48", "workload.output_len=6")
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
-    assert (df.output_tokens == 6).all() and outcome.summary.warnings == []
+    assert (df.output_tokens == 6).all() and run_warnings(outcome.summary.warnings) == []
     assert outcome.summary.memory["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 2  # bf16 KV
 
 

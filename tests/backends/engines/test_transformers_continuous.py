@@ -10,6 +10,7 @@ import pytest
 from backends import SamplingParams, TokenChunk
 from backends.engines.transformers import TransformersConfig
 from core.errors import ConfigError
+from conftest import run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -180,7 +181,7 @@ def test_server_mode_runs_transformers_serve_with_continuous_batching(tmp_path):
     df = load_requests(tmp_path)
     assert df.error.isna().all() and (df.output_tokens == 6).all() and (df.prompt_tokens == 48).all()
     assert df.engine_stats.map(lambda s: json.loads(s)["output_tokens_source"]).eq("usage").all()
-    assert outcome.summary.warnings == []  # exact lengths through the logit bias on eos ids
+    assert run_warnings(outcome.summary.warnings) == []  # exact lengths through the logit bias on eos ids
     assert outcome.summary.backend["engine"] == "transformers"
     assert not psutil.pid_exists(outcome.summary.backend["info"]["server"]["pid"]) or \
         psutil.Process(outcome.summary.backend["info"]["server"]["pid"]).status() == psutil.STATUS_ZOMBIE
