@@ -118,13 +118,20 @@ class JsonTokenizer:
                                      **{**self.special_tokens_map, **kwargs})
 
 
-def json_tokenizer(folder: Path) -> Optional[JsonTokenizer]:
-    """The folder's tokenizer as a :class:`JsonTokenizer`, or None where it needs transformers."""
+def read_config(folder: Path) -> dict[str, Any]:
+    """The folder's tokenizer_config.json, or {} where it has none that reads as an object."""
     try:
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict) or config.get("clean_up_tokenization_spaces"):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def json_tokenizer(folder: Path, config: Optional[dict[str, Any]] = None) -> Optional[JsonTokenizer]:
+    """The folder's tokenizer as a :class:`JsonTokenizer`, or None where it needs transformers
+    (``config``: its tokenizer_config.json, when the caller has read it already)."""
+    config = read_config(folder) if config is None else config
+    if not config or config.get("clean_up_tokenization_spaces"):
         return None
     usable, template = _read_template(folder, config)
     if not usable:

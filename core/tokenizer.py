@@ -10,11 +10,10 @@ AutoTokenizer would pick, so the same token ids. Any other folder goes through A
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Union
 
-from core.json_tokenizer import json_tokenizer
+from core.json_tokenizer import json_tokenizer, read_config
 
 # the class names transformers saves for a plain fast tokenizer (v5: one class under two names)
 GENERIC_FAST_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
@@ -22,18 +21,19 @@ GENERIC_FAST_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"
 
 def saved_class(folder: Path) -> str:
     """The ``tokenizer_class`` a folder's tokenizer_config.json names, or "" when it names none."""
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    return str(config.get("tokenizer_class") or "") if isinstance(config, dict) else ""
+    return _class_named(read_config(folder))
+
+
+def _class_named(config: dict[str, Any]) -> str:
+    return str(config.get("tokenizer_class") or "")
 
 
 def load_tokenizer(folder: Union[str, Path]) -> Any:
     """The tokenizer of a model folder: the generic fast class when the folder is one, else AutoTokenizer."""
     folder = Path(folder)
-    if (folder / "tokenizer.json").is_file() and saved_class(folder) in GENERIC_FAST_CLASSES:
-        light = json_tokenizer(folder)
+    config = read_config(folder)
+    if (folder / "tokenizer.json").is_file() and _class_named(config) in GENERIC_FAST_CLASSES:
+        light = json_tokenizer(folder, config)
         if light is not None:
             return light
         try:

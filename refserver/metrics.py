@@ -57,6 +57,8 @@ GAUGE_NAMES = {
     "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
     "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
 }
+# the prefixes whose server keeps gauges of the speculative acceptance, not counters
+SPEC_AS_GAUGES = {"sglang"}
 
 
 class ServedMetrics:
@@ -125,7 +127,7 @@ class ServedMetrics:
         kv_use = min(1.0, self.kv_tokens / self.kv_capacity_tokens)
         for name, value in ((running, self.running), (waiting, self.waiting), (kv, kv_use)):
             lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
-        if self.spec_k and p == "sglang":  # SGLang keeps gauges of the acceptance, not counters
+        if self.spec_k and p in SPEC_AS_GAUGES:
             rate = self.spec_accepted / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
             length = 1.0 + self.spec_accepted / self.spec_drafts if self.spec_drafts else 0.0
             for name, value in ((f"{p}:spec_accept_rate", rate), (f"{p}:spec_accept_length", length)):
