@@ -120,7 +120,7 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
             print(format_sweep(read_sweep(run_dir)))
             print(f"results: {run_dir}", flush=True)
             return
-        entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, overrides, single=True)
+        entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, overrides, single=True, keep_engine=False)
     except HarnessError as exc:
         _discard_if_empty(run_dir)
         fail(str(exc))
@@ -205,7 +205,7 @@ class SweepCallback(Callback):
         print(f"sweep: {sweep_dir / 'sweep.json'}", flush=True)
 
 
-def _terminate_as_interrupt(signum: int, frame: Optional[Any]) -> None:
+def terminate_as_interrupt(signum: int, frame: Optional[Any]) -> None:
     """SIGTERM and SIGHUP (CI cancellation, SLURM, `timeout`, a closed terminal) end a run the
     way Ctrl-C does — re-raised as SIGINT, so the event loop cancels the requests in flight
     (recorded as cancelled), the results are written and the engine's server is stopped."""
@@ -243,7 +243,7 @@ def main() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored on purpose: `nohup` ignores SIGHUP
-            signal.signal(sig, _terminate_as_interrupt)
+            signal.signal(sig, terminate_as_interrupt)
     try:
         hydra_main()
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ PACKAGES = ("harness", "backends", "workloads", "core", "refserver")
 # import each other.
 LAYERS: list[list[tuple[str, ...]]] = [
     # entry points: python -m harness, and the thin modules behind the other commands
-    [("=harness", "harness.__main__", "harness.cli"), ("=harness.compare",), ("=harness.report",),
+    [("=harness", "harness.__main__", "harness.cli", "=harness.held"), ("=harness.compare",), ("=harness.report",),
      ("=harness.agree",), ("=harness.reference_server",), ("=harness.ab",)],
     [("harness.run",)],  # an engine session × a load point → a run folder; sweeps, SLO search, agree
     [("harness.history",)],  # the history of runs: Parquet files, DuckDB, change points, trend, check

@@ -70,6 +70,9 @@ class NoiseFloor:
     cost_request_s: float  # c₁: the seconds per request of the measured phase
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     source: str = ""  # the A/A experiment's folder
+    # "fresh": each run loaded its engine; "held": the runs shared one engine kept loaded
+    # (harness.ab --keep-loaded), whose run-to-run noise is smaller, so it is stored apart
+    engine: str = "fresh"
 
     def margin(self, figure: str, threshold: float, k: float = K_SIGMA) -> tuple[float, str]:
         """δ = max(threshold, k · σ_run), and what set it."""
@@ -129,13 +132,14 @@ def plan(figure: str, noise: FigureNoise, precision: float, cost_run_s: float, c
     return RepetitionPlan(figure, r1, MAX_BLOCKS, precision)
 
 
-def floor_path(folder: Path, config_sha256: str, hardware: str) -> Path:
-    return Path(folder) / hardware / f"{config_sha256}.json"
+def floor_path(folder: Path, config_sha256: str, hardware: str, engine: str = "fresh") -> Path:
+    suffix = "" if engine == "fresh" else f".{engine}"
+    return Path(folder) / hardware / f"{config_sha256}{suffix}.json"
 
 
 def save(folder: Path, floor: NoiseFloor) -> Path:
     """Written atomically (a temp file renamed), so a reader never sees half a file."""
-    path = floor_path(folder, floor.config_sha256, floor.hardware)
+    path = floor_path(folder, floor.config_sha256, floor.hardware, floor.engine)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(floor.to_dict(), indent=2) + "\n")
@@ -143,11 +147,12 @@ def save(folder: Path, floor: NoiseFloor) -> Path:
     return path
 
 
-def load(folder: Optional[Path], config_sha256: Optional[str], hardware: Optional[str]) -> Optional[NoiseFloor]:
-    """The stored floor of this configuration on this machine, or None."""
+def load(folder: Optional[Path], config_sha256: Optional[str], hardware: Optional[str],
+         engine: str = "fresh") -> Optional[NoiseFloor]:
+    """The stored floor of this configuration on this machine (runs of ``engine``), or None."""
     if folder is None or not config_sha256 or not hardware:
         return None
-    path = floor_path(folder, config_sha256, hardware)
+    path = floor_path(folder, config_sha256, hardware, engine)
     try:
         return NoiseFloor.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):

@@ -92,10 +92,11 @@ def config_key(run: RunResult) -> tuple[Optional[str], str]:
 
 
 def evaluate(blocks: Sequence[BlockRuns], figures: Sequence[Figure], threshold: float, alpha: float = 0.05,
-             looks: int = 1, noise_dir: Optional[Path] = None) -> Evaluation:
-    """Each figure's decision over the usable blocks (module doc)."""
+             looks: int = 1, noise_dir: Optional[Path] = None, engine: str = "fresh") -> Evaluation:
+    """Each figure's decision over the usable blocks (module doc); ``engine``: the runs' kind
+    ("fresh" engines, or one "held" per arm), whose noise floor sets the margins."""
     good, left_out = usable(blocks)
-    floor = noise.load(noise_dir, *config_key(good[0].a)) if good and noise_dir else None
+    floor = noise.load(noise_dir, *config_key(good[0].a), engine) if good and noise_dir else None
     alpha_look = alpha / max(1, looks)
     found: list[tuple[Figure, intervals.Interval]] = []
     for figure in figures:
@@ -120,7 +121,7 @@ def _p_worse(figure: Figure, interval: intervals.Interval) -> Optional[float]:
 
 
 def measure_noise_floor(blocks: Sequence[BlockRuns], figures: Sequence[Figure], run_wall_s: Sequence[float],
-                        source: str = "") -> noise.NoiseFloor:
+                        source: str = "", engine: str = "fresh") -> noise.NoiseFloor:
     """An A/A experiment's blocks → the noise floor of its configuration on this machine."""
     good, _ = usable(blocks)
     if len(good) < 2:
@@ -146,4 +147,5 @@ def measure_noise_floor(blocks: Sequence[BlockRuns], figures: Sequence[Figure], 
     cost_run = max(0.0, float(np.mean(run_wall_s)) - float(np.mean(durations))) if run_wall_s else 0.0
     cost_request = float(np.mean([d / n for d, n in zip(durations, requests)]))
     config_sha, hardware = config_key(good[0].a)
-    return noise.NoiseFloor(config_sha or "unknown", hardware, result, cost_run, cost_request, source=source)
+    return noise.NoiseFloor(config_sha or "unknown", hardware, result, cost_run, cost_request, source=source,
+                            engine=engine)

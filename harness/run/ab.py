@@ -3,6 +3,7 @@
     python -m harness.ab --a "backend.n_threads=2" --b "backend.n_threads=1" -- backend=llamacpp workload=synthetic
     python -m harness.ab --aa -- backend=llamacpp workload=synthetic      # A/A: measure the noise floor
     python -m harness.ab --b-python ../head/.venv/bin/python --b-cwd ../head -- backend=vllm   # base vs head
+    python -m harness.ab --keep-loaded --a "workload.concurrency=4" --b "workload.concurrency=8" -- backend=vllm
 
 Each block runs arm A once and arm B once, in random order (seeded), each run a fresh process
 of the harness (``python -m harness``) with a fresh engine: the run is the unit. An arm is a set
@@ -12,6 +13,13 @@ and every ``--look-every`` blocks after that up to ``--max-blocks``, the blocks 
 (:mod:`harness.gate.paired`): **regression**, **pass**, or **inconclusive**; it stops at the
 first clear verdict and adds blocks while there is none. At the cap an inconclusive decision
 warns and never fails.
+
+``--keep-loaded`` (when the user asks): one engine per arm, loaded at the arm's first run and
+kept for all its runs (``python -m harness.held``, :mod:`harness.run.held`), with the engine's
+prefix cache emptied between runs where it allows. Both arms' engines are loaded at once, so it
+fits only where the machine holds two; and it measures a narrower noise (no load-to-load
+variance): an A/A with it stores its noise floor apart (``<config>.held.json``), used only by
+experiments that keep their engines loaded too.
 
 A run that fails or is tainted (the machine was busy or throttled) is rerun once in a new
 block; what is left out is named. ``--aa`` runs arm A as both arms and stores the noise floor of
@@ -46,6 +54,7 @@ from harness.history.store import add_decision, add_run
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
 from harness.reports.gate_text import decision_lines, decision_table_markdown
+from harness.run.held import HeldEngine
 
 EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_RUNS_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
 DEFAULT_FIGURES = "ttft_s.p50,tpot_s.p50,output_tokens_per_s"
@@ -66,6 +75,9 @@ class Arm:
 
     def command(self, common: Sequence[str], run_dir: Path) -> list[str]:
         return [self.python, "-m", "harness", *common, *self.overrides, f"hydra.run.dir={run_dir}", "progress=false"]
+
+    def held_command(self, common: Sequence[str]) -> list[str]:
+        return [self.python, "-m", "harness.held", *common, *self.overrides, "progress=false"]
 
 
 @dataclass
@@ -98,6 +110,13 @@ class Experiment:
     verdict: Optional[str] = None
     wall_s: float = 0.0
     noise_floor: Optional[str] = None
+    keep_loaded: bool = False  # one engine per arm, kept loaded for all its runs
+    engine_starts: dict[str, int] = field(default_factory=dict)  # --keep-loaded: the held processes started per arm
+
+    @property
+    def engine(self) -> str:
+        """The runs' kind, under which a noise floor is stored and looked up."""
+        return "held" if self.keep_loaded else "fresh"
 
     def save(self, out: Path) -> None:
         tmp = out / "ab.json.tmp"
@@ -116,6 +135,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--a-cwd", default=str(REPO), help="arm A's checkout of the harness")
     p.add_argument("--b-cwd", default=None, help="arm B's checkout (default: arm A's)")
     p.add_argument("--aa", action="store_true", help="A/A: arm A as both arms; store the noise floor")
+    p.add_argument("--keep-loaded", action="store_true",
+                   help="one engine per arm, loaded once and kept for all its runs (both loaded at once)")
     p.add_argument("--blocks", type=int, default=5, help="blocks before the first look (default 5)")
     p.add_argument("--max-blocks", type=int, default=10, help="the cap (default 10; A/A runs --blocks blocks)")
     p.add_argument("--look-every", type=int, default=None, help="blocks between looks (default: --blocks)")
@@ -155,10 +176,22 @@ def check_args(a: argparse.Namespace) -> list[Figure]:
     for cwd in (a.a_cwd, a.b_cwd):
         if cwd and not (Path(cwd) / "harness").is_dir():
             raise CompareError(f"not a checkout of the harness (no harness/ folder): {cwd}")
+        if cwd and a.keep_loaded and not (Path(cwd) / "harness" / "held.py").is_file():
+            raise CompareError(f"{cwd} is a checkout older than --keep-loaded (no harness/held.py): drop --keep-loaded")
+    if a.keep_loaded:
+        ports = [_last_value("backend.port", [*a.common, *shlex.split(arm)]) for arm in (a.a, a.a if a.aa else a.b)]
+        if ports[0] is not None and ports[0] == ports[1]:
+            raise CompareError("--keep-loaded keeps both arms' servers up at once: they cannot share "
+                               f"backend.port={ports[0]} (drop it, or give each arm its own in --a and --b)")
     try:
         return [parse_figure(f.strip()) for f in a.figures.split(",") if f.strip()]
     except ValueError as exc:
         raise CompareError(str(exc)) from None
+
+
+def _last_value(key: str, overrides: Sequence[str]) -> Optional[str]:
+    values = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith(f"{key}=")]
+    return values[-1] if values else None
 
 
 def look_points(blocks: int, max_blocks: int, every: int) -> list[int]:
@@ -200,10 +233,15 @@ class RunProcess:
 
 
 def run_one(block: int, arm: Arm, common: Sequence[str], run_dir: Path, timeout_s: float,
-            current: list[RunProcess]) -> RunRecord:
+            current: list[RunProcess], held: Optional[HeldEngine] = None) -> RunRecord:
+    """One run: a fresh ``python -m harness`` process, or a run asked of the arm's held engine."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = run_dir.parent / f"{run_dir.name}.log"
     start = time.perf_counter()
-    proc = RunProcess(arm.command(common, run_dir), arm.cwd, run_dir.parent / f"{run_dir.name}.log")
+    if held is not None:
+        code = held.run(run_dir, log, timeout_s)
+        return RunRecord(block, arm.name, str(run_dir), code, time.perf_counter() - start)
+    proc = RunProcess(arm.command(common, run_dir), arm.cwd, log)
     current[:] = [proc]
     code = proc.wait(timeout_s)
     current.clear()
@@ -230,21 +268,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     every = args.look_every or args.blocks
     max_blocks = args.blocks if args.aa else args.max_blocks
     exp = Experiment({k: asdict(v) for k, v in arms.items()}, list(args.common), args.aa, seed,
-                     [f.name for f in figures], args.threshold, args.blocks, max_blocks, every)
+                     [f.name for f in figures], args.threshold, args.blocks, max_blocks, every,
+                     keep_loaded=args.keep_loaded)
     current: list[RunProcess] = []
+    held = {name: HeldEngine(arm.held_command(exp.common), arm.cwd, out / "runs" / f"held-{name}.log", STOP_GRACE_S)
+            for name, arm in arms.items()} if args.keep_loaded else {}
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     start = time.perf_counter()
     try:
-        code = run_blocks(exp, arms, figures, args, out, current, random.Random(seed), start)
+        code = run_blocks(exp, arms, figures, args, out, current, random.Random(seed), start, held)
     except (KeyboardInterrupt, Interrupted) as exc:
-        for proc in current:
+        for proc in [*current, *held.values()]:
             proc.stop(signalled=isinstance(exc, KeyboardInterrupt))
         exp.status = "interrupted"
         print(f"\ninterrupted: the runs so far and ab.json are in {out}", file=sys.stderr)
         code = EXIT_INTERRUPTED
     finally:
+        for engine in held.values():
+            engine.close()  # its engine is stopped: at the end, or after a refusal, before the page is built
         for s, handler in previous.items():
             signal.signal(s, handler)
+        exp.engine_starts = {name: engine.starts for name, engine in held.items()}
         exp.wall_s = time.perf_counter() - start
         exp.save(out)
     return code
@@ -255,7 +299,8 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 
 
 def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], args: argparse.Namespace, out: Path,
-               current: list[RunProcess], rng: random.Random, start: float) -> int:
+               current: list[RunProcess], rng: random.Random, start: float,
+               held: Optional[dict[str, HeldEngine]] = None) -> int:
     looks = look_points(exp.blocks, exp.max_blocks, exp.look_every)
     blocks: list[paired.BlockRuns] = []
     reruns_left = max(1, exp.max_blocks // 5)
@@ -269,7 +314,7 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
         dirs: dict[str, Optional[Path]] = {}
         for name in order:
             run_dir = out / "runs" / f"block{index:03d}-{name}"
-            record = run_one(index, arms[name], exp.common, run_dir, args.timeout_s, current)
+            record = run_one(index, arms[name], exp.common, run_dir, args.timeout_s, current, (held or {}).get(name))
             exp.runs.append(record)
             exp.wall_s = time.perf_counter() - start
             dirs[name] = run_dir if (run_dir / "summary.json").is_file() else None
@@ -296,7 +341,8 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
             continue
         used = len(paired.usable(blocks)[0])
         if used in looks:
-            evaluation = paired.evaluate(blocks, figures, exp.threshold / 100, looks=len(looks), noise_dir=args.noise_dir)
+            evaluation = paired.evaluate(blocks, figures, exp.threshold / 100, looks=len(looks),
+                                         noise_dir=args.noise_dir, engine=exp.engine)
             exp.looks.append(look_record(evaluation, used))
             exp.save(out)
             if not exp.aa and evaluation.verdict != verdicts.INCONCLUSIVE:
@@ -307,6 +353,7 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
               file=sys.stderr)
         return EXIT_RUNS_FAILED
     exp.status, exp.verdict = "complete", evaluation.verdict
+    exp.engine_starts = {name: engine.starts for name, engine in (held or {}).items()}
     lines = summary_lines(exp, evaluation)
     if exp.aa:
         lines += record_noise_floor(exp, blocks, figures, args, out)
@@ -345,7 +392,8 @@ def look_record(evaluation: paired.Evaluation, blocks: int) -> dict[str, Any]:
 
 def summary_lines(exp: Experiment, evaluation: paired.Evaluation) -> list[str]:
     head = f"{'A/A' if exp.aa else 'A/B'}: {evaluation.verdict.upper()} after {evaluation.blocks_used} blocks"
-    lines = ["", head + f" ({len(exp.runs)} runs in {exp.wall_s:.0f} s)", *decision_lines(evaluation.decisions)]
+    held = f"; engines kept loaded, started {sum(exp.engine_starts.values())}×" if exp.keep_loaded else ""
+    lines = ["", head + f" ({len(exp.runs)} runs in {exp.wall_s:.0f} s{held})", *decision_lines(evaluation.decisions)]
     lines += [f"left out: {p}" for p in evaluation.left_out]
     if evaluation.verdict == verdicts.INCONCLUSIVE and not exp.aa:
         lines.append(f"WARNING: inconclusive at the cap of {exp.max_blocks} blocks: not failing; "
@@ -356,10 +404,11 @@ def summary_lines(exp: Experiment, evaluation: paired.Evaluation) -> list[str]:
 def record_noise_floor(exp: Experiment, blocks: list[paired.BlockRuns], figures: list[Figure],
                        args: argparse.Namespace, out: Path) -> list[str]:
     walls = [r.wall_s for r in exp.runs if r.exit_code == 0]
-    floor = paired.measure_noise_floor(blocks, figures, walls, source=str(out))
+    floor = paired.measure_noise_floor(blocks, figures, walls, source=str(out), engine=exp.engine)
     path = noise.save(args.noise_dir, floor)
     exp.noise_floor = str(path)
-    lines = ["", f"noise floor ({floor.hardware}, config {floor.config_sha256[:12]}): {path}",
+    kind = ", engines kept loaded" if exp.keep_loaded else ""
+    lines = ["", f"noise floor ({floor.hardware}, config {floor.config_sha256[:12]}{kind}): {path}",
              f"  a run costs {floor.cost_run_s:.1f} s before its requests, a request {floor.cost_request_s:.3f} s"]
     for name, fig in floor.figures.items():
         p = noise.plan(name, fig, args.precision / 100, floor.cost_run_s, floor.cost_request_s)
@@ -373,7 +422,8 @@ def ab_markdown(exp: Experiment, evaluation: paired.Evaluation) -> str:
     lines = [f"### {kind}: **{evaluation.verdict.upper()}** after {evaluation.blocks_used} interleaved blocks", "",
              f"Arm A: `{' '.join(exp.arms['A']['overrides']) or '(common only)'}`; "
              f"arm B: `{' '.join(exp.arms['B']['overrides']) or '(common only)'}`; "
-             f"common: `{' '.join(exp.common)}`; {len(exp.runs)} runs.", "",
+             f"common: `{' '.join(exp.common)}`; {len(exp.runs)} runs"
+             f"{' on one engine per arm, kept loaded' if exp.keep_loaded else ''}.", "",
              *decision_table_markdown(evaluation.decisions)]
     lines += [f"- left out: {p}" for p in evaluation.left_out]
     return "\n".join(lines) + "\n\n"

@@ -129,9 +129,10 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     for a failed point (KeyboardInterrupt still ends the sweep, after recording the point; a
     full disk ends it too, with nothing more written).
 
-    ``single``: a plain run (no multirun); its session is closed at the end and no sweep.json
-    is written unless it has repeats. ``keep_engine=False`` closes the engine after the point
-    (a launcher's worker process), as does ``sweep.reuse_engine=false``.
+    ``single``: a plain run (no multirun): no sweep.json is written unless it has repeats, and
+    its error is raised. ``keep_engine=False`` closes the engine after the point (a plain run, a
+    launcher's worker process), as does ``sweep.reuse_engine=false``; a held engine
+    (harness/run/held.py) keeps it for the next run.
     """
     sha = config_sha256(cfg)
     entry = new_entry(index, overrides, run_dir, config_sha256=sha, repeats=cfg.repeat)
@@ -180,7 +181,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
             record_point(sweep_dir, entry)
             if cfg.sweep.compare_html:
                 refresh_compare(sweep_dir)
-        if single or not keep_engine or not cfg.sweep.reuse_engine:
+        if not keep_engine or not cfg.sweep.reuse_engine:
             SESSIONS.close()
     return entry
 
