@@ -10,7 +10,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from core.errors import ConfigError
 from core.structured import check_tool_choice_share, normalize_response_format, normalize_tools
@@ -132,7 +132,7 @@ def check_length_distribution(key: str, dist: str, spread: float) -> None:
         raise ConfigError(f"{key}_spread must be >= 0 (got {spread})")
 
 
-@dataclass
+@dataclass(slots=True)  # a plan holds one a request, for the whole run: no __dict__
 class TurnSpec:
     user: str  # the user's message for this turn
     output_len: int  # requested output tokens (exact, or a maximum)
@@ -144,7 +144,7 @@ class TurnSpec:
     prompt_id: Optional[str] = None
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionSpec:
     session_id: int
     turns: list[TurnSpec]
@@ -259,15 +259,13 @@ class WorkloadPlan:
         return sum(len(s.turns) for s in self.sessions)
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "name": self.name,
-            "exact_output_len": self.exact_output_len,
-            "concurrency": self.concurrency,
-            "open_loop": self.open_loop,
-            "sampling": self.sampling,
-            "sessions": [session_json(s) for s in self.sessions],
-            "warmup": [session_json(s) for s in self.warmup],
-        }
+        """workload.json as a dict (:meth:`json_chunks` parsed): for small plans and tests."""
+        return json.loads("".join(self.json_chunks()))
+
+    def _head(self) -> dict[str, Any]:
+        """Every key of workload.json but the sessions, the warm-up and the hashes: small."""
+        body: dict[str, Any] = {"name": self.name, "exact_output_len": self.exact_output_len,
+                                "concurrency": self.concurrency, "open_loop": self.open_loop, "sampling": self.sampling}
         if self.source is not None:
             body["source"] = self.source
         if self.schedule is not None:
@@ -276,42 +274,103 @@ class WorkloadPlan:
             body["lora"] = self.lora
         if self.structured:
             body["structured"] = self.structured
-        hashes = {"sha256": self.content_hash(body), "prompts_sha256": self.prompts_hash(body)}
-        if self.source is not None:  # the hashes cover the full prompts; the file keeps ids and lengths
-            body.update(compact=True, sessions=[compact_session_json(s) for s in self.sessions],
-                        warmup=[compact_session_json(s) for s in self.warmup])
+        return json.loads(json.dumps(body, default=_plain))  # as the file will hold it
+
+    def hashes(self) -> dict[str, str]:
+        """``sha256`` and ``prompts_sha256`` (:meth:`content_hash`, :meth:`prompts_hash`), one
+        session at a time: a long run's plan is never one JSON document in memory."""
+        head = self._head()
+        content, prompts = _CanonicalHash(_measured(head, True)), _CanonicalHash(_measured(head, False))
+        for s in self.sessions:
+            body = session_json(s)
+            content.add(body)
+            prompts.add(_without_arrival(body))
+        return {"sha256": content.hexdigest(), "prompts_sha256": prompts.hexdigest()}
+
+    def json_chunks(self, hashes: Optional[dict[str, str]] = None) -> Iterator[str]:
+        """workload.json, written a session a line: the hashes first (``hashes``, or a first pass
+        over the sessions), then the head, the sessions and the warm-up (compact for a data
+        workload: ids and lengths; the full text stays in the data file, whose sha256 the hashes
+        cover)."""
+        head = {**(hashes or self.hashes()), **self._head()}
+        if self.source is not None:
+            head["compact"] = True
         if self.info:
-            body["info"] = self.info
-        return {**hashes, **body}
+            head["info"] = self.info
+        shape = compact_session_json if self.source is not None else session_json
+        yield json.dumps(head, indent=2, default=_plain)[:-2] + ","
+        for key, sessions in (("sessions", self.sessions), ("warmup", self.warmup)):
+            yield f'\n  "{key}": ['
+            for i, s in enumerate(sessions):
+                yield ("," if i else "") + "\n    " + json.dumps(shape(s), default=_plain)
+            yield "\n  ]" + ("," if key == "sessions" else "\n}\n")
 
     @staticmethod
     def content_hash(body: dict[str, Any]) -> str:
-        """sha256 of the measured requests' content: prompts, token ids, lengths, arrivals."""
-        measured = {k: body[k] for k in ("name", "exact_output_len", "sampling", "sessions")}
-        if body.get("source"):
-            measured["data_sha256"] = body["source"].get("sha256")
-        if body.get("schedule"):  # absent for runs of a count: their hashes stay what they were
-            measured["schedule"] = body["schedule"]
-        if body.get("lora"):  # absent without LoRA: those hashes stay what they were
-            measured["lora"] = body["lora"]
-        if body.get("structured"):  # absent for free text: those hashes stay what they were
-            measured["structured"] = body["structured"]
-        return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
+        """sha256 of the measured requests' content: prompts, token ids, lengths, arrivals
+        (the canonical JSON of :func:`_measured` with the full sessions, keys sorted)."""
+        digest = _CanonicalHash(_measured(body, True))
+        for s in body["sessions"]:
+            digest.add(s)
+        return digest.hexdigest()
 
     @staticmethod
     def prompts_hash(body: dict[str, Any]) -> str:
         """sha256 of the prompts and lengths alone, without arrival times: runs of one workload
         at different rates share it (a rate sweep), so they stay comparable."""
-        sessions = [{k: v for k, v in s.items() if k != "arrival_s"} for s in body["sessions"]]
-        measured = {"name": body["name"], "exact_output_len": body["exact_output_len"],
-                    "sampling": body["sampling"], "sessions": sessions}
-        if body.get("source"):
-            measured["data_sha256"] = body["source"].get("sha256")
-        if body.get("lora"):
-            measured["lora"] = body["lora"]
-        if body.get("structured"):
-            measured["structured"] = body["structured"]
-        return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()
+        digest = _CanonicalHash(_measured(body, False))
+        for s in body["sessions"]:
+            digest.add(_without_arrival(s))
+        return digest.hexdigest()
+
+
+def _measured(body: dict[str, Any], with_schedule: bool) -> dict[str, Any]:
+    """What a hash covers besides the sessions. Keys absent from older plans (the data file's
+    sha256, the schedule, LoRA, structured output) are left out while unset, so those hashes
+    stay what they were; the prompts' hash leaves the schedule (arrivals) out."""
+    measured = {k: body[k] for k in ("name", "exact_output_len", "sampling")}
+    if body.get("source"):
+        measured["data_sha256"] = body["source"].get("sha256")
+    if with_schedule and body.get("schedule"):
+        measured["schedule"] = body["schedule"]
+    for key in ("lora", "structured"):
+        if body.get(key):
+            measured[key] = body[key]
+    return measured
+
+
+def _without_arrival(session: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in session.items() if k != "arrival_s"}
+
+
+class _CanonicalHash:
+    """sha256 of ``json.dumps({**measured, "sessions": [...]}, sort_keys=True)``, the sessions
+    added one at a time: the same bytes, without the document in memory."""
+
+    def __init__(self, measured: dict[str, Any]):
+        keys = sorted([*measured, "sessions"])
+        at = keys.index("sessions")
+        part = lambda ks: ", ".join(f"{json.dumps(k)}: {json.dumps(measured[k], sort_keys=True)}" for k in ks)  # noqa: E731
+        before, after = part(keys[:at]), part(keys[at + 1:])
+        self._sha = hashlib.sha256(("{" + (before + ", " if before else "") + '"sessions": [').encode())
+        self._tail = "]" + (", " + after if after else "") + "}"
+        self._first = True
+
+    def add(self, session: dict[str, Any]) -> None:
+        self._sha.update(((", " if not self._first else "") + json.dumps(session, sort_keys=True)).encode())
+        self._first = False
+
+    def hexdigest(self) -> str:
+        sha = self._sha.copy()
+        sha.update(self._tail.encode())
+        return sha.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays in a plan's info or sessions, as JSON."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class Workload(ABC):

@@ -1,7 +1,7 @@
 """Stage 1 of a request, intake: render the chat template and tokenize, once for every engine."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -26,10 +26,22 @@ class PromptRenderer:
         # the model's context length (config.json), when the engine session knows it: data
         # workloads refuse prompts longer than this before anything loads
         self.max_context: Optional[int] = None
+        # One int object per token id, which every rendered prompt points at: the tokenizer
+        # makes a new 28-byte int for each token of each prompt, and a plan keeps every prompt
+        # for the whole run (a 32-token prompt: 0.9 KB of ids, 0.3 KB shared; 0.6 % of render).
+        self._token_ints = list(range(_vocab_size(tokenizer)))
 
     def render(self, messages: Messages) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.shared_ints(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def shared_ints(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` as a list whose ints are the renderer's own (the same values)."""
+        table = self._token_ints
+        try:
+            return [table[i] for i in ids]
+        except (IndexError, TypeError):  # an id past the vocabulary size the tokenizer reports
+            return list(ids)
 
     def wrap_ids(self, body_ids: list[int], make_messages: Callable[[str], Messages]) -> list[int]:
         """The rendered prompt around a message whose content is exactly ``body_ids`` (token-level
@@ -38,7 +50,7 @@ class PromptRenderer:
         text = self.tokenizer.apply_chat_template(make_messages(marker), tokenize=False, add_generation_prompt=True)
         head, tail = text.split(marker, 1)
         encode = lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"] if t else []  # noqa: E731
-        return list(encode(head)) + list(body_ids) + list(encode(tail))
+        return self.shared_ints([*encode(head), *body_ids, *encode(tail)])
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -77,3 +89,10 @@ class PromptRenderer:
                     return text, ids
                 n = max(1, n - diff)
         raise RuntimeError(f"could not fit a prompt of exactly {target_len} tokens")
+
+
+def _vocab_size(tokenizer: Any) -> int:
+    try:
+        return max(0, int(len(tokenizer)))
+    except (TypeError, ValueError):
+        return 0

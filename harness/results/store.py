@@ -19,7 +19,7 @@ import math
 import os
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import orjson
 import pandas as pd
@@ -80,6 +80,20 @@ class RunWriter:
     def write_json(self, name: str, data: Any) -> None:
         with self._full_disk_ends_the_run():
             write_json(self.run_dir / name, data)
+
+    def write_chunks(self, name: str, chunks: Iterable[str]) -> None:
+        """A file written piece by piece (a long run's workload.json), atomically."""
+        with self._full_disk_ends_the_run():
+            path = self.run_dir / name
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    for chunk in chunks:
+                        f.write(chunk)
+            except OSError:
+                tmp.unlink(missing_ok=True)  # half a file would hold the space a full disk lacks
+                raise
+            tmp.replace(path)
 
     def write_text(self, name: str, text: str) -> None:
         with self._full_disk_ends_the_run():

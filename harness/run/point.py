@@ -112,11 +112,9 @@ def run_point(
     writer = RunWriter(run_dir, save_output_text=cfg.save_output_text, tokenize=session.renderer.encode_batch)
     writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     writer.write_text("overrides.yaml", OmegaConf.to_yaml(list(overrides)))
-    workload_json = plan.to_json()
-    writer.write_json("workload.json", workload_json)
-    # the run keeps the hashes, not a second copy of every session as dicts (a long run's memory)
-    hashes = {k: workload_json.get(k) for k in ("sha256", "prompts_sha256")}
-    del workload_json
+    # streamed a session at a time: a long run's plan is never one JSON document in memory
+    hashes = plan.hashes()
+    writer.write_chunks("workload.json", plan.json_chunks(hashes))
     writer.write_json("env.json", capture_environment())
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
