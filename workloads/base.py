@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
@@ -367,9 +368,11 @@ class _CanonicalHash:
 
 
 def _plain(value: Any) -> Any:
-    """numpy scalars and arrays in a plan's info or sessions, as JSON."""
+    """numpy scalars and arrays, and paths, in a plan's info or sessions, as JSON."""
     if hasattr(value, "tolist"):
         return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
