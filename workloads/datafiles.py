@@ -168,10 +168,10 @@ def corpus_warmup(renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.ran
     """Warm-up requests of corpus text: they warm the engine without putting the data's
     prefixes into its cache before the measured phase."""
     user_only = lambda text: chat_messages(None, [{"role": "user", "content": text}])  # noqa: E731
-    length = renderer.overhead(user_only) + WARMUP_PROMPT_TOKENS
+    overhead = renderer.overhead(user_only)
     made = []
     for i in range(n):
-        text, ids = renderer.fit_text(corpus, rng, length, user_only)
+        text, ids = renderer.fit_text(corpus, rng, overhead + WARMUP_PROMPT_TOKENS, user_only, overhead=overhead)
         made.append(SessionSpec(-n + i, [TurnSpec(text, output_len, prompt_token_ids=ids, prompt_id="warmup")]))
     return made
 

@@ -69,13 +69,17 @@ class PromptRenderer:
         rng: np.random.Generator,
         target_len: int,
         make_messages: Callable[[str], Messages],
+        overhead: Optional[int] = None,
     ) -> tuple[str, list[int]]:
         """Corpus text whose rendered prompt is exactly ``target_len`` tokens.
 
         Text is decoded and re-encoded inside the template, where tokens can merge across
         boundaries, so the window is grown or shrunk until the rendered length is exact.
+        ``overhead``: :meth:`overhead` of ``make_messages``, when the caller knows it (a plan
+        of many prompts: it is a third of the build otherwise).
         """
-        overhead = self.overhead(make_messages)
+        if overhead is None:
+            overhead = self.overhead(make_messages)
         if target_len <= overhead:
             raise ValueError(f"a prompt of {target_len} tokens cannot hold {overhead} tokens of template")
         for _attempt in range(8):

@@ -75,7 +75,7 @@ class SyntheticWorkload(Workload):
                 outputs = [min(o, max_output) for o in outputs]
             made = []
             for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
-                text, ids = renderer.fit_text(corpus, rng, n_in, messages)
+                text, ids = renderer.fit_text(corpus, rng, n_in, messages, overhead=minimum - 1)
                 made.append(SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)]))
             return made
 
