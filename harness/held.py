@@ -14,19 +14,9 @@ import signal
 import sys
 
 from core.errors import HarnessError
+from core.parent import signal_when_parent_dies
 from harness.cli import compose_config, exit_now, terminate_as_interrupt
 from harness.run.held import serve
-
-
-def _stop_with_parent() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +26,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, terminate_as_interrupt)
     parent = os.getppid()
-    _stop_with_parent()
+    signal_when_parent_dies(signal.SIGTERM)
     if os.getppid() != parent:  # the parent died before the line above
         return 130
     logger = logging.getLogger("harness")

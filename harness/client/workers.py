@@ -50,6 +50,7 @@ from typing import Any, Optional
 
 from backends.base import RequestStream
 from core.errors import ConfigError, HarnessError
+from core.parent import signal_when_parent_dies
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver, collector_frozen
 from harness.client.event_loops import new_loop
@@ -348,7 +349,7 @@ def _worker_main(job: _Job, initial: list[tuple[int, int]], share: int, conn: An
     # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
     # a full GC pass over it would stall this loop for tens of ms and copy every page it touches.
     gc.freeze()
-    _die_with_parent()
+    signal_when_parent_dies(signal.SIGKILL)
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # the driver decides when to stop
     try:
@@ -366,17 +367,6 @@ def _worker_main(job: _Job, initial: list[tuple[int, int]], share: int, conn: An
             pass
     finally:
         conn.close()
-
-
-def _die_with_parent() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class _Work:

@@ -54,7 +54,7 @@ from harness.history.store import add_decision, add_run
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
 from harness.reports.gate_text import decision_lines, decision_table_markdown
-from harness.run.held import HeldEngine
+from harness.run.held import HeldEngine, stop_as_ctrl_c
 
 EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_RUNS_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
 DEFAULT_FIGURES = "ttft_s.p50,tpot_s.p50,output_tokens_per_s"
@@ -218,18 +218,7 @@ class RunProcess:
     def stop(self, signalled: bool = False) -> None:
         """Stop the run as Ctrl-C would (the harness keeps what it measured); ``signalled``: the
         terminal's Ctrl-C reached the run too, so give it time to end on its own first."""
-        if signalled:
-            try:
-                self.proc.wait(timeout=STOP_GRACE_S / 3)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_as_ctrl_c(self.proc, STOP_GRACE_S, signalled)
 
 
 def run_one(block: int, arm: Arm, common: Sequence[str], run_dir: Path, timeout_s: float,

@@ -174,19 +174,26 @@ class HeldEngine:
         ``signalled``: the terminal's Ctrl-C reached the process too; it is given time first."""
         if self.proc is None:
             return
-        if signalled:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=self.stop_grace_s / 3)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=self.stop_grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_as_ctrl_c(self.proc, self.stop_grace_s, signalled)
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
+
+
+def stop_as_ctrl_c(proc: subprocess.Popen, grace_s: float, signalled: bool = False) -> None:
+    """Stop a harness process as Ctrl-C would (it keeps what it measured): SIGINT, then SIGKILL
+    after ``grace_s``. ``signalled``: the terminal's Ctrl-C reached it too; it is given a third
+    of the grace to end on its own first."""
+    if signalled:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s / 3)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _read_answers(stdout: TextIO, answers: "queue.Queue[Optional[dict[str, Any]]]") -> None:

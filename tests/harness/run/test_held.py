@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 from conftest import REPO, as_foreground_job
@@ -75,19 +76,20 @@ def test_two_held_servers_cannot_share_a_port(tmp_path, capsys):
     assert code == ab.EXIT_BAD_INPUT and "cannot share backend.port=8123" in capsys.readouterr().err
 
 
-def _wait_for_first_run(out) -> list[psutil.Process]:
+def start_long_experiment(tmp_path) -> tuple[subprocess.Popen, Path, list[psutil.Process]]:
+    """An experiment whose first run is under way: its process, folder and process family."""
+    out = tmp_path / "ab"
+    proc = start_ab("--blocks", "3", "--out", str(out), "--b", "backend.itl_ms=5", "--", *COMMON,
+                    "workload.num_requests=300")
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("block001-*/requests.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert list((out / "runs").glob("block001-*/requests.jsonl")), "the first run did not start"
+    return proc, out, psutil.Process(proc.pid).children(recursive=True)
 
 
 def test_sigterm_keeps_the_run_and_stops_every_held_engine(tmp_path):
-    out = tmp_path / "ab"
-    proc = start_ab("--blocks", "3", "--out", str(out), "--b", "backend.itl_ms=5", "--", *COMMON,
-                    "workload.num_requests=300")
-    _wait_for_first_run(out)
-    family = psutil.Process(proc.pid).children(recursive=True)
+    proc, out, family = start_long_experiment(tmp_path)
     assert any("harness.held" in " ".join(p.cmdline()) for p in family)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=90)
@@ -100,11 +102,7 @@ def test_sigterm_keeps_the_run_and_stops_every_held_engine(tmp_path):
 
 
 def test_a_killed_experiment_leaves_no_engine_loaded(tmp_path):
-    out = tmp_path / "ab"
-    proc = start_ab("--blocks", "3", "--out", str(out), "--b", "backend.itl_ms=5", "--", *COMMON,
-                    "workload.num_requests=300")
-    _wait_for_first_run(out)
-    family = psutil.Process(proc.pid).children(recursive=True)
+    proc, out, family = start_long_experiment(tmp_path)
     proc.kill()  # SIGKILL: no handler runs in harness.ab; the held process is told by the kernel
     proc.communicate(timeout=30)
     _, alive = psutil.wait_procs(family, timeout=60)
