@@ -22,6 +22,8 @@ from importlib import metadata
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
+import psutil
+
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
 from backends.registry import backend_registry
 from backends.server.presets import vllm_preset
@@ -179,7 +181,10 @@ class VLLMBackend(Backend):
             args.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=max_rank(adapters))
         args.update(cfg.engine_args)
         self._shm_before = shm.segments()
+        ours_before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        # the engine core and its workers: waited for at close, before their shared memory is swept
+        self._engine_processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in ours_before]
         self._model_config = self._engine.model_config
         eos = self._engine.tokenizer.eos_token_id if self._engine.tokenizer is not None else None
         gen_eos = self._model_config.get_diff_sampling_param().get("stop_token_ids") or []
@@ -288,6 +293,9 @@ class VLLMBackend(Backend):
         if engine is not None:
             engine.shutdown(timeout=self.config.shutdown_timeout_s)
             del self._engine
+            # a worker killed at the timeout maps its queue until it is gone, and is no child of ours
+            # to reap (its engine core was its parent): a segment swept before then is left behind
+            psutil.wait_procs(getattr(self, "_engine_processes", []), timeout=5)
             # an engine core killed at the timeout leaves its workers' message queue (160 MiB)
             removed = shm.remove_orphans(shm.segments() - self._shm_before)
             if removed:
