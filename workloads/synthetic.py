@@ -61,11 +61,12 @@ class SyntheticWorkload(Workload):
         def messages(text: str) -> list[dict[str, str]]:
             return user_only(head + text)
 
-        minimum = renderer.overhead(messages) + 1
+        overhead = renderer.overhead(messages)
+        minimum = overhead + 1
         if cfg.input_len < minimum:
             raise ConfigError(
                 f"workload.input_len {cfg.input_len} is too short: the chat template alone takes "
-                f"{minimum - 1} tokens; use at least {minimum}"
+                f"{overhead} tokens; use at least {minimum}"
             )
 
         def sessions(rng, n: int, first_id: int, max_output: Optional[int] = None) -> list[SessionSpec]:
@@ -75,7 +76,7 @@ class SyntheticWorkload(Workload):
                 outputs = [min(o, max_output) for o in outputs]
             made = []
             for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
-                text, ids = renderer.fit_text(corpus, rng, n_in, messages, overhead=minimum - 1)
+                text, ids = renderer.fit_text(corpus, rng, n_in, messages, overhead=overhead)
                 made.append(SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)]))
             return made
 

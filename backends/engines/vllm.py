@@ -295,7 +295,7 @@ class VLLMBackend(Backend):
             del self._engine
             # a worker killed at the timeout maps its queue until it is gone, and is no child of ours
             # to reap (its engine core was its parent): a segment swept before then is left behind
-            psutil.wait_procs(getattr(self, "_engine_processes", []), timeout=5)
+            psutil.wait_procs(self._engine_processes, timeout=5)
             # an engine core killed at the timeout leaves its workers' message queue (160 MiB)
             removed = shm.remove_orphans(shm.segments() - self._shm_before)
             if removed:
