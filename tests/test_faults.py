@@ -153,8 +153,10 @@ def _as_background_job():
 def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
     """A background job of a script (CI steps, batch scripts) inherits SIGINT ignored: SIGTERM
     must still end the run and keep what it measured."""
-    args = ["model=tiny-random", "workload=synthetic", "workload.num_requests=400", "workload.input_len=48",
-            "workload.output_len=64", "progress=false", f"output_root={tmp_path}"]
+    # llama.cpp in-process: an engine in the harness's own process that starts in about a second
+    # (transformers' import alone is 5 s)
+    args = ["backend=llamacpp", "backend.n_ctx=256", "workload=synthetic", "workload.num_requests=400",
+            "workload.input_len=48", "workload.output_len=16", "progress=false", f"output_root={tmp_path}"]
     proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3,
                                              _as_background_job if started == "background" else None)
     proc.send_signal(sig)

@@ -53,7 +53,9 @@ def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium)
 
 
 def test_another_engine_setting_loads_again(tmp_path):
-    proc = run_harness_cli("-m", *FAST, "backend.batching=serial,static", "workload.concurrency=2",
+    # llama.cpp on the store's GGUF: an engine setting that needs a new load, and a load of a second
+    proc = run_harness_cli("-m", "backend=llamacpp", "backend.n_ctx=256,512", "workload=synthetic",
+                           "workload.input_len=48", "workload.output_len=4", "workload.num_requests=4", "progress=false",
                            f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     sweep = read_sweep(tmp_path)
