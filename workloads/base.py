@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Optional
 
 from core.errors import ConfigError
@@ -190,13 +190,20 @@ _OPTIONAL_KEYS = ("reply", "prompt_id", "history", "adapter", "job_id", "depth",
 EXCERPT_CHARS = 200
 
 
-def _drop_unset(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if not (k in _OPTIONAL_KEYS and v is None)}
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionSpec))
+_TURN_FIELDS = tuple(f.name for f in fields(TurnSpec))
+
+
+def _field_dict(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """``asdict`` one level deep, unset optional keys left out: the lists are the plan's own, not
+    copies (asdict copies every token id of every prompt, most of the time of hashing a plan)."""
+    return {k: v for k in names if not ((v := getattr(obj, k)) is None and k in _OPTIONAL_KEYS)}
 
 
 def session_json(s: SessionSpec) -> dict[str, Any]:
-    body = _drop_unset(asdict(s))
-    body["turns"] = [_drop_unset(t) for t in body["turns"]]
+    """A session as workload.json holds it (and the hashes read it): only read, never changed."""
+    body = _field_dict(s, _SESSION_FIELDS)
+    body["turns"] = [_field_dict(t, _TURN_FIELDS) for t in s.turns]
     return body
 
 

@@ -169,11 +169,9 @@ def corpus_warmup(renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.ran
     prefixes into its cache before the measured phase."""
     user_only = lambda text: chat_messages(None, [{"role": "user", "content": text}])  # noqa: E731
     overhead = renderer.overhead(user_only)
-    made = []
-    for i in range(n):
-        text, ids = renderer.fit_text(corpus, rng, overhead + WARMUP_PROMPT_TOKENS, user_only, overhead=overhead)
-        made.append(SessionSpec(-n + i, [TurnSpec(text, output_len, prompt_token_ids=ids, prompt_id="warmup")]))
-    return made
+    prompts = renderer.fit_texts(corpus, rng, [overhead + WARMUP_PROMPT_TOKENS] * n, user_only, overhead=overhead)
+    return [SessionSpec(-n + i, [TurnSpec(text, output_len, prompt_token_ids=ids, prompt_id="warmup")])
+            for i, (text, ids) in enumerate(prompts)]
 
 
 def data_plan(cfg: WorkloadConfig, sessions: list[SessionSpec], warmup: list[SessionSpec],

@@ -74,11 +74,9 @@ class SyntheticWorkload(Workload):
             outputs = sample_lengths(rng, n, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
             if max_output is not None:
                 outputs = [min(o, max_output) for o in outputs]
-            made = []
-            for i, (n_in, n_out) in enumerate(zip(inputs, outputs)):
-                text, ids = renderer.fit_text(corpus, rng, n_in, messages, overhead=overhead)
-                made.append(SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)]))
-            return made
+            prompts = renderer.fit_texts(corpus, rng, inputs, messages, overhead=overhead)
+            return [SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)])
+                    for i, ((text, ids), n_out) in enumerate(zip(prompts, outputs))]
 
         measured = sessions(text_rng, session_count(cfg, cfg.num_requests, arrival_rng), 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
