@@ -109,7 +109,7 @@ class RunSummary:
     backend: dict[str, Any] = field(default_factory=dict)  # name, mode, engine, engine_version, info
     model: dict[str, Any] = field(default_factory=dict)
     # name, sha256 (prompts + arrivals), prompts_sha256 (without arrivals), requests_planned,
-    # sessions, open_loop, concurrency, rate, exact_output_len
+    # plan_s (building the plan), sessions, open_loop, concurrency, rate, exact_output_len
     workload: dict[str, Any] = field(default_factory=dict)
     seed: Optional[int] = None
     requests: dict[str, int] = field(default_factory=lambda: {"sent": 0, "completed": 0, "failed": 0})

@@ -98,7 +98,11 @@ def run_point(
     try:
         session.open()
         assert session.backend is not None and session.renderer is not None and session.corpus is not None
+        t_plan = time.perf_counter()
         plan = workload.build(session.renderer, session.corpus, cfg.seed)
+        plan_s = time.perf_counter() - t_plan
+        if plan_s >= 2.0:  # a long timed run plans its requests for minutes before the first is sent
+            log.info("workload plan: %d requests in %.1f s", plan.num_requests, plan_s)
         session.backend.check_workload(plan)
         load_s = session.ensure_loaded()
     except BaseException:
@@ -122,7 +126,7 @@ def run_point(
                     spin=cfg.client.pacing == "spin", schedule=plan.schedule)
     point = PointRun(
         session=session, cfg=cfg, plan=plan, workload_hashes=hashes, writer=writer, sampler=sampler,
-        driver=driver, load_s=load_s, repeat=repeat,
+        driver=driver, load_s=load_s, plan_s=plan_s, repeat=repeat,
         engine={"reused": reused, "session_load_s": session.load_s, "import_s": session.import_s,
                 "points_served": session.points_served, "prefix_cache_reset": prefix_cache_reset},
     )
@@ -213,6 +217,7 @@ class PointRun:
     sampler: mem.MemorySampler
     driver: Driver
     load_s: float  # the engine's load paid by this point (0 when it reused a loaded engine)
+    plan_s: float  # building the workload's plan (summary.workload.plan_s), before the engine's load
     engine: dict[str, Any]  # summary.engine: reused, session_load_s, import_s, points_served, …
     repeat: Optional[dict[str, int]] = None
     started_at: str = field(default_factory=lambda: datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"))
@@ -347,6 +352,7 @@ class PointRun:
             "sha256": self.workload_hashes["sha256"],
             "prompts_sha256": self.workload_hashes.get("prompts_sha256"),
             "requests_planned": plan.num_requests,
+            "plan_s": round(self.plan_s, 3),
             "sessions": len(plan.sessions),
             "open_loop": plan.open_loop,
             "concurrency": plan.concurrency,

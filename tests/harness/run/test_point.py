@@ -30,6 +30,7 @@ def test_synthetic_run_writes_every_file(tmp_path):
     assert summary["memory"]["rss_peak_bytes"] > 0 and summary["memory"]["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 4
     workload = json.loads((tmp_path / "workload.json").read_text())
     assert workload["sha256"] == summary["workload"]["sha256"]
+    assert 0 < summary["workload"]["plan_s"] < 60  # the plan's build, timed in seconds
     assert [len(s["turns"][0]["prompt_token_ids"]) for s in workload["sessions"]] == [64] * 6
     env = json.loads((tmp_path / "env.json").read_text())
     assert env["libraries"]["transformers"] and env["cpu"]["logical_cores"] >= 1
