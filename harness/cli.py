@@ -43,6 +43,42 @@ def register_everything() -> None:
     register_configs()
     backend_registry.discover()
     workload_registry.discover()
+    register_help()
+
+
+def register_help() -> None:
+    """``python -m harness --help`` (conf/config.yaml: ``override hydra/help: harness``): the
+    choices a user types, from conf/ (Hydra's own list also names every ``*_schema`` node of
+    ConfigStore), then the whole config; ``--hydra-help`` keeps Hydra's flags."""
+    from hydra.core.config_store import ConfigStore
+
+    choices = "\n".join(f"  {group}: {', '.join(group_choices(group))}" for group in GROUPS)
+    template = HELP.replace("CHOICES", choices)
+    ConfigStore.instance().store(group="hydra/help", name="harness", provider="harness",
+                                 node={"app_name": "harness", "header": "", "footer": "", "template": template})
+
+
+# string.Template text: Hydra puts the composed config in for $CONFIG ($$ is a dollar sign)
+HELP = """usage: python -m harness [group=choice …] [key=value …]    one run
+       python -m harness -m [key=a,b …]                    a sweep: every combination, one engine load where it can
+       python -m harness --cfg job [overrides …]           print the composed config and stop
+
+Config groups (group=choice):
+CHOICES
+  (preset: a sweep's overrides, with -m: python -m harness -m preset=nightly backend=vllm)
+
+Examples:
+  python -m harness backend=vllm workload=chat
+  python -m harness backend=llamacpp backend.mode=server workload=synthetic workload.rate=4
+  python -m harness -m backend=vllm workload.concurrency=1,4,16
+
+Other commands: python -m harness.compare RUN RUN …, harness.report RUN, harness.ab, harness.agree,
+harness.history, harness.reference_server (each answers --help). The README and docs/ say more.
+
+The config, with these overrides (any key: key=value):
+
+$CONFIG
+Hydra's own flags: --hydra-help"""
 
 
 def compose_config(*overrides: str):
