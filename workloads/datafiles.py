@@ -17,7 +17,7 @@ import numpy as np
 from core.errors import ConfigError
 from workloads.base import SessionSpec, TurnSpec, WorkloadConfig, WorkloadPlan, require_positive, make_plan
 from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer, chat_messages
+from workloads.prompts import PromptRenderer, user_only
 
 OUTPUT_LEN_SOURCES = ("dataset", "config")
 WARMUP_PROMPT_TOKENS = 32
@@ -167,7 +167,6 @@ def corpus_warmup(renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.ran
                   output_len: int) -> list[SessionSpec]:
     """Warm-up requests of corpus text: they warm the engine without putting the data's
     prefixes into its cache before the measured phase."""
-    user_only = lambda text: chat_messages(None, [{"role": "user", "content": text}])  # noqa: E731
     overhead = renderer.overhead(user_only)
     prompts = renderer.fit_texts(corpus, rng, [overhead + WARMUP_PROMPT_TOKENS] * n, user_only, overhead=overhead)
     return [SessionSpec(-n + i, [TurnSpec(text, output_len, prompt_token_ids=ids, prompt_id="warmup")])

@@ -16,6 +16,11 @@ def chat_messages(system: Optional[str], history: Messages) -> Messages:
     return ([{"role": "system", "content": system}] if system is not None else []) + history
 
 
+def user_only(text: str) -> Messages:
+    """One user message, no system message: a single-turn prompt."""
+    return chat_messages(None, [{"role": "user", "content": text}])
+
+
 class PromptRenderer:
     """Applies the model's own chat template (with the assistant prompt) and tokenizes."""
 
@@ -37,10 +42,7 @@ class PromptRenderer:
     def render_batch(self, conversations: list[Messages]) -> list[list[int]]:
         """:meth:`render` of each, the texts tokenized in one batch (a fast tokenizer encodes a
         batch on every core, and once through its Python wrapper)."""
-        if not conversations:
-            return []
-        texts = [self._template(messages) for messages in conversations]
-        return [self.shared_ints(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        return [self.shared_ints(ids) for ids in self.encode_batch([self._template(m) for m in conversations])]
 
     def _template(self, messages: Messages) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -57,8 +59,7 @@ class PromptRenderer:
         """The rendered prompt around a message whose content is exactly ``body_ids`` (token-level
         prompts, e.g. a trace's hash blocks): the template's ids before and after the message."""
         marker = "\u2063MARKER\u2063"
-        text = self.tokenizer.apply_chat_template(make_messages(marker), tokenize=False, add_generation_prompt=True)
-        head, tail = text.split(marker, 1)
+        head, tail = self._template(make_messages(marker)).split(marker, 1)
         encode = lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"] if t else []  # noqa: E731
         return self.shared_ints([*encode(head), *body_ids, *encode(tail)])
 

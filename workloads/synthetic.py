@@ -24,7 +24,7 @@ from workloads.base import (
 )
 from workloads.corpus import TokenizedCorpus
 from workloads.lengths import sample_lengths
-from workloads.prompts import PromptRenderer, chat_messages
+from workloads.prompts import PromptRenderer, user_only
 
 
 @dataclass
@@ -43,10 +43,6 @@ class SyntheticConfig(WorkloadConfig):
         require_positive("workload.num_requests", self.num_requests)
         require_positive("workload.input_len", self.input_len)
         check_length_distribution("workload.input_len", self.input_len_dist, self.input_len_spread)
-
-
-def user_only(text: str) -> list[dict[str, str]]:
-    return chat_messages(None, [{"role": "user", "content": text}])
 
 
 @workload_registry.register("synthetic", SyntheticConfig)

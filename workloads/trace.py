@@ -40,7 +40,7 @@ from workloads.datafiles import (
     source_info,
     timestamps_to_arrivals,
 )
-from workloads.prompts import PromptRenderer, chat_messages
+from workloads.prompts import PromptRenderer, user_only
 from workloads.shared_prefix import theoretical_hit_rate
 
 FORMATS = ("mooncake", "burstgpt")
@@ -153,10 +153,6 @@ class BlockTokens:
                 extra += 1
             out.extend(self.block(key))
         return out[:n_tokens]
-
-
-def user_only(text: str) -> list[dict[str, str]]:
-    return chat_messages(None, [{"role": "user", "content": text}])
 
 
 @workload_registry.register("trace", TraceConfig)

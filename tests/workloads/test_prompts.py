@@ -4,16 +4,12 @@ import numpy as np
 import pytest
 
 from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer, chat_messages
+from workloads.prompts import PromptRenderer, user_only
 
 
 @pytest.fixture(scope="module")
 def parts(real_tokenizer):
     return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
-
-
-def user_only(text):
-    return chat_messages(None, [{"role": "user", "content": text}])
 
 
 def one_at_a_time(renderer, corpus, rng, target_len, overhead):
