@@ -46,7 +46,10 @@ def test_a_dripping_metrics_does_not_hold_a_short_run(tmp_path):
     up at its deadline, so the run ends within a few seconds of its measured phase."""
     cfg = make_config(*REF, "backend.ttft_ms=5", "backend.itl_ms=5", "backend.metrics_drip_s=1.0",
                       "server_metrics.timeout_s=0.5", "server_metrics.interval_s=0.2", "workload.num_requests=4",
-                      "workload.output_len=10", "workload.concurrency=2")
+                      "workload.output_len=200", "workload.concurrency=2")
+    # a measured phase of about 2 s (4 requests of 200 tokens at 5 ms, 2 at a time), so the sampler
+    # tries at least one scrape after the one given up before the phase has ended (a phase shorter
+    # than that saw only a skipped scrape on a fast machine)
     start = time.perf_counter()
     outcome = run_benchmark(cfg, tmp_path / "run")
     took = time.perf_counter() - start
