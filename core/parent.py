@@ -1,8 +1,12 @@
-"""A child process's tie to its parent: a signal from the kernel when the parent dies (Linux)."""
+"""A child process's tie to its parent: a signal from the kernel when the parent dies (Linux), the
+signals a forked child leaves to its parent, and forking with a tokenizer loaded."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def signal_when_parent_dies(sig: signal.Signals) -> None:
@@ -16,3 +20,33 @@ def signal_when_parent_dies(sig: signal.Signals) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def follow_the_parent(ignored: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGHUP)) -> None:
+    """In a forked child: die with the parent (even when it is killed outright), leave ``ignored``
+    to the parent (Ctrl-C and a hang-up reach the whole process group; the parent decides when
+    its children stop), and stop writing to the parent's wake-up fd (an asyncio loop's pipe, which
+    the fork shares)."""
+    signal_when_parent_dies(signal.SIGKILL)
+    for sig in ignored:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
+
+
+@contextmanager
+def tokenizers_single_threaded() -> Iterator[None]:
+    """TOKENIZERS_PARALLELISM=false while children are forked (and so in them): HF tokenizers'
+    thread pool does not survive a fork, so a child that tokenizes would warn, or deadlock, with
+    it on. The parent's setting is restored after."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before

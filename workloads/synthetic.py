@@ -1,6 +1,7 @@
 """Synthetic workload: single-turn prompts of exact token lengths, exact output lengths.
 
-Input lengths are counted after the chat template is applied (the tokens the engine sees).
+Input lengths are counted after the chat template is applied (the tokens the engine sees). A plan
+of more than workloads.plan_pool.CHUNK prompts is fitted in chunks on every core.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from workloads.base import (
 )
 from workloads.corpus import TokenizedCorpus
 from workloads.lengths import sample_lengths
+from workloads.plan_pool import fit_texts_in_chunks
 from workloads.prompts import PromptRenderer, user_only
 
 
@@ -70,7 +72,7 @@ class SyntheticWorkload(Workload):
             outputs = sample_lengths(rng, n, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
             if max_output is not None:
                 outputs = [min(o, max_output) for o in outputs]
-            prompts = renderer.fit_texts(corpus, rng, inputs, messages, overhead=overhead)
+            prompts = fit_texts_in_chunks(renderer, corpus, rng, inputs, messages, overhead)
             return [SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)])
                     for i, ((text, ids), n_out) in enumerate(zip(prompts, outputs))]
 

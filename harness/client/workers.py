@@ -40,7 +40,6 @@ import gc
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 import time
 import warnings
@@ -49,8 +48,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from backends.base import RequestStream
+from core.cpus import usable_cores
 from core.errors import ConfigError, HarnessError
-from core.parent import signal_when_parent_dies
+from core.parent import follow_the_parent, tokenizers_single_threaded
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver, collector_frozen
 from harness.client.event_loops import new_loop
@@ -67,13 +67,6 @@ MAX_AUTO_WORKERS = 8
 READY_TIMEOUT_S = 60.0
 START_LEAD_S = 0.02  # t0 is this far after "go" is sent: every worker is waiting for it by then
 STOP_GRACE_S = 10.0  # after "stop", how long the workers may take to send what they have
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def auto_workers(concurrency: Optional[int], cores: Optional[int] = None) -> int:
@@ -270,16 +263,8 @@ def _fork(job: _Job, initial: list[list[tuple[int, int]]], shares: list[int], lo
           events: asyncio.Queue) -> list[_Worker]:
     ctx = multiprocessing.get_context("fork")
     workers: list[_Worker] = []
-    # set, HF tokenizers neither warn in each forked worker nor risk a deadlock there
-    parallelism = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
+    with tokenizers_single_threaded():
         _fork_each(ctx, job, initial, shares, loop, events, workers)
-    finally:
-        if parallelism is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = parallelism
     return workers
 
 
@@ -349,13 +334,7 @@ def _worker_main(job: _Job, initial: list[tuple[int, int]], share: int, conn: An
     # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
     # a full GC pass over it would stall this loop for tens of ms and copy every page it touches.
     gc.freeze()
-    signal_when_parent_dies(signal.SIGKILL)
-    for sig in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # the driver decides when to stop
-    try:
-        signal.set_wakeup_fd(-1)  # the driver's loop's wake-up pipe
-    except (ValueError, OSError):
-        pass
+    follow_the_parent()  # the driver decides when to stop
     loop = new_loop(job.event_loop)
     try:
         asyncio.set_event_loop(loop)

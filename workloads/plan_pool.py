@@ -1,0 +1,132 @@
+"""Fitting the prompts of a large plan on every core: fixed chunks, each from a random stream of its own.
+
+A long timed run plans millions of prompts before its first request, each fitted to an exact
+token length (:meth:`PromptRenderer.fit_texts`, about 0.2 ms a prompt on one core here). This
+module cuts the work into chunks that processes fit side by side.
+
+**Chunks.** The prompts are cut into chunks of :data:`CHUNK`, in plan order. Chunk 0 draws from
+the caller's generator exactly as ``fit_texts`` does, so a plan of up to :data:`CHUNK` prompts
+is the plan it always was (the same texts, ids and sha256), and the generator is left where
+chunk 0 leaves it. Chunk k ≥ 1 draws from a stream of its own, seeded from the caller's
+generator's seed sequence with the spawn key ``(…, CHUNK_KEY, k)`` (:func:`chunk_streams`): what a
+chunk holds never depends on how many processes fitted it, nor on which finished first.
+
+**Processes.** With two chunks or more and more than one usable core, forked workers fit the
+chunks, one at a time each, and the parent takes them back in plan order. A forked worker
+inherits the renderer, the corpus and the prompt's template at no cost (as the client's workers
+do) and tokenizes on one thread (core.parent.tokenizers_single_threaded). Endings: a worker
+ignores Ctrl-C and a hang-up (they reach the whole process group; the parent decides) and dies
+with its parent, even one killed outright (PR_SET_PDEATHSIG); the parent terminates its workers
+on any error or interruption, and joins them when done, so none outlives the build.
+"""
+from __future__ import annotations
+
+import copy
+import multiprocessing
+import signal
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from core.cpus import usable_cores
+from core.parent import follow_the_parent, tokenizers_single_threaded
+from workloads.corpus import TokenizedCorpus
+from workloads.prompts import Messages, PromptRenderer
+
+# Prompts a chunk: plans up to this size are unchanged by the chunking; one chunk takes about
+# 2 s to fit on a core here (input_len 128), long beside a forked worker's start (milliseconds)
+CHUNK = 10_000
+CHUNK_KEY = 0x706C616E  # "plan": the spawn-key element that names the chunk streams
+
+Fit = tuple[str, list[int]]
+
+
+@dataclass
+class _Job:
+    """What every forked worker inherits: the prompts to fit and how."""
+
+    renderer: PromptRenderer
+    corpus: TokenizedCorpus
+    target_lens: Sequence[int]
+    make_messages: Callable[[str], Messages]
+    overhead: int
+    streams: list[np.random.Generator]  # one per chunk, chunk 0's a copy of the caller's generator
+
+
+_job: Optional[_Job] = None  # set in each worker by _start_worker (the pool's initializer)
+
+
+def chunk_streams(rng: np.random.Generator, chunks: int) -> list[np.random.Generator]:
+    """The streams of chunks 1 … ``chunks`` - 1: spawned from ``rng``'s seed sequence (not its
+    state), so they depend on the seed alone."""
+    seq = rng.bit_generator.seed_seq
+    if not isinstance(seq, np.random.SeedSequence):
+        raise ValueError("a chunked plan needs a generator made from a seed (numpy.random.default_rng(seed))")
+    return [np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, CHUNK_KEY, k)))
+            for k in range(1, chunks)]
+
+
+def fit_texts_in_chunks(
+    renderer: PromptRenderer,
+    corpus: TokenizedCorpus,
+    rng: np.random.Generator,
+    target_lens: Sequence[int],
+    make_messages: Callable[[str], Messages],
+    overhead: int,
+    processes: Optional[int] = None,
+) -> list[Fit]:
+    """:meth:`PromptRenderer.fit_texts` of each length, chunk by chunk (see the module docstring).
+    ``processes``: the workers (None: one per usable core, at most one per chunk; 1: fit here)."""
+    chunks = (len(target_lens) + CHUNK - 1) // CHUNK
+    if chunks <= 1:
+        return renderer.fit_texts(corpus, rng, target_lens, make_messages, overhead=overhead)
+    job = _Job(renderer, corpus, target_lens, make_messages, overhead, [copy.deepcopy(rng), *chunk_streams(rng, chunks)])
+    workers = min(chunks, usable_cores() if processes is None else max(1, processes))
+    fitted = _fit_serially(job, chunks) if workers == 1 else _fit_in_workers(job, chunks, workers)
+    # the caller's generator as chunk 0 leaves it; every prompt's ids the renderer's own ints
+    rng.bit_generator.state = fitted[0][1]
+    return [(text, renderer.shared_ints(ids)) for chunk, _state in fitted for text, ids in chunk]
+
+
+def _fit_serially(job: _Job, chunks: int) -> list[tuple[list[Fit], dict[str, Any]]]:
+    return [_fit_chunk_of(job, k) for k in range(chunks)]
+
+
+def _fit_in_workers(job: _Job, chunks: int, workers: int) -> list[tuple[list[Fit], dict[str, Any]]]:
+    ctx = multiprocessing.get_context("fork")
+    with tokenizers_single_threaded(), warnings.catch_warnings():
+        # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
+        # threads use (it tokenizes, on one thread, and returns its chunk)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pool = ctx.Pool(workers, initializer=_start_worker, initargs=(job,))
+    try:
+        fitted = list(pool.imap(_fit_chunk, range(chunks)))
+    except BaseException:
+        pool.terminate()  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+    return fitted
+
+
+def _start_worker(job: _Job) -> None:
+    global _job
+    follow_the_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: Pool.terminate ends a worker at once
+    _job = job
+
+
+def _fit_chunk(k: int) -> tuple[list[Fit], dict[str, Any]]:
+    assert _job is not None, "a plan worker runs only in a pool started by _fit_in_workers"
+    return _fit_chunk_of(_job, k)
+
+
+def _fit_chunk_of(job: _Job, k: int) -> tuple[list[Fit], dict[str, Any]]:
+    """Chunk ``k``'s fits, and its generator's state after them."""
+    rng = job.streams[k]
+    lens = job.target_lens[k * CHUNK:(k + 1) * CHUNK]
+    fits = job.renderer.fit_texts(job.corpus, rng, lens, job.make_messages, overhead=job.overhead)
+    return fits, rng.bit_generator.state
