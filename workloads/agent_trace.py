@@ -40,7 +40,7 @@ from workloads.agent_tree import Agent, AgentCall, Job
 from workloads.datafiles import positive_int, read_records
 
 HINT = ('an agent trace is JSON Lines of {"job_id", "call_id", "agent_id", "parent_call_id", "output_length", '
-        'and one of "text", "token_ids", "new_tokens", "input_length"} (docs/workloads.md, workload=agentic)')
+        'and one of "text", "token_ids", "new_tokens", "input_length"} (docs/metrics.md, trace replay)')
 CONTENT_KEYS = ("text", "token_ids", "new_tokens", "input_length")
 
 
@@ -55,7 +55,8 @@ def read_agent_trace(path_text: str, time_scale: float = 1.0) -> AgentTrace:
     """The jobs of an agent trace; one ConfigError line naming the line and the field on bad input."""
     path = Path(path_text).expanduser()
     if not path.is_file():
-        raise ConfigError(f"workload.trace_path={path_text}: no such file; {HINT}")
+        what = "a folder, not a file" if path.is_dir() else "no such file"
+        raise ConfigError(f"workload.trace_path={path_text}: {what}; {HINT}")
     records = read_records(path, HINT, "workload.trace_path")
     jobs: dict[str, Job] = {}
     agents: dict[tuple[str, str], Agent] = {}

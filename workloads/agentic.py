@@ -94,6 +94,34 @@ class AgenticConfig(WorkloadConfig):
         if not self.tool_gap_s >= 0 or not self.time_scale > 0:
             raise ConfigError(f"workload.tool_gap_s must be >= 0 and workload.time_scale > 0 "
                               f"(got {self.tool_gap_s}, {self.time_scale})")
+        if self.trace_path is None:
+            self.check_tree()
+
+    def check_tree(self) -> None:
+        """The generated tree as asked: sub-agents that fork where depth > 1, and a size that fits."""
+        if self.depth > 1 and not fork_points(self.sub_turns, self.fork_every):
+            raise ConfigError(f"workload.depth={self.depth} needs sub-agents that fork, and an agent forks after each "
+                              f"workload.fork_every={self.fork_every} calls when another follows: make "
+                              f"workload.sub_turns ({self.sub_turns}) more than {self.fork_every}, or depth 1")
+        calls = self.calls_per_job()
+        if calls > MAX_CALLS_PER_JOB:
+            raise ConfigError(f"workload.depth={self.depth} and workload.fanout={self.fanout} make jobs of over "
+                              f"{MAX_CALLS_PER_JOB:,} calls each; make them smaller")
+
+    def calls_per_job(self) -> int:
+        """Calls in one generated job: the main loop's, and each level's sub-agents' (capped just
+        past MAX_CALLS_PER_JOB, so a tree too big to build is not counted to the end either)."""
+        total, agents, turns = 0, 1, self.turns
+        for level in range(self.depth + 1):
+            total += agents * turns
+            if level == self.depth or total > MAX_CALLS_PER_JOB:
+                break
+            agents *= len(fork_points(turns, self.fork_every)) * self.fanout
+            turns = self.sub_turns
+        return total
+
+
+MAX_CALLS_PER_JOB = 100_000
 
 
 def fork_points(n_calls: int, fork_every: int) -> set[int]:

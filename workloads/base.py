@@ -66,15 +66,19 @@ class WorkloadConfig:
     def validate(self) -> None:
         require_positive(f"workload.concurrency", self.concurrency, allow_none=True)
         require_positive("workload.min_rounds", self.min_rounds, allow_none=True)
-        if self.rate is not None and self.rate <= 0:
+        if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"workload.rate must be > 0 requests/s, or null for a closed loop (got {self.rate})")
         arrival_registry.get(self.arrival)
-        if self.burstiness <= 0:
+        if not self.burstiness > 0:
             raise ConfigError(f"workload.burstiness must be > 0 (got {self.burstiness})")
         require_positive("workload.output_len", self.output_len)
         check_length_distribution("workload.output_len", self.output_len_dist, self.output_len_spread)
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ConfigError("workload sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0")
+        if not self.temperature >= 0:  # written so that NaN fails too
+            raise ConfigError(f"workload.temperature must be >= 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"workload.top_p must be in (0, 1] (got {self.top_p})")
+        if self.top_k < 0:
+            raise ConfigError(f"workload.top_k must be >= 0, 0 for none (got {self.top_k})")
         if self.warmup_requests < 0:
             raise ConfigError(f"workload.warmup_requests must be >= 0 (got {self.warmup_requests})")
         schedule = load_schedule(self)

@@ -69,7 +69,8 @@ def data_file(cfg: DataConfig) -> Path:
         return hub_file(cfg.hf_dataset, cfg.hf_revision)
     path = Path(str(cfg.path)).expanduser()
     if not path.is_file():
-        raise ConfigError(f"workload.path={cfg.path}: no such file (give the path of a {cfg.name} data file)")
+        what = "a folder, not a file" if path.is_dir() else "no such file"
+        raise ConfigError(f"workload.path={cfg.path}: {what} (give the path of a {cfg.name} data file)")
     return path
 
 

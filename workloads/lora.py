@@ -107,8 +107,11 @@ def describe_traffic(entries: list[dict[str, Any]]) -> Optional[str]:
 
 def quotas(specs: list[AdapterSpec], n: int) -> list[int]:
     """Sessions per entry: n · s_i / Σ s, rounded by largest remainder (sums to n)."""
-    total = sum(s.share for s in specs)
-    exact = [n * s.share / total for s in specs]
+    shares = [s.share for s in specs]
+    if not math.isfinite(sum(shares)):  # shares near the float maximum: their ratios are what count
+        shares = [share / max(shares) for share in shares]
+    total = sum(shares)
+    exact = [n * share / total for share in shares]
     counts = [math.floor(x) for x in exact]
     order = sorted(range(len(specs)), key=lambda i: (-(exact[i] - counts[i]), i))
     for i in order[: n - sum(counts)]:

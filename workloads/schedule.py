@@ -178,10 +178,10 @@ def _whole(key: str, value: Any) -> int:
     return int(value)
 
 
-def _mapping(key: str, value: Any) -> dict[str, Any]:
+def _mapping(key: str, value: Any, example: str = "{duration_s: 60, rate: 1}") -> dict[str, Any]:
     if hasattr(value, "items"):
         return dict(value.items())
-    raise ConfigError(f"{key} must be a mapping, e.g. {{duration_s: 60, rate: 1}} (got {value!r})")
+    raise ConfigError(f"{key} must be a mapping, e.g. {example} (got {value!r})")
 
 
 def load_schedule(cfg: Any) -> Optional[LoadSchedule]:
@@ -201,7 +201,7 @@ def load_schedule(cfg: Any) -> Optional[LoadSchedule]:
                               "the run's; drop workload.duration_s")
         return _stages(stages, rate)
     if ramp is not None:
-        return _ramp(_mapping("workload.ramp", ramp), rate, duration)
+        return _ramp(_mapping("workload.ramp", ramp, "{from: 1, to: 8, duration_s: 60}"), rate, duration)
     if duration is None:
         return None
     if rate is not None:

@@ -72,6 +72,7 @@ class SyntheticWorkload(Workload):
             outputs = sample_lengths(rng, n, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
             if max_output is not None:
                 outputs = [min(o, max_output) for o in outputs]
+            check_context(renderer.max_context, inputs, outputs)
             prompts = fit_texts_in_chunks(renderer, corpus, rng, inputs, messages, overhead)
             return [SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)])
                     for i, ((text, ids), n_out) in enumerate(zip(prompts, outputs))]
@@ -79,3 +80,14 @@ class SyntheticWorkload(Workload):
         measured = sessions(text_rng, session_count(cfg, cfg.num_requests, arrival_rng), 0)
         warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
         return make_plan(cfg, measured, warmup, arrival_rng, seed)
+
+
+def check_context(limit: Optional[int], inputs: list[int], outputs: list[int]) -> None:
+    """One line, before any prompt is fitted, when a request needs more than the model's context."""
+    if limit is None or not inputs:
+        return
+    longest = max(range(len(inputs)), key=lambda i: inputs[i] + outputs[i])
+    if inputs[longest] + outputs[longest] > limit:
+        raise ConfigError(f"workload.input_len and workload.output_len: a request of {inputs[longest]} prompt + "
+                          f"{outputs[longest]} output tokens needs more than the model's context of {limit} tokens; "
+                          "shorten them (or narrow their spread)")

@@ -60,6 +60,12 @@ class OpenAIConfig(BackendConfig):
             name = "backend.url" if self.url else f"backend.urls[{i}]"
             if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
                 raise ConfigError(f"{name} must be an http:// or https:// URL (got {public_url(str(url))!r})")
+            try:
+                port = urlsplit(url).port
+            except ValueError:  # not a number, or past 65535
+                port = 0
+            if port == 0:
+                raise ConfigError(f"{name} has a bad port (got {public_url(url)!r}): a port is a number from 1 to 65535")
             refuse_credentials_in_url(name, url)
         refuse_credentials_in_url("backend.metrics_url", self.metrics_url)
         self.extra_body_dict()

@@ -69,8 +69,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
+        if args.root.exists() and not args.root.is_dir():
+            raise HarnessError(f"the history's root must be a folder, and {args.root} is a file")
         return {"add": run_add, "list": run_list, "trend": run_trend, "check": run_check}[args.command](args)
     except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # a path that cannot be read or written: named in the message
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

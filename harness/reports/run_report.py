@@ -721,7 +721,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         t0 = time.perf_counter()
         try:
             path = write_report(run_dir)
-        except HarnessError as exc:
+        except (HarnessError, OSError) as exc:  # an OSError names its path
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB, {time.perf_counter() - t0:.2f} s)")

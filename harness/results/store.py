@@ -342,9 +342,23 @@ def summary_from_jsonl(run_dir: Path) -> RunSummary:
                       **figures)
 
 
+class UnreadableSummary(HarnessError, ValueError):
+    """A summary.json that is not JSON, or not a run's summary (a ValueError too, for the callers
+    that skip what they cannot read)."""
+
+
 def load_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json as plain JSON (for pandas users); :func:`load_run` gives the typed one."""
-    return json.loads((Path(run_dir) / SUMMARY).read_text())
+    path = Path(run_dir) / SUMMARY
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise UnreadableSummary(f"{path} is not JSON ({exc}); move it aside and the run reads as killed "
+                                "(its figures rebuilt from requests.jsonl)") from None
+    if not isinstance(summary, dict) or "status" not in summary:
+        raise UnreadableSummary(f"{path} is not a run's summary (it has no status); move it aside and the run "
+                                "reads as killed (its figures rebuilt from requests.jsonl)")
+    return summary
 
 
 def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:

@@ -162,8 +162,12 @@ def check_args(a: argparse.Namespace) -> list[Figure]:
         raise CompareError(f"--max-blocks ({a.max_blocks}) must be >= --blocks ({a.blocks})")
     if a.look_every is not None and a.look_every < 1:
         raise CompareError("--look-every must be >= 1")
-    if a.threshold < 0 or a.precision <= 0:
-        raise CompareError("--threshold must be >= 0 and --precision > 0")
+    if not a.threshold >= 0:  # written so that NaN fails too
+        raise CompareError(f"--threshold must be a percentage >= 0 (got {a.threshold})")
+    if not a.precision > 0:
+        raise CompareError(f"--precision must be > 0 (got {a.precision})")
+    if not a.timeout_s > 0:
+        raise CompareError(f"--timeout-s must be > 0 seconds (got {a.timeout_s})")
     if a.aa and (a.b or a.b_python or a.b_cwd):
         raise CompareError("--aa runs arm A as both arms: drop --b, --b-python and --b-cwd")
     if not a.aa and not (a.b or a.b_python or a.b_cwd or a.a):

@@ -103,6 +103,7 @@ def run_point(
         plan_s = time.perf_counter() - t_plan
         if plan_s >= 2.0:  # a long timed run plans its requests for minutes before the first is sent
             log.info("workload plan: %d requests in %.1f s", plan.num_requests, plan_s)
+        warn_of_a_long_span(plan)
         session.backend.check_workload(plan)
         load_s = session.ensure_loaded()
     except BaseException:
@@ -157,6 +158,19 @@ def run_point(
 
 
 Measurement = Union[Driver, WorkerPool]
+LONG_SPAN_S = 3600.0
+
+
+def warn_of_a_long_span(plan: WorkloadPlan) -> None:
+    """A run of a count whose arrivals span over an hour is more often a rate or a trace's
+    timestamps in the wrong unit than a wish: say so before the wait begins."""
+    if not plan.open_loop or plan.schedule is not None:
+        return
+    last = max((s.arrival_s for s in plan.sessions if s.arrival_s is not None), default=0.0)
+    if last > LONG_SPAN_S:
+        log.warning("open loop: the last of %d requests is due %.3g h after the first (check workload.rate, or a "
+                    "trace's timestamps and workload.time_scale); Ctrl-C keeps what was measured", plan.num_requests,
+                    last / 3600)
 
 
 def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: WorkloadPlan) -> Measurement:

@@ -37,12 +37,24 @@ def test_unknown_choice_is_one_line(tmp_path, arg, choices):
     ("slo.tpot_s=inf", "slo.tpot_s must be a finite number (got inf)"),
     ("seed=-1", "seed must be >= 0 (got -1)"),
     ("repeat=0", "repeat must be >= 1 (got 0)"),
+    ("workload.top_p=0", "workload.top_p must be in (0, 1] (got 0"),
+    # Hydra's own errors (several lines, pointing at a stack trace) as one line
+    ("workload.duration_s=abc", "Error merging override workload.duration_s=abc (Value 'abc' of type 'str' could "
+                                "not be converted to Float)"),
+    ("workload.foo=1", "Could not override 'workload.foo'. (Key 'foo' not in 'SyntheticConfig')"),
 ])
 def test_bad_values_fail_before_any_model_loads(tmp_path, arg, message):
     # the model path does not exist: the config error must come first
     proc = run_harness_cli("workload=synthetic", arg, "model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path)
     assert error_line(proc).startswith(f"error: {message}")
     assert list(tmp_path.iterdir()) == []  # no results folder for a run that never started
+
+
+def test_a_file_in_the_way_of_the_results_is_one_line(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("")
+    proc = run_harness_cli("workload=synthetic", "model.path=/no/such/model", f"hydra.run.dir={plain}/run", cwd=tmp_path)
+    assert error_line(proc) == f"error: hydra.run.dir={plain}/run: {plain} is a file, not a folder; give a folder path"
 
 
 def test_bad_model_files_are_one_line(tmp_path, tiny_model):

@@ -97,6 +97,10 @@ def test_bad_knobs_are_one_line(parts):
         build(parts, "agentic", fanout=0)
     with pytest.raises(ConfigError, match="context"):
         build(parts, "agentic", max_context=40, **SMALL)
+    with pytest.raises(ConfigError, match=r"workload.depth=3 needs sub-agents that fork.*sub_turns \(2\) more than 2"):
+        build(parts, "agentic", depth=3)
+    with pytest.raises(ConfigError, match="make jobs of over 100,000 calls each"):
+        build(parts, "agentic", depth=50, fanout=10, sub_turns=6)
 
 
 TRACE = [

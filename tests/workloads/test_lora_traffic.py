@@ -43,6 +43,8 @@ def test_quotas_follow_the_shares_exactly():
     assert quotas(four, 6) == [2, 2, 1, 1]  # largest remainder, ties to the earlier entry
     skewed = specs({"name": "a", "path": "p", "share": 3}, {"name": "base", "share": 1})
     assert quotas(skewed, 10) == [8, 2] and sum(quotas(skewed, 7)) == 7
+    huge = specs({"name": "a", "path": "p", "share": 1e308}, {"name": "base", "share": 1e308})  # their sum: inf
+    assert quotas(huge, 10) == [5, 5]
 
 
 def test_assignment_is_seeded_and_by_share():

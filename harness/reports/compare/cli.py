@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
+from core.errors import HarnessError
 from harness.gate.bootstrap import stat_function
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison
@@ -83,7 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
         return run_compare(args)
-    except CompareError as exc:
+    except (CompareError, HarnessError, OSError) as exc:  # an OSError names its path
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
 
@@ -95,6 +96,10 @@ def run_compare(args: argparse.Namespace) -> int:
         raise CompareError(str(exc)) from None
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise CompareError("--fail-on-regression must be >= 0")
+    if args.resamples < 1:
+        raise CompareError(f"--resamples must be >= 1 (got {args.resamples}); the default is {stats.DEFAULT_RESAMPLES}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise CompareError(f"--out must be a folder, and {args.out} is a file")
     if args.markdown == "":
         raise CompareError("--markdown got an empty file name (is $GITHUB_STEP_SUMMARY set?)")
     if args.markdown not in (None, "-") and Path(args.markdown).is_dir():
@@ -108,7 +113,7 @@ def run_compare(args: argparse.Namespace) -> int:
         baseline_count = len(base_paths)
     if len(paths) < 2:
         raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
-    out_dir = args.out or Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out_dir = args.out or fresh_folder(Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
                           seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict,
                           baseline_count=baseline_count, noise_dir=args.noise_dir)
@@ -118,6 +123,15 @@ def run_compare(args: argparse.Namespace) -> int:
         write_markdown(comparison_markdown(result), args.markdown)
     print(f"compare: {out_dir / 'compare.html'}", file=console, flush=True)
     return EXIT_REGRESSION if result.regression_lines else 0
+
+
+def fresh_folder(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3`` … where it is taken (two compares in one second)."""
+    candidate, k = path, 1
+    while candidate.exists():
+        k += 1
+        candidate = path.with_name(f"{path.name}-{k}")
+    return candidate
 
 
 def print_comparison(result: Comparison, console: TextIO) -> None:

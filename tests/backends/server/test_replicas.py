@@ -102,6 +102,8 @@ def test_a_replica_that_dies_fails_its_requests_and_all_dead_is_fatal(tmp_path, 
     (["backend=reference", "backend.replicas=0"], "replicas must be >= 1"),
     (["backend=openai", "backend.urls=[http://a/v1]", "backend.replicas=2"], "give backend.urls"),
     (["backend=reference", "backend.replicas=2", "backend.replica_gpus=[[0]]"], "one entry per replica"),
+    (["backend=openai", "backend.url=http://127.0.0.1:99999/v1"], "backend.url has a bad port"),
+    (["backend=openai", "backend.urls=[http://a/v1,http://b:x/v1]"], r"backend.urls\[1\] has a bad port"),
 ])
 def test_bad_endpoint_configs_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):

@@ -40,6 +40,7 @@ def test_add_list_check_and_trend(tmp_path, capsys):
     (["check", "{tmp}/h", "--engine", "tgi"], "no run in"),
     (["add", "{tmp}/h", "{tmp}/missing"], "is not a folder"),
     (["trend", "{tmp}/h", "--out", "{tmp}"], "--out must be a file"),
+    (["add", "{tmp}/runs/run-000/summary.json", "{tmp}/runs"], "the history's root must be a folder"),
 ])
 def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys, args, message):
     nightly(tmp_path / "runs", BASE[:3])

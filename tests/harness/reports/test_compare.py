@@ -275,6 +275,26 @@ def test_bad_input_is_one_line(runs, capsys):
     assert "unknown statistic 'mode'" in capsys.readouterr().err
 
 
+def test_bad_runs_and_options_are_one_line(runs, tmp_path, capsys):
+    good = str(runs / "static-c2")
+    for name, text, message in [("corrupt", "{not json", "is not JSON (Expecting property name"),
+                                ("empty", "{}", "is not a run's summary (it has no status)")]:
+        bad = tmp_path / name
+        shutil.copytree(runs / "static-c4", bad)
+        (bad / "summary.json").write_text(text)
+        assert cli.main([str(bad), good, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {bad / 'summary.json'} ") and message in err
+    assert cli.main([good, good, "--resamples", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --resamples must be >= 1 (got 0); the default is 2000"
+    (tmp_path / "plain.txt").write_text("")
+    assert cli.main([good, good, "--out", str(tmp_path / "plain.txt")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out must be a folder, and {tmp_path / 'plain.txt'} is a file"
+    taken = tmp_path / "compare-x"
+    taken.mkdir()
+    assert cli.fresh_folder(taken) == tmp_path / "compare-x-2"
+
+
 def test_bad_markdown_target_is_one_line(runs, tmp_path, capsys):
     assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--markdown", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --markdown must be a file, not a folder: {tmp_path}"

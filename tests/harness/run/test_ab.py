@@ -66,6 +66,8 @@ def test_aa_stores_the_noise_floor_and_plans_the_runs(tmp_path):
     (["--figures", "speed", "--b", "backend.itl_ms=5", "--", *COMMON], "unknown figure 'speed'"),
     (["--b", "backend.itl_ms=5", "--", *COMMON, "repeat=3"], "set by harness.ab"),
     (["--b-cwd", "/tmp", "--", *COMMON], "not a checkout of the harness"),
+    (["--threshold", "nan", "--b", "backend.itl_ms=5", "--", *COMMON], "--threshold"),
+    (["--timeout-s", "-1", "--b", "backend.itl_ms=5", "--", *COMMON], "--timeout-s"),
 ])
 def test_bad_input_is_one_line(args, message, tmp_path):
     assert ab.main(["--out", str(tmp_path / "x"), *args]) == ab.EXIT_BAD_INPUT

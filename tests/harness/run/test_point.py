@@ -125,3 +125,20 @@ def test_a_taken_run_folder_is_refused_in_one_line(tmp_path):
     check_run_dir_free(tmp_path)
     with pytest.raises(HarnessError, match="already holds a run"):
         check_run_dir_free(tmp_path)  # a second run given the same folder, even before it has written anything
+
+
+def test_a_count_whose_arrivals_span_hours_is_named_before_the_wait(caplog):
+    from harness.run.point import warn_of_a_long_span
+    from workloads.base import SessionSpec, TurnSpec, WorkloadPlan
+
+    def plan(last_arrival_s, schedule=None):
+        sessions = [SessionSpec(i, [TurnSpec("hi", 4)], arrival_s=t) for i, t in enumerate((0.0, last_arrival_s))]
+        return WorkloadPlan("synthetic", sessions, [], True, None, True, schedule=schedule)
+
+    with caplog.at_level("WARNING", logger="harness"):
+        warn_of_a_long_span(plan(600.0))
+        warn_of_a_long_span(plan(7200.0, schedule=object()))  # a timed run: its length is the point
+        assert caplog.messages == []
+        warn_of_a_long_span(plan(1e9))
+    [message] = caplog.messages
+    assert message.startswith("open loop: the last of 2 requests is due 2.78e+05 h after the first (check workload.rate")
