@@ -117,12 +117,14 @@ def check_group_choices(args: list[str]) -> None:
 def check_overrides(args: list[str]) -> None:
     """Compose the config as Hydra will (about 0.1 s): a value of the wrong type, an unknown key
     or a bad override becomes one line (Hydra's own error is several, and points at a stack
-    trace). A sweep (``-m``) and Hydra's own flags are left to Hydra."""
+    trace). A sweep (``-m``), Hydra's own flags and its own settings (``hydra…``: a launcher's
+    keys need the launcher's plugin) are left to Hydra."""
     if any(arg.startswith("-") for arg in args):
         return
+    job = [arg for arg in args if not arg.lstrip("+~").startswith("hydra")]
     try:
         with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
-            cfg = compose(config_name="config", overrides=args)
+            cfg = compose(config_name="config", overrides=job)
     except (HydraException, OmegaConfBaseException) as exc:
         raise HarnessError(hydra_error_line(exc)) from None
     folders = {"output_root": str(cfg.get("output_root") or "")}
