@@ -36,14 +36,22 @@ def stream(seed: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])  # as workloads.base.seeded_streams
 
 
-def no_children_within(seconds: float) -> list[psutil.Process]:
+@pytest.fixture
+def children_before() -> set[int]:
+    """The test process's children before the test: engines and browsers other tests keep loaded."""
+    return {child.pid for child in psutil.Process().children()}
+
+
+def no_new_children_within(before: set[int], seconds: float) -> list[psutil.Process]:
     deadline = time.monotonic() + seconds
-    while (left := psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
+    while True:
+        left = [child for child in psutil.Process().children() if child.pid not in before]  # the workers are direct children
+        if not left or time.monotonic() >= deadline:
+            return left
         time.sleep(0.05)
-    return left
 
 
-def test_the_chunks_are_the_same_in_one_process_and_in_two(parts, chunks_of_8):
+def test_the_chunks_are_the_same_in_one_process_and_in_two(parts, chunks_of_8, children_before):
     renderer, corpus = parts
     overhead = renderer.overhead(user_only)
     lens = [int(n) for n in np.random.default_rng(3).integers(overhead + 1, 120, size=30)]  # 4 chunks
@@ -51,7 +59,7 @@ def test_the_chunks_are_the_same_in_one_process_and_in_two(parts, chunks_of_8):
     here = fit_texts_in_chunks(renderer, corpus, here_rng, lens, user_only, overhead, processes=1)
     pooled = fit_texts_in_chunks(renderer, corpus, pooled_rng, lens, user_only, overhead, processes=2)
     assert here == pooled and [len(ids) for _, ids in here] == lens
-    assert no_children_within(2.0) == []
+    assert no_new_children_within(children_before, 2.0) == []
     # chunk 0 is fit_texts on the caller's stream, which is left where fit_texts leaves it
     assert here[:8] == renderer.fit_texts(corpus, serial_rng, lens[:8], user_only, overhead=overhead)
     assert here_rng.bit_generator.state == pooled_rng.bit_generator.state == serial_rng.bit_generator.state
@@ -87,7 +95,7 @@ def test_a_synthetic_plan_does_not_depend_on_the_cores(parts, chunks_of_8, monke
     assert hashes[0] == hashes[1]
 
 
-def test_an_error_in_a_worker_is_raised_and_ends_every_worker(parts, chunks_of_8):
+def test_an_error_in_a_worker_is_raised_and_ends_every_worker(parts, chunks_of_8, children_before):
     renderer, corpus = parts
     overhead = renderer.overhead(user_only)
     parent = os.getpid()
@@ -99,10 +107,10 @@ def test_an_error_in_a_worker_is_raised_and_ends_every_worker(parts, chunks_of_8
 
     with pytest.raises(ValueError, match="the template failed in a worker"):
         fit_texts_in_chunks(renderer, corpus, stream(2), [overhead + 10] * 40, failing, overhead, processes=2)
-    assert no_children_within(2.0) == []
+    assert no_new_children_within(children_before, 2.0) == []
 
 
-def test_ctrl_c_ends_every_worker(parts, chunks_of_8):
+def test_ctrl_c_ends_every_worker(parts, chunks_of_8, children_before):
     renderer, corpus = parts
     overhead = renderer.overhead(user_only)
 
@@ -119,7 +127,7 @@ def test_ctrl_c_ends_every_worker(parts, chunks_of_8):
     finally:
         timer.cancel()
     assert time.perf_counter() - start < 5.0  # 10 chunks of 0.4 s or more each: ended, not finished
-    assert no_children_within(2.0) == []
+    assert no_new_children_within(children_before, 2.0) == []
 
 
 def test_a_killed_parent_takes_its_workers_with_it(real_model, tmp_path):
