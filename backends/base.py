@@ -31,6 +31,8 @@ MODES = ("inprocess", "server")
 ENDPOINTS = ("chat", "completions")
 # how requests are spread over several endpoints (backends/http/router.py)
 ROUTING = ("round_robin", "least_outstanding", "session_affinity")
+# servers one run launches on this machine; more endpoints are launched by the user and listed in backend.urls
+MAX_REPLICAS = 64
 
 
 @dataclass
@@ -87,6 +89,10 @@ class BackendConfig:
             raise ConfigError(f"backend.routing must be one of {', '.join(ROUTING)} (got {self.routing!r})")
         if self.replicas < 1:
             raise ConfigError(f"backend.replicas must be >= 1 (got {self.replicas})")
+        if self.replicas > MAX_REPLICAS:
+            raise ConfigError(f"backend.replicas launches that many servers on this machine: at most {MAX_REPLICAS} "
+                              f"(got {self.replicas}); for more endpoints, start them yourself and list them in "
+                              "backend.urls")
         if self.replicas > 1 and self.mode != "server":
             raise ConfigError("backend.replicas launches several servers: it needs backend.mode=server")
         for key in ("replica_gpus", "replica_cpus", "replica_env"):

@@ -28,6 +28,7 @@ says which one ran; the summary keeps it.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import math
 import re
@@ -54,6 +55,9 @@ class OutputCheck:
 # --- the workload's configuration -----------------------------------------------------------
 
 
+FORMAT_KEYS = {JSON_SCHEMA: ("type", "schema", "name"), REGEX: ("type", "pattern")}
+
+
 def normalize_response_format(value: Any, key: str = "workload.response_format") -> Optional[dict[str, Any]]:
     """The configured response format as a plain dict, or None; ConfigError on a bad one."""
     if value is None:
@@ -62,6 +66,14 @@ def normalize_response_format(value: Any, key: str = "workload.response_format")
         raise ConfigError(f"{key} must be a mapping {{type: json_schema, schema: {{...}}}} or "
                           f"{{type: regex, pattern: '...'}} (got {value!r})")
     kind = value.get("type")
+    allowed = FORMAT_KEYS.get(kind)
+    # keys of the other type are ignored: a Hydra override of the type merges into the default's keys
+    unknown = sorted(str(k) for k in value if allowed is not None and k not in set().union(*FORMAT_KEYS.values()))
+    if unknown:
+        hint = " (write the schema itself under schema: the harness wraps it as each engine needs)" \
+            if kind == JSON_SCHEMA and "json_schema" in unknown else ""
+        raise ConfigError(f"{key} has unknown keys {', '.join(unknown)}: a {kind} format takes "
+                          f"{', '.join(allowed)}{hint}")
     if kind == JSON_SCHEMA:
         schema = value.get("schema")
         if not isinstance(schema, Mapping) or not schema:
@@ -287,9 +299,10 @@ def validator_name() -> str:
     validator = _jsonschema_validator()
     if validator is None:
         return "built-in subset (core/structured.py)"
-    import jsonschema
-
-    return f"jsonschema {getattr(jsonschema, '__version__', '')}".strip()
+    try:
+        return f"jsonschema {importlib.metadata.version('jsonschema')}"
+    except importlib.metadata.PackageNotFoundError:  # importable, but not installed as a distribution
+        return "jsonschema"
 
 
 def schema_error(value: Any, schema: dict[str, Any]) -> Optional[str]:

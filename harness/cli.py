@@ -21,18 +21,13 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import hydra
-from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 
 from core.errors import HarnessError
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("backend", "model", "workload", "preset")
+from harness.preflight import CONF_DIR, GROUPS, check_group_choices, check_overrides, group_choices
 EXIT_POINT_FAILED = 1
 _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
 
@@ -96,67 +91,6 @@ def compose_config(*overrides: str):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose("config", overrides=list(overrides))
     return to_run_config(cfg)
-
-
-def group_choices(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-
-
-def check_group_choices(args: list[str]) -> None:
-    """``backend=nope`` → one line naming the valid choices (Hydra's own error is a page)."""
-    for arg in args:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        if not sep or key not in GROUPS or "(" in value:
-            continue
-        choices = group_choices(key)
-        for choice in value.split(","):
-            if choice and choice not in choices:
-                raise HarnessError(f"unknown {key} '{choice}': choose one of {', '.join(choices)}")
-
-
-def check_overrides(args: list[str]) -> None:
-    """Compose the config as Hydra will (about 0.1 s): a value of the wrong type, an unknown key
-    or a bad override becomes one line (Hydra's own error is several, and points at a stack
-    trace). A sweep (``-m``), Hydra's own flags and its own settings (``hydra…``: a launcher's
-    keys need the launcher's plugin) are left to Hydra."""
-    if any(arg.startswith("-") for arg in args):
-        return
-    job = [arg for arg in args if not arg.lstrip("+~").startswith("hydra")]
-    try:
-        with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
-            cfg = compose(config_name="config", overrides=job)
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise HarnessError(hydra_error_line(exc)) from None
-    folders = {"output_root": str(cfg.get("output_root") or "")}
-    folders.update({key: value for key, _, value in (a.partition("=") for a in args)
-                    if key in ("hydra.run.dir", "hydra.sweep.dir")})
-    for key, folder in folders.items():
-        if folder and "$" not in folder:
-            check_folder_path(key, Path(folder).expanduser())
-
-
-def check_folder_path(key: str, folder: Path) -> None:
-    """One line when ``folder`` cannot be made: a file in its way, or a parent not writable."""
-    for parent in (folder, *folder.absolute().parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise HarnessError(f"{key}={folder}: {parent} is a file, not a folder; give a folder path")
-            if parent != folder and not os.access(parent, os.W_OK | os.X_OK):
-                raise HarnessError(f"{key}={folder}: cannot make folders in {parent} (no write access); "
-                                   "give a folder path you can write to")
-            return
-
-
-def hydra_error_line(exc: BaseException) -> str:
-    """A Hydra or OmegaConf error on one line: its message (less Hydra's advice to append a key
-    with +, which would only make Hydra ignore a misspelt one) and the first line of its cause."""
-    lines = [line.strip() for line in str(exc).splitlines()
-             if line.strip() and not line.strip().startswith("To append to your config use")]
-    text = "; ".join(lines) or type(exc).__name__
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        text += f" ({str(cause).strip().splitlines()[0]})"
-    return text
 
 
 def _discard_if_empty(run_dir: Path) -> None:

@@ -32,6 +32,9 @@ class ModelConfig:
             raise ConfigError("set model.path or model.id, not both")
 
 
+MAX_USD_PER_HOUR = 1e6  # a thousand 8-GPU nodes cost a few tens of thousands; above this the units are wrong
+
+
 @dataclass
 class CostConfig:
     """What the machine costs, for $ per million tokens; ``null``: no cost figures (absent, not 0).
@@ -47,8 +50,9 @@ class CostConfig:
                               "(with cost.accelerators), not both")
         for key in ("usd_per_hour", "usd_per_accelerator_hour"):
             value = getattr(self, key)
-            if value is not None and not value > 0:
-                raise ConfigError(f"cost.{key} must be > 0 US dollars per hour (got {value})")
+            if value is not None and not 0 < value <= MAX_USD_PER_HOUR:
+                raise ConfigError(f"cost.{key} must be > 0 and at most {MAX_USD_PER_HOUR:,.0f} US dollars per hour "
+                                  f"(got {value}); give the price of one hour of the machine")
         if self.accelerators < 1:
             raise ConfigError(f"cost.accelerators must be >= 1 (got {self.accelerators})")
 

@@ -30,8 +30,8 @@ PACKAGES = ("harness", "backends", "workloads", "core", "refserver")
 # import each other.
 LAYERS: list[list[tuple[str, ...]]] = [
     # entry points: python -m harness, and the thin modules behind the other commands
-    [("=harness", "harness.__main__", "harness.cli", "=harness.held"), ("=harness.compare",), ("=harness.report",),
-     ("=harness.agree",), ("=harness.reference_server",), ("=harness.ab",)],
+    [("=harness", "harness.__main__", "harness.cli", "harness.preflight", "=harness.held"), ("=harness.compare",),
+     ("=harness.report",), ("=harness.agree",), ("=harness.reference_server",), ("=harness.ab",)],
     [("harness.run",)],  # an engine session × a load point → a run folder; sweeps, SLO search, agree
     [("harness.history",)],  # the history of runs: Parquet files, DuckDB, change points, trend, check
     [("harness.reports",)],  # pages and text rendered from run folders: report, compare

@@ -102,19 +102,23 @@ class ShareGPTWorkload(Workload):
         if wanted is not None and load_schedule(cfg) is not None:  # a time-shaped load: as many as it needs
             wanted = session_count(cfg, wanted, arrival_rng)
         sessions: list[SessionSpec] = []
-        considered = 0
+        considered = without_user = 0
         for index in order_rng.permutation(len(records)):
             if wanted is not None and len(sessions) >= wanted:
                 break
             considered += 1
             system, turns = conversation(records[int(index)], int(index), path)
+            without_user += not turns
             record_id = str(records[int(index)].get("id", index))
             session = self._session(renderer, length_rng, len(sessions), record_id, system,
                                     turns if cfg.multi_turn else turns[:1], path)
             if session is not None:
                 sessions.append(session)
         if not sessions:
-            raise none_left(cfg, path, considered)
+            if without_user == considered:
+                raise ConfigError(f"workload.path={path}: none of its {considered} conversations has a user message "
+                                  f"with text; {FORMAT_HINT}")
+            raise none_left(cfg, path, considered, f" ({without_user} without a user message)" if without_user else "")
         warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
         fmt = "sharegpt-" + ("multi-turn" if cfg.multi_turn else "single-turn")
         return data_plan(cfg, sessions, warmup, arrival_rng, seed, source_info(cfg, path, fmt, len(records)))

@@ -114,6 +114,10 @@ def test_the_required_share_is_spread_evenly():
     ({"type": "json_schema"}, "schema"),
     ({"type": "regex", "pattern": "("}, "not a valid regular expression"),
     ("json", "mapping"),
+    ({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+     "unknown keys json_schema: a json_schema format takes type, schema, name .write the schema itself under schema"),
+    ({"type": "regex", "pattern": "a+", "flags": "i", "schema": {}},
+     "unknown keys flags: a regex format takes type, pattern$"),
 ])
 def test_a_bad_response_format_is_one_line(value, words):
     with pytest.raises(ConfigError, match=words):

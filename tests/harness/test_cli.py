@@ -55,6 +55,8 @@ def test_a_file_in_the_way_of_the_results_is_one_line(tmp_path):
     plain.write_text("")
     proc = run_harness_cli("workload=synthetic", "model.path=/no/such/model", f"hydra.run.dir={plain}/run", cwd=tmp_path)
     assert error_line(proc) == f"error: hydra.run.dir={plain}/run: {plain} is a file, not a folder; give a folder path"
+    proc = run_harness_cli("workload=synthetic", "model.path=/no/such/model", "hydra.run.dir=/proc/nope/run", cwd=tmp_path)
+    assert error_line(proc).startswith("error: hydra.run.dir=/proc/nope/run: cannot make folders in /proc (")
 
 
 def test_bad_model_files_are_one_line(tmp_path, tiny_model):
@@ -147,7 +149,7 @@ def test_every_entry_command_answers_help(module):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.lower().lstrip().startswith("usage:"), proc.stdout[:200]
     if module == "harness":  # the choices a user types (not ConfigStore's schema nodes), then the config
-        from harness.cli import group_choices
+        from harness.preflight import group_choices
 
         assert f"  backend: {', '.join(group_choices('backend'))}\n" in proc.stdout
         assert "_schema" not in proc.stdout and "\nbackend:\n  name: transformers\n" in proc.stdout

@@ -122,6 +122,8 @@ def test_hashes_differ_only_by_data_file(parts, records, tmp_path):
     ("not json at all", "line 1 is not JSON"),
     ('[{"text": "hi"}]', "no 'conversations' list"),
     ("[]", "holds no records"),
+    ('[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "hi"}, {"from": "human", "value": " "}]}]',
+     "none of its 2 conversations has a user message with text; ShareGPT wants"),
 ])
 def test_bad_files_get_one_line(parts, tmp_path, content, fragment):
     path = tmp_path / "data.json"

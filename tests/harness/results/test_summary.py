@@ -113,6 +113,9 @@ def test_cost_per_million_tokens_only_with_a_price():
         CostConfig(usd_per_hour=1.0, usd_per_accelerator_hour=1.0).validate()
     with pytest.raises(ConfigError, match="cost.usd_per_hour must be > 0"):
         CostConfig(usd_per_hour=0.0).validate()
+    for absurd in (1e308, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="at most 1,000,000 US dollars per hour"):
+            CostConfig(usd_per_accelerator_hour=absurd).validate()
 
 
 def test_the_console_says_what_a_long_queue_wait_means():

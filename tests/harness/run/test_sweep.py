@@ -64,16 +64,24 @@ def test_another_engine_setting_loads_again(tmp_path):
 
 
 def test_a_failing_point_is_one_line_and_the_sweep_goes_on(tmp_path):
-    proc = run_harness_cli("-m", *REF, "workload.concurrency=1,0,2", f"output_root={tmp_path}", cwd=tmp_path)
+    # a prompt longer than the model's context: only the point's plan can tell (the pre-flight cannot)
+    proc = run_harness_cli("-m", *REF, "workload.input_len=48,100000,40", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 1  # a point failed
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: point 1 (" + " ".join([*REF[:-1], "progress=False", f"output_root={tmp_path}", "workload.concurrency=0"])
-                      + ") failed: workload.concurrency must be >= 1 (got 0)"] or (
-        len(errors) == 1 and "workload.concurrency must be >= 1 (got 0)" in errors[0] and errors[0].startswith("error: point 1 ("))
+    assert len(errors) == 1 and errors[0].startswith("error: point 1 (") and "workload.input_len=100000" in errors[0]
+    assert "needs more than the model's context" in errors[0]
     sweep = read_sweep(tmp_path)
     assert [p["status"] for p in sweep["points"]] == ["complete", "failed", "complete"]
-    assert sweep["engine_loads"] == 1  # the failed point never touched the engine
+    assert sweep["engine_loads"] == 1
     assert "1 of 3 points failed" in proc.stderr
+
+
+def test_a_value_no_point_accepts_stops_the_sweep_before_it_starts(tmp_path):
+    proc = run_harness_cli("-m", *REF, "workload.concurrency=1,0,2", f"output_root={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: the sweep's point workload.concurrency=0: workload.concurrency must be >= 1 (got 0)"]
+    assert list(tmp_path.iterdir()) == []  # nothing ran, no folder made
 
 
 def test_engine_death_reloads_for_the_next_point(tmp_path):
