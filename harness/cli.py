@@ -30,6 +30,7 @@ from core.errors import HarnessError
 from harness.preflight import CONF_DIR, GROUPS, check_group_choices, check_overrides, group_choices
 EXIT_POINT_FAILED = 1
 _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
+_job_started = False  # a run or a sweep's point began (Hydra made its folder): what Ctrl-C says
 
 
 def register_everything() -> None:
@@ -114,6 +115,8 @@ def fail(message: str) -> None:
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
+    global _job_started
+    _job_started = True
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:
         _sweep_point(cfg, hc)
@@ -249,12 +252,15 @@ def exit_now(code: object) -> NoReturn:
 
 
 def main() -> None:
-    register_everything()
     try:
+        register_everything()
         check_group_choices(sys.argv[1:])
         check_overrides(sys.argv[1:])
     except HarnessError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        print("\ninterrupted before the run started: nothing was measured", file=sys.stderr)
+        sys.exit(130)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # Started as a background job of a script (`python -m harness … &`, as CI steps and
         # batch scripts do): the shell made it ignore SIGINT, and Python keeps it ignored.
@@ -269,7 +275,10 @@ def main() -> None:
         from harness.run.sweep import SESSIONS
 
         SESSIONS.close()
-        print("\ninterrupted: what was measured is kept (sweep.json lists the points so far)", file=sys.stderr)
+        if not _job_started:
+            print("\ninterrupted before the run started: nothing was measured", file=sys.stderr)
+        else:
+            print("\ninterrupted: what was measured is kept (sweep.json lists the points so far)", file=sys.stderr)
         sys.exit(130)
     finally:
         from harness.run.sweep import SESSIONS

@@ -171,6 +171,29 @@ def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
     assert (run_dir / "report.html").exists()
 
 
+def _ignores_sigint(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(line.split()[1] for line in status if line.startswith("SigIgn:"))
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
+def test_a_ctrl_c_while_the_harness_starts_is_not_lost(tmp_path):
+    """A background job starts with SIGINT ignored; the harness takes it back before its imports,
+    so a SIGINT during them ends the command at once (it was ignored until the config was checked,
+    and a run went on to its end). The bad value shows where it stopped: the check never ran."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=abc",
+                             f"output_root={tmp_path}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_as_background_job)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and _ignores_sigint(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["interrupted before the run started: nothing was measured"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def _under_nohup():
     as_foreground_job()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
