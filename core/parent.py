@@ -9,6 +9,13 @@ from contextlib import contextmanager
 from typing import Iterator
 
 
+def take_back_ctrl_c() -> None:
+    """A background job of a script (``cmd &``) starts with SIGINT ignored, and Python keeps it
+    ignored: take Ctrl-C (and ``kill -INT``) back, as a command's first step."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def signal_when_parent_dies(sig: signal.Signals) -> None:
     """PR_SET_PDEATHSIG: the kernel sends ``sig`` to this process when the thread that started it
     ends (its process killed, even by SIGKILL). Nothing on other systems."""

@@ -27,6 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from core.errors import HarnessError
+from core.parent import take_back_ctrl_c
 from harness.preflight import CONF_DIR, GROUPS, check_group_choices, check_overrides, group_choices
 EXIT_POINT_FAILED = 1
 _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
@@ -261,11 +262,9 @@ def main() -> None:
     except KeyboardInterrupt:
         print("\ninterrupted before the run started: nothing was measured", file=sys.stderr)
         sys.exit(130)
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # Started as a background job of a script (`python -m harness … &`, as CI steps and
-        # batch scripts do): the shell made it ignore SIGINT, and Python keeps it ignored.
-        # SIGTERM and SIGHUP end a run along SIGINT's path, so they would be ignored too.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM and SIGHUP end a run along SIGINT's path, which a background job of a script starts
+    # with ignored: harness/__main__.py took it back before the imports.
+    take_back_ctrl_c()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored on purpose: `nohup` ignores SIGHUP
             signal.signal(sig, terminate_as_interrupt)

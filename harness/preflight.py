@@ -2,16 +2,19 @@
 and point at a stack trace): an unknown config group choice, a value of the wrong type, an
 unknown key, a folder that cannot be made, and in a sweep (``-m``) a value the run would refuse.
 
-A sweep's points are checked one value at a time: the first value of every swept key, then each
-other value of one key with the first of the rest (a sweep of 2 × 7 points composes 8 configs,
-about 0.05 s each). A fault only a combination shows stays the point's own failure, recorded in
-sweep.json while the other points run.
+A sweep's points are checked one value at a time: each value of a key with the first value of
+every other key (a sweep of 2 × 7 points composes 8 configs, about 0.05 s each). A value refused
+there is tried with other values of the other keys (up to 32 points): when one of them accepts it,
+the fault is that combination's, and stays the point's own failure, recorded in sweep.json while
+the other points run. A value no point accepts stops the sweep before it starts.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -26,6 +29,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("backend", "model", "workload", "preset")
 MULTIRUN_FLAGS = ("-m", "--multirun")
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+MAX_OTHER_POINTS = 32  # other points tried before a value refused at its first is called refused by all
 
 
 def group_choices(group: str) -> list[str]:
@@ -39,7 +43,7 @@ def check_group_choices(args: list[str]) -> None:
         if not sep or key not in GROUPS or "(" in value:
             continue
         choices = group_choices(key)
-        for choice in value.split(","):
+        for choice in (c.strip().strip("'\"") for c in value.split(",")):
             if choice and choice not in choices:
                 raise HarnessError(f"unknown {key} '{choice}': choose one of {', '.join(choices)}")
 
@@ -48,7 +52,7 @@ def check_overrides(args: list[str]) -> None:
     """Compose the config as Hydra will (about 0.1 s), and with ``-m`` check the sweep's values.
     Hydra's other flags, and its own settings (``hydra…``: a launcher's keys need the launcher's
     plugin), are left to Hydra."""
-    multirun = any(arg in MULTIRUN_FLAGS for arg in args)
+    multirun = any(arg in MULTIRUN_FLAGS or arg.replace(" ", "") == "hydra.mode=MULTIRUN" for arg in args)
     if any(arg.startswith("-") and arg not in MULTIRUN_FLAGS for arg in args):
         return
     job = [arg for arg in args if not arg.startswith("-") and not arg.lstrip("+~").startswith("hydra")]
@@ -76,8 +80,11 @@ def check_sweep_values(job: list[str], args: list[str]) -> object:
     if any(o.is_sweep_override() and (not o.is_discrete_sweep() or o.value_type == ValueType.GLOB_CHOICE_SWEEP)
            for o in parsed):
         return None  # an interval (another sweeper's) or a glob over a group's files: Hydra's to expand
-    first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
-             else arg for o, arg in zip(parsed, job)]
+    firsts = [next(iter(o.sweep_string_iterator()), None) if o.is_sweep_override() else arg for o, arg in zip(parsed, job)]
+    if None in firsts:
+        return None  # an empty sweep (range(5, 1)): Hydra runs no point
+    first = [f"{o.get_key_element()}={value}" if o.is_sweep_override() else arg
+             for o, value, arg in zip(parsed, firsts, job)]
     cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     if sweeper.get("_target_") != BASIC_SWEEPER or any(a.startswith(("hydra/sweeper", "hydra.sweeper")) for a in args):
@@ -90,17 +97,43 @@ def check_sweep_values(job: list[str], args: list[str]) -> object:
             return cfg.get("output_root")  # an interval in the preset: Hydra's basic sweeper refuses it
         values[key] = ([f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override()
                        else [f"{key}={override.get_value_element_as_str()}"])
-    base = [choices[0] for choices in values.values()]
-    points = [base] + [[*base[:i], value, *base[i + 1:]]
-                       for i, choices in enumerate(values.values()) for value in choices[1:]]
-    for point in points:
-        try:
-            to_run_config(compose(config_name="config", overrides=point))
-        except (HarnessError, HydraException, OmegaConfBaseException) as exc:
-            message = str(exc) if isinstance(exc, HarnessError) else hydra_error_line(exc)
-            swept = [o for o, choices in zip(point, values.values()) if len(choices) > 1]
-            raise HarnessError(f"the sweep's point {' '.join(swept) or '(the first)'}: {message}") from None
+    if any(not choices for choices in values.values()):
+        return cfg.get("output_root")
+    choices = list(values.values())
+    errors: dict[tuple[str, ...], Optional[str]] = {}
+
+    def error_of(point: tuple[str, ...]) -> Optional[str]:
+        if point not in errors:
+            errors[point] = point_error(list(point))
+        return errors[point]
+
+    if not choices and (error := error_of(())):
+        raise HarnessError(f"the sweep: {error}")
+    base = tuple(options[0] for options in choices)
+    for i, options in enumerate(choices):
+        for value in options:
+            # the value with the first of every other key, then (refused there) with others: a value
+            # some point accepts leaves the refusal to that combination's point, recorded as it runs
+            point = (*base[:i], value, *base[i + 1:])
+            if (error := error_of(point)) is None:
+                continue
+            others = itertools.product(*[options if j != i else [value] for j, options in enumerate(choices)])
+            if any(error_of(other) is None for other in itertools.islice(others, 1, MAX_OTHER_POINTS + 1)):
+                continue
+            swept = [o for o, options in zip(point, choices) if len(options) > 1]
+            raise HarnessError(f"the sweep's point {' '.join(swept)}: {error}" if swept else f"the sweep: {error}")
     return cfg.get("output_root")
+
+
+def point_error(point: list[str]) -> Optional[str]:
+    """Why the point's config is refused, in one line; None when it is accepted."""
+    try:
+        to_run_config(compose(config_name="config", overrides=point))
+    except HarnessError as exc:
+        return str(exc)
+    except (HydraException, OmegaConfBaseException) as exc:
+        return hydra_error_line(exc)
+    return None
 
 
 def check_folder_path(key: str, folder: Path) -> None:
