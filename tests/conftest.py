@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from browser import chromium  # noqa: F401 - the fixture: defined here once, one browser for the whole session
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -1,7 +1,7 @@
 """trend.html: the series, the change point marked, the alert in red, tainted runs in grey."""
 from __future__ import annotations
 
-from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
+from browser import screenshot_dir
 from history_runs import fake_run, nightly
 
 from harness.history.analysis import DEFAULT_FIGURES, analyse, parse_figure

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
+from browser import screenshot_dir
 from conftest import REPO, make_config
 from pages import PAYLOAD, PWNED_JS
 

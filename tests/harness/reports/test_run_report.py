@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from browser import chromium, screenshot_dir  # noqa: F401 - the fixture
+from browser import screenshot_dir
 from conftest import make_config, run_harness_cli
 from pages import PAYLOAD, assert_renders
 

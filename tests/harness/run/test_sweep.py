@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from browser import chromium  # noqa: F401 - the fixture
 from conftest import run_harness_cli
 
 from harness.results.store import load_summary

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from browser import chromium  # noqa: F401 - the fixture
 from conftest import make_config
 from fake_nvml import GIB, FakeGpu, FakeNVML
 from pages import assert_renders
