@@ -194,6 +194,26 @@ def test_a_ctrl_c_while_the_harness_starts_is_not_lost(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_it_ran(tmp_path):
+    """Stages and the steady-state window end where the run ended, not where the schedule would
+    have: a stage's throughput over the schedule's 30 s read a third of the real rate."""
+    args = [*REF, *FAST, "workload.stages=[{duration_s: 1, rate: 10}, {duration_s: 30, rate: 10}]",
+            "workload.warmup_s=0.5", "workload.cooldown_s=1", f"output_root={tmp_path}"]
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 22)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    summary = load_summary(run_dir)
+    ran = summary["duration_s"]
+    assert summary["status"] == "interrupted" and 2 < ran < 20
+    first, second = summary["stages"]
+    assert first["end_s"] == 1 and "planned_end_s" not in first
+    assert second["end_s"] == pytest.approx(ran) and second["planned_end_s"] == 31
+    assert summary["window"]["end_s"] == pytest.approx(ran)
+    for figures in (second, summary):  # 10 requests a second, over the time the run ran
+        assert 5 < figures["throughput"]["requests_per_s"] < 15
+
+
 def _under_nohup():
     as_foreground_job()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

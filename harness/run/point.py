@@ -348,16 +348,31 @@ class PointRun:
 
     def _window(self) -> Optional[tuple[float, float]]:
         """The steady-state window [warmup_s, L − cooldown_s], L the schedule's length (else the
-        measured phase's T); None when both are 0 (docs/metrics.md)."""
+        measured phase's T), ending at T when the run ended early; None when both are 0
+        (docs/metrics.md)."""
         wl = self.cfg.workload
         warm, cool = getattr(wl, "warmup_s", 0.0) or 0.0, getattr(wl, "cooldown_s", 0.0) or 0.0
         if not warm and not cool:
             return None
         span = self.plan.schedule.duration_s if self.plan.schedule is not None else self.duration_s
-        return float(warm), max(float(warm), span - float(cool))
+        end = span - float(cool)
+        if self.status != COMPLETE:  # interrupted, saturated or failed: the schedule's end never came
+            end = min(end, self.duration_s)
+        return float(warm), max(float(warm), end)
 
     def _stages(self) -> Optional[list[dict[str, Any]]]:
-        return self.plan.schedule.to_json() if self.plan.schedule is not None else None
+        """The schedule's stages; when the run ended early, those it reached, the last one ending
+        at the measured phase's end (``planned_end_s`` keeps the schedule's)."""
+        if self.plan.schedule is None:
+            return None
+        stages = self.plan.schedule.to_json()
+        if self.status == COMPLETE:
+            return stages
+        reached = [stage for stage in stages if stage["start_s"] < self.duration_s] or stages[:1]
+        for stage in reached:
+            if stage["end_s"] > self.duration_s:
+                stage["planned_end_s"], stage["end_s"] = stage["end_s"], max(stage["start_s"], self.duration_s)
+        return reached
 
     def _workload_summary(self) -> dict[str, Any]:
         plan = self.plan
