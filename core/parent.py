@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def take_back_ctrl_c() -> None:
@@ -27,6 +27,16 @@ def signal_when_parent_dies(sig: signal.Signals) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def die_with(parent_pid: int, sig: signal.Signals = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for a child that must not outlive ``parent_pid`` (this process): ``sig``
+    when it dies, even by SIGKILL, and at once when it died before the child was told."""
+    def preexec() -> None:
+        signal_when_parent_dies(sig)
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), sig)
+    return preexec
 
 
 def follow_the_parent(ignored: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGHUP)) -> None:

@@ -48,6 +48,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from core.parent import die_with
 from harness.gate import noise, paired, verdicts
 from harness.gate.figures import Figure, parse_figure
 from harness.history.store import add_decision, add_run
@@ -208,7 +209,9 @@ class RunProcess:
 
     def __init__(self, command: list[str], cwd: str, log: Path):
         self.log = open(log, "w")
-        self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT)
+        # a SIGKILL of harness.ab (no clean-up of its own) ends the run as SIGTERM does: interrupted, kept
+        self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=die_with(os.getpid()))
 
     def wait(self, timeout_s: float) -> Optional[int]:
         try:

@@ -22,6 +22,8 @@ apply the same adapter agree as the base model does).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,12 +33,14 @@ from typing import Optional, Sequence
 
 from backends.registry import backend_registry
 from core.errors import BackendUnavailable
+from core.parent import die_with
 from harness.reports import agreement
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.token_agreement import format_agreement  # rendering lives there
 from harness.reports.tables import text_table, wrap
 from harness.results.schema import RunResult
 from harness.results.store import load_run
+from harness.run.held import EXIT_INTERRUPTED, stop_as_ctrl_c
 
 # engine label → the backend and the settings that make it that engine
 ENGINES: dict[str, list[str]] = {
@@ -81,6 +85,8 @@ def lora(requests: int, output_len: int) -> list[str]:
 
 
 # --workload → (its overrides, its default --output-len: a JSON object needs room to close)
+STOP_GRACE_S = 30.0  # a stopped run's time to write what it measured
+
 WORKLOADS = {"chat": (chat, 24), "structured": (structured, 96), "agentic": (agentic, 16), "lora": (lora, 24)}
 
 
@@ -94,18 +100,28 @@ def workload_overrides(model: str, requests: int, output_len: Optional[int], wor
 
 
 def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -> tuple[Optional[Path], str]:
-    """One engine's run as ``python -m harness``; (run folder or None, what happened)."""
+    """One engine's run as ``python -m harness`` (its output in ``<label>.log``); (run folder or
+    None, what happened). Ctrl-C, SIGTERM or a timeout stop the run as Ctrl-C would, so it keeps
+    what it measured; a SIGKILL of this process ends it with SIGTERM (the kernel's)."""
     run_dir = out / label
     argv = [sys.executable, "-m", "harness", *ENGINES[label], *common, f"hydra.run.dir={run_dir}"]
+    log_path = out / f"{label}.log"
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout_s:g} s"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with(os.getpid()))
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_as_ctrl_c(proc, STOP_GRACE_S)
+            return None, f"timed out after {timeout_s:g} s (what it measured is in {run_dir})"
+        except KeyboardInterrupt:
+            stop_as_ctrl_c(proc, STOP_GRACE_S, signalled=True)
+            raise
     took = f"{time.perf_counter() - start:.0f} s"
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return None, f"failed (exit {proc.returncode}, {took}): {last}"
+    if code != 0:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else "(no output)")
+        return None, f"failed (exit {code}, {took}): {last.strip()}"
     return run_dir, f"ok ({took})"
 
 
@@ -156,6 +172,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # both end it as Ctrl-C does
+    try:
+        return agree(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the runs so far (each kept what it measured) are in the output folder", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def agree(args: argparse.Namespace) -> int:
     if args.runs:
         folders, labels = list(args.runs), [p.name for p in args.runs]
         out = args.out or Path("results") / f"agree-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

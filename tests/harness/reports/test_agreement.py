@@ -1,12 +1,15 @@
 """Cross-engine token agreement: the recorded ids, the figures against a baseline, and their rendering."""
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
+import psutil
 import pytest
-from conftest import make_config
+from conftest import as_foreground_job, make_config
 
 from core.model import gguf_quantization, hf_dtype
 from harness.reports import agreement
@@ -146,3 +149,23 @@ def test_agree_workloads_compose_and_plan(workload):
     assert cfg.workload.temperature == 0 and cfg.workload.concurrency == 1 and not cfg.workload.exact_output_len
     if workload == "lora":
         assert [a["name"] for a in cfg.workload.lora.adapters] == ["a0", "base"]
+
+
+def test_agree_stopped_by_sigterm_keeps_the_run_in_progress_and_leaves_no_process(tmp_path):
+    out = tmp_path / "agree"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.agree", "--engines", "llamacpp,mlx", "--requests", "40",
+                             "--output-len", "64", "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    rows = out / "llamacpp" / "requests.jsonl"
+    deadline = time.monotonic() + 120
+    while not (rows.exists() and rows.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted: the runs so far") and "Traceback" not in err
+    assert json.loads((out / "llamacpp" / "summary.json").read_text())["status"] == "interrupted"
+    assert not (out / "mlx").exists()  # the next engine never started
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]

@@ -103,3 +103,23 @@ def test_sigterm_keeps_what_was_measured_and_leaves_no_process(tmp_path):
     assert list((out / "runs").glob("block001-*/summary.json"))  # the interrupted run kept its measurement
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
+
+
+def test_a_killed_experiment_takes_its_run_with_it(tmp_path):
+    """SIGKILL leaves harness.ab no clean-up: its run gets SIGTERM from the kernel, ends
+    interrupted with what it measured, and its server goes with it."""
+    out = tmp_path / "ab"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.ab", "--blocks", "3", "--out", str(out), "--b",
+                             "backend.itl_ms=5", "--", *COMMON, "workload.num_requests=400"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=as_foreground_job)
+    deadline = time.monotonic() + 120
+    while not list((out / "runs").glob("block001-*/requests.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    assert family, "the run and its server were not started"
+    proc.kill()
+    proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs(family, timeout=30)
+    assert not alive, [p.cmdline() for p in alive]
+    summaries = [json.loads(p.read_text()) for p in (out / "runs").glob("block001-*/summary.json")]
+    assert [s["status"] for s in summaries] == ["interrupted"]
