@@ -214,6 +214,32 @@ def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_i
         assert 5 < figures["throughput"]["requests_per_s"] < 15
 
 
+def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
+    """What the probes so far say is kept apart (best_so_far): a search stopped after its first
+    probe passed must not read as the highest load that meets the SLO."""
+    args = [*REF, "backend.itl_ms=10", *FAST, "workload.output_len=20", "workload.num_requests=30",
+            "slo_search.enabled=true", "slo_search.over=concurrency", "slo_search.low=1", "slo.e2e_s=10",
+            f"hydra.run.dir={tmp_path / 'search'}"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    def probes_written() -> int:
+        try:
+            return len(json.loads((tmp_path / "search" / "sweep.json").read_text())["slo_search"]["probes"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    deadline = time.time() + 120
+    while not probes_written() and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    sweep = json.loads((tmp_path / "search" / "sweep.json").read_text())
+    search = sweep["slo_search"]
+    assert not search["finished"] and sweep["slo_max_concurrency"] is None and search["slo_max_concurrency"] is None
+    assert search["best_so_far"] == 1 and search["answer_text"].startswith("no answer: the search did not finish")
+
+
 def _under_nohup():
     as_foreground_job()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

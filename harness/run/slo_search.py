@@ -109,12 +109,15 @@ def _write_search(out_dir: Path, cfg: RunConfig, probes: list[dict[str, Any]], b
     else:
         bound = f" (fails at {worst_fail:g}{unit})" if worst_fail is not None else " (the highest load probed)"
         answer = f"slo_max_{key} = {best:g}{unit}: the highest {key} at which {cfg.slo_search.attainment * 100:g}% of requests met {limits}{bound}"
+    if not final:  # interrupted, or still probing: no answer yet, only what the probes so far say
+        answer = f"no answer: the search did not finish (so far: {answer})"
     record = {
         "over": key, "slo": slo, "attainment": cfg.slo_search.attainment, "probes": probes,
-        f"slo_max_{key}": best, "lowest_failing": worst_fail, "finished": final, "answer_text": answer,
+        f"slo_max_{key}": best if final else None, "best_so_far": best, "lowest_failing": worst_fail,
+        "finished": final, "answer_text": answer,
     }
     with locked_sweep(out_dir) as data:
         data["kind"] = "slo_search"
         data["slo_search"] = record
-        data[f"slo_max_{key}"] = best
+        data[f"slo_max_{key}"] = best if final else None
     return record
