@@ -31,7 +31,7 @@ from core.parent import take_back_ctrl_c
 from harness.preflight import CONF_DIR, GROUPS, check_group_choices, check_overrides, group_choices
 EXIT_POINT_FAILED = 1
 _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
-_job_started = False  # a run or a sweep's point began (Hydra made its folder): what Ctrl-C says
+_job_started = ""  # "run" or "sweep" once Hydra has made the folder and called the job: what Ctrl-C says
 
 
 def register_everything() -> None:
@@ -117,8 +117,8 @@ def fail(message: str) -> None:
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
     global _job_started
-    _job_started = True
     hc = HydraConfig.get()
+    _job_started = "sweep" if hc.mode == RunMode.MULTIRUN else "run"
     if hc.mode == RunMode.MULTIRUN:
         _sweep_point(cfg, hc)
     else:
@@ -126,14 +126,14 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
-    from harness.reports.console import format_summary, format_sweep
-    from harness.results.schema import RunSummary
-    from harness.results.store import load_summary
-    from harness.results.sweep_file import read_sweep
-    from harness.config import to_run_config
-    from harness.run.sweep import run_sweep_point
-
     try:
+        from harness.reports.console import format_summary, format_sweep
+        from harness.results.schema import RunSummary
+        from harness.results.store import load_summary
+        from harness.results.sweep_file import read_sweep
+        from harness.config import to_run_config
+        from harness.run.sweep import run_sweep_point
+
         run_cfg = to_run_config(cfg)
         if run_cfg.slo_search.enabled:
             from harness.run.slo_search import run_slo_search
@@ -147,7 +147,12 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
         _discard_if_empty(run_dir)
         fail(str(exc))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: what was measured is in {run_dir}", file=sys.stderr)
+        if _measured(run_dir):
+            print(f"\ninterrupted: what was measured is in {run_dir}", file=sys.stderr)
+        else:
+            _discard_if_empty(run_dir)
+            kept = f" (the engine's log is kept in {run_dir})" if run_dir.is_dir() else ""
+            print(f"\ninterrupted before the run started: nothing was measured{kept}", file=sys.stderr)
         sys.exit(130)
     for d in entry["run_dirs"]:
         summary = RunSummary.from_dict(load_summary(Path(d)))
@@ -159,6 +164,12 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     if entry["status"] == "skipped":
         print(f"resume: this config already finished in {', '.join(entry['run_dirs'])}")
     print(f"results: {run_dir}", flush=True)
+
+
+def _measured(run_dir: Path) -> bool:
+    """Whether the run (a repeat, a probe) wrote a summary or a request."""
+    return any(p.name == "summary.json" or p.stat().st_size > 0
+               for pattern in ("**/summary.json", "**/requests.jsonl") for p in run_dir.glob(pattern))
 
 
 def _sweep_point(cfg: DictConfig, hc: Any) -> None:
@@ -274,10 +285,10 @@ def main() -> None:
         from harness.run.sweep import SESSIONS
 
         SESSIONS.close()
-        if not _job_started:
-            print("\ninterrupted before the run started: nothing was measured", file=sys.stderr)
-        else:
+        if _job_started == "sweep":
             print("\ninterrupted: what was measured is kept (sweep.json lists the points so far)", file=sys.stderr)
+        else:  # a run's own interrupt is answered in _single_run
+            print("\ninterrupted before the run started: nothing was measured", file=sys.stderr)
         sys.exit(130)
     finally:
         from harness.run.sweep import SESSIONS

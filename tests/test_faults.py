@@ -240,6 +240,26 @@ def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
     assert search["best_so_far"] == 1 and search["answer_text"].startswith("no answer: the search did not finish")
 
 
+def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
+    slow = "backend.server_command=['{python}','-m','refserver','--port','{port}','--startup-delay-s','60']"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=4", slow,
+                             f"output_root={tmp_path}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("*/server.log")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (run_dir,) = tmp_path.iterdir()
+    assert err.strip().splitlines()[-1] == \
+        f"interrupted before the run started: nothing was measured (the engine's log is kept in {run_dir})"
+    assert not list(run_dir.glob("requests.*")) and not (run_dir / "summary.json").exists()
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+
+
 def _under_nohup():
     as_foreground_job()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
