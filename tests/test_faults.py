@@ -260,6 +260,28 @@ def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
     assert not alive, [p.cmdline() for p in alive]
 
 
+def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "-m", *REF, "backend.itl_ms=20", *FAST,
+                             "workload.output_len=20", "workload.num_requests=100", "workload.concurrency=4,1",
+                             f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rows = list(sweep.glob("1-*/requests.jsonl"))
+        if rows and rows[0].read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    points = json.loads((sweep / "sweep.json").read_text())["points"]
+    assert [p["status"] for p in points] == ["complete", "interrupted"]
+    interrupted = points[1]
+    assert interrupted["run_dirs"] == [str(rows[0].parent)] and interrupted["figures"]
+    assert interrupted["error"] == "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
+
+
 def _under_nohup():
     as_foreground_job()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -146,7 +146,7 @@ def run_point(
         _check_engine(session, writer, run_dir)
         point.status = SATURATED if driver.saturated else COMPLETE
     except KeyboardInterrupt:
-        point.status, point.error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
+        point.status, point.error = INTERRUPTED, "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
         raise
     except Exception as exc:
         point.error = f"{type(exc).__name__}: {exc}"

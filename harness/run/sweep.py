@@ -20,6 +20,7 @@ times into ``repeat-1/ … repeat-N/`` of its folder.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -32,7 +33,7 @@ from harness.config import RunConfig, config_sha256
 from harness.history.store import add_run
 from harness.reports.compare.outputs import write_comparison
 from harness.results.schema import COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary
-from harness.results.store import holds_run, load_summary
+from harness.results.store import holds_run, is_run_dir, load_summary
 from harness.results.sweep_file import (
     SKIPPED,
     combine_repeats,
@@ -106,8 +107,25 @@ def set_aside_unfinished(run_dir: Path) -> Optional[Path]:
     while (aside := run_dir.with_name(f"{run_dir.name}.unfinished-{k}")).exists():
         k += 1
     run_dir.rename(aside)
+    reopen_log_files(run_dir)
     log.info("resume: the unfinished run in %s is kept as %s; the point runs again", run_dir, aside.name)
     return aside
+
+
+def reopen_log_files(folder: Path) -> None:
+    """The log files open in ``folder`` (Hydra's harness.log for this point) opened again at
+    their path, after the folder was renamed: the new run's lines go to its own folder."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == folder.absolute():
+            handler.acquire()
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                old = handler.stream
+                handler.stream = open(handler.baseFilename, "a", encoding=handler.encoding)
+                if old is not None:
+                    old.close()
+            finally:
+                handler.release()
 
 
 # --- one point ----------------------------------------------------------------------------
@@ -140,6 +158,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     summaries: list[RunSummary] = []
     done = find_finished(Path(cfg.output_root), sha) if cfg.resume else {}
     disk_full = False
+    rep_dir: Optional[Path] = None
     try:
         for i in range(1, cfg.repeat + 1):
             rep_dir = run_dir if cfg.repeat == 1 else run_dir / f"repeat-{i}"
@@ -159,7 +178,13 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
         if any(s.stages for s in summaries):
             entry["stages"] = combine_stages(summaries)
     except KeyboardInterrupt:
-        entry.update(status=INTERRUPTED, error="interrupted by the user (Ctrl-C)")
+        entry.update(status=INTERRUPTED, error="interrupted (Ctrl-C, SIGTERM or SIGHUP)")
+        if rep_dir is not None and str(rep_dir) not in entry["run_dirs"] and is_run_dir(rep_dir):
+            with contextlib.suppress(OSError, ValueError):  # the interrupted run's own summary, when it wrote one
+                summaries.append(RunSummary.from_dict(load_summary(rep_dir)))
+                entry["run_dirs"].append(str(rep_dir))
+        if summaries:
+            entry["figures"] = combine_repeats(summaries)
         raise
     except HarnessError as exc:
         entry.update(status=FAILED, error=str(exc))

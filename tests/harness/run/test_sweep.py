@@ -189,3 +189,6 @@ def test_resume_into_the_same_folders_runs_an_unfinished_point_again(tmp_path):
     assert load_summary(killed)["status"] == "complete"
     aside = killed.with_name(killed.name + ".unfinished-1")
     assert load_summary(aside)["status"] == "interrupted"  # nothing measured is lost
+    # the new run logs into its own folder, the one set aside keeps only its own run's lines
+    assert "resume: the unfinished run" in (killed / "harness.log").read_text()
+    assert "resume: the unfinished run" not in (aside / "harness.log").read_text()
