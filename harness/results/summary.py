@@ -227,7 +227,8 @@ def run_warnings(summary: RunSummary) -> list[str]:
     req = summary.requests
     planned = summary.workload.get("requests_planned")
     if summary.status == INTERRUPTED:
-        out.append(f"The run was interrupted: {req.get('sent', 0)} of {planned} planned requests finished; the figures cover those.")
+        out.append(f"The run was interrupted: {req.get('completed', 0)} of {planned} planned requests completed "
+                   f"({req.get('sent', 0)} sent); the figures cover those.")
     elif summary.status == SATURATED:
         out.append(f"The point was stopped early, over-saturated ({summary.saturated}); "
                    f"{req.get('sent', 0)} of {planned} planned requests were sent.")

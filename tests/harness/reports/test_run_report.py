@@ -147,7 +147,7 @@ def test_interrupted_run_still_gets_its_report(monkeypatch, tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted"
     html = (tmp_path / "report.html").read_text()
-    assert "The run was interrupted" in html and "of 20 planned requests finished" in html
+    assert "The run was interrupted" in html and "of 20 planned requests completed" in html
 
 
 def test_report_from_what_a_dead_run_leaves(cli_run, tmp_path, chromium):
