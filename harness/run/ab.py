@@ -207,7 +207,8 @@ def look_points(blocks: int, max_blocks: int, every: int) -> list[int]:
 class RunProcess:
     """One run of the harness as a child process; stopped as Ctrl-C would stop it."""
 
-    def __init__(self, command: list[str], cwd: str, log: Path):
+    def __init__(self, command: list[str], cwd: str, log: Path, block: int = 0, arm: str = "", run_dir: str = ""):
+        self.block, self.arm, self.run_dir, self.start = block, arm, run_dir, time.perf_counter()
         self.log = open(log, "w")
         # a SIGKILL of harness.ab (no clean-up of its own) ends the run as SIGTERM does: interrupted, kept
         self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
@@ -227,6 +228,9 @@ class RunProcess:
         terminal's Ctrl-C reached the run too, so give it time to end on its own first."""
         stop_as_ctrl_c(self.proc, STOP_GRACE_S, signalled)
 
+    def record(self) -> RunRecord:
+        return RunRecord(self.block, self.arm, self.run_dir, self.proc.poll(), time.perf_counter() - self.start)
+
 
 def run_one(block: int, arm: Arm, common: Sequence[str], run_dir: Path, timeout_s: float,
             current: list[RunProcess], held: Optional[HeldEngine] = None) -> RunRecord:
@@ -237,7 +241,7 @@ def run_one(block: int, arm: Arm, common: Sequence[str], run_dir: Path, timeout_
     if held is not None:
         code = held.run(run_dir, log, timeout_s)
         return RunRecord(block, arm.name, str(run_dir), code, time.perf_counter() - start)
-    proc = RunProcess(arm.command(common, run_dir), arm.cwd, log)
+    proc = RunProcess(arm.command(common, run_dir), arm.cwd, log, block, arm.name, str(run_dir))
     current[:] = [proc]
     code = proc.wait(timeout_s)
     current.clear()
@@ -276,6 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (KeyboardInterrupt, Interrupted) as exc:
         for proc in [*current, *held.values()]:
             proc.stop(signalled=isinstance(exc, KeyboardInterrupt))
+        exp.runs += [proc.record() for proc in current]  # the interrupted run, with what it kept
         exp.status = "interrupted"
         print(f"\ninterrupted: the runs so far and ab.json are in {out}", file=sys.stderr)
         code = EXIT_INTERRUPTED

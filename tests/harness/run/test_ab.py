@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -101,6 +102,8 @@ def test_sigterm_keeps_what_was_measured_and_leaves_no_process(tmp_path):
     assert proc.returncode == ab.EXIT_INTERRUPTED and "interrupted: the runs so far and ab.json are in" in err
     assert json.loads((out / "ab.json").read_text())["status"] == "interrupted"
     assert list((out / "runs").glob("block001-*/summary.json"))  # the interrupted run kept its measurement
+    runs = json.loads((out / "ab.json").read_text())["runs"]
+    assert runs[-1]["exit_code"] == 130 and (out / "runs" / Path(runs[-1]["run_dir"]).name / "summary.json").is_file()
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
 
