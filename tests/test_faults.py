@@ -282,6 +282,23 @@ def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures
     assert interrupted["error"] == "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
 
 
+def test_a_run_interrupted_while_nothing_is_in_flight_runs_to_the_interrupt(tmp_path):
+    """Chats in their think time when Ctrl-C comes: T runs to the interrupt, not to the last
+    request's end (which read a throughput many times the real one)."""
+    args = [*REF, "model=tiny-random", "workload=chat", "workload.output_len=4", "workload.sessions=2",
+            "workload.turns=3", "workload.concurrency=2", "workload.think_time_s=30", "workload.warmup_requests=0",
+            "progress=false", f"output_root={tmp_path}"]
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 2)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    summary = load_summary(run_dir)
+    last_end = pd.read_parquet(run_dir / "requests.parquet").end_s.max()
+    assert summary["status"] == "interrupted" and summary["duration_s"] > last_end + 1.5
+    assert summary["throughput"]["requests_per_s"] < 2 / (last_end + 1.5)
+
+
 def _under_nohup():
     as_foreground_job()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -4,7 +4,9 @@ unit, direction and formula (the class docstring), as in harness/results/metrics
 A job's requests are the records with its ``job_id``. A request's dependencies, from its
 record: the previous turn of its session; for a sub-agent's first turn, the request its agent
 forked after (``parent_request_id``); for the turn after a fork, also the last request of each
-sub-agent forked at the previous turn. A job **completed** when every request it sent did.
+sub-agent forked at the previous turn. A job **completed** when it sent every request its plan
+holds and each one completed; it **failed** when a request failed; it is **unfinished** when the
+run was cut short before it ended (a request cancelled, or planned requests never sent).
 
 The summary's ``jobs`` section (:func:`job_figures`) holds the distributions over completed
 jobs of the :data:`JOB_METRICS` with ``per_job``, and the run figures of the others.
@@ -13,11 +15,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from harness.results import formulas
 from harness.results.metrics import Metric
 from harness.results.record import RequestRecord
+
+COMPLETED, FAILED, UNFINISHED = "completed", "failed", "unfinished"
+CANCELLED = "cancelled:"  # the error of a request the run's end cancelled (harness/client/driver.py)
 
 
 @dataclass
@@ -26,9 +31,13 @@ class JobRun:
 
     job_id: int
     records: list[RequestRecord]
-    ok: bool
+    state: str  # completed | failed | unfinished
     job_s: float
     critical_path: list[RequestRecord]
+
+    @property
+    def ok(self) -> bool:
+        return self.state == COMPLETED
 
     @property
     def critical_path_s(self) -> float:
@@ -189,8 +198,9 @@ def critical_path(records: Sequence[RequestRecord]) -> list[RequestRecord]:
         path.append(max(dependencies, key=lambda d: d.end_s))
 
 
-def job_runs(records: Sequence[RequestRecord]) -> list[JobRun]:
-    """Every job with a record, in job order."""
+def job_runs(records: Sequence[RequestRecord], planned: Optional[Mapping[int, int]] = None) -> list[JobRun]:
+    """Every job with a record, in job order; ``planned``: each job's number of requests in the
+    plan (without it, a job whose requests all completed counts as completed)."""
     by_job: dict[int, list[RequestRecord]] = defaultdict(list)
     for r in records:
         if r.job_id is not None:
@@ -198,25 +208,32 @@ def job_runs(records: Sequence[RequestRecord]) -> list[JobRun]:
     out = []
     for job_id in sorted(by_job):
         rs = by_job[job_id]
-        ok = all(r.ok for r in rs)
+        cancelled = [r for r in rs if not r.ok and (r.error or "").startswith(CANCELLED)]
+        if any(not r.ok for r in rs if r not in cancelled):
+            state = FAILED
+        elif cancelled or len(rs) < (planned or {}).get(job_id, 0):
+            state = UNFINISHED
+        else:
+            state = COMPLETED
         job_s = max(r.end_s for r in rs) - min(r.start_s for r in rs)
-        out.append(JobRun(job_id, rs, ok, job_s, critical_path(rs) if ok else []))
+        out.append(JobRun(job_id, rs, state, job_s, critical_path(rs) if state == COMPLETED else []))
     return out
 
 
-def job_figures(records: Sequence[RequestRecord], duration_s: float,
-                slo_job_s: Optional[float]) -> Optional[dict[str, Any]]:
-    """The summary's ``jobs`` section; None for a run without agent jobs.
+def job_figures(records: Sequence[RequestRecord], duration_s: float, slo_job_s: Optional[float],
+                planned: Optional[Mapping[int, int]] = None) -> Optional[dict[str, Any]]:
+    """The summary's ``jobs`` section; None for a run without agent jobs. ``planned``: each
+    job's number of requests in the plan.
 
     Distributions (count, mean, p50, p90…) over completed jobs of each per-job metric; the run
     metrics; and by depth (as a string key): requests and the cached share (Σ cached / Σ prompt
     over the completed requests at that depth whose engine reports it)."""
-    jobs = job_runs(records)
+    jobs = job_runs(records, planned)
     if not jobs:
         return None
     done = [j for j in jobs if j.ok]
-    out: dict[str, Any] = {"count": len(jobs), "completed": len(done), "failed": len(jobs) - len(done),
-                           "slo_job_s": slo_job_s}
+    out: dict[str, Any] = {"count": len(jobs), "completed": len(done), "failed": sum(j.state == FAILED for j in jobs),
+                           "unfinished": sum(j.state == UNFINISHED for j in jobs), "slo_job_s": slo_job_s}
     for key, metric in JOB_METRICS.items():
         if metric.per_job:
             out[key] = formulas.distribution([v for v in (metric.value(j) for j in done) if v is not None])
@@ -239,7 +256,8 @@ def job_table(jobs: Optional[dict[str, Any]]) -> list[tuple[str, str]]:
     """(figure, value as shown) rows of the summary's ``jobs`` section, for the console and report."""
     if not jobs:
         return []
-    rows = [("jobs completed", f"{jobs.get('completed', 0)}/{jobs.get('count', 0)}")]
+    unfinished = f", {jobs['unfinished']} unfinished (the run was cut short)" if jobs.get("unfinished") else ""
+    rows = [("jobs completed", f"{jobs.get('completed', 0)}/{jobs.get('count', 0)}{unfinished}")]
     for key, metric in JOB_METRICS.items():
         value = jobs.get(key)
         if metric.per_job:

@@ -6,7 +6,7 @@ Which figures exist, their units and formulas come from the metric registry
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from core.lora import BASE
 from harness.results import formulas
@@ -27,12 +27,14 @@ OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
               gpu: Optional[GpuPhase] = None, usd_per_hour: Optional[float] = None,
               endpoint_urls: Optional[Sequence[Optional[str]]] = None,
-              lora: Optional[Sequence[dict[str, Any]]] = None) -> dict[str, Any]:
+              lora: Optional[Sequence[dict[str, Any]]] = None,
+              job_calls: Optional[Mapping[int, int]] = None) -> dict[str, Any]:
     """Per-run figures. Failed requests are counted apart and never enter a distribution.
     ``gpu``: the measured phase's GPU figures, and ``usd_per_hour`` the machine's price
     (``cost.*``), for the run metrics that need them. ``endpoint_urls``: the public URLs of
     the endpoints requests were routed over (several: an ``endpoints`` section). ``lora``: the
-    plan's adapters ({name, path, share}: an ``adapters`` section, :func:`adapters`)."""
+    plan's adapters ({name, path, share}: an ``adapters`` section, :func:`adapters`).
+    ``job_calls``: each agent job's number of requests in the plan (a job cut short is unfinished)."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
@@ -42,7 +44,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
         **({"endpoints": by_endpoint} if by_endpoint else {}),
         **({"adapters": by_adapter} if by_adapter else {}),
         **({"structured": checked} if (checked := structured(records)) else {}),
-        **({"jobs": by_job} if (by_job := job_figures(records, duration_s, getattr(slo, "job_s", None))) else {}),
+        **({"jobs": by_job} if (by_job := job_figures(records, duration_s, getattr(slo, "job_s", None), job_calls)) else {}),
         "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
         "duration_s": duration_s,
         "latency": metrics.distributions(ok),

@@ -142,7 +142,7 @@ def run_point(
             point.stop_machine_monitor()  # already stopped unless the measured phase was cut short
             close_progress()
             if driver.t0:  # the measured phase began (also when it was interrupted)
-                point.t_measured = driver.t0
+                point.t_measured, point.t_stopped = driver.t0, time.perf_counter()
         _check_engine(session, writer, run_dir)
         point.status = SATURATED if driver.saturated else COMPLETE
     except KeyboardInterrupt:
@@ -242,6 +242,7 @@ class PointRun:
     error: Optional[str] = None
     duration_s: float = 0.0  # the measured phase's wall time
     t_measured: Optional[float] = None  # when the measured phase began (perf_counter)
+    t_stopped: Optional[float] = None  # when it ended, finished or cut short (perf_counter)
     t_created: float = field(default_factory=time.perf_counter)  # the tables' zero when nothing was measured
     machine_monitor: Optional[MachineMonitor] = None  # sampling the machine during the measured phase
     machine: Optional[MachineState] = None  # what it found (machine.json); None when off or never started
@@ -306,8 +307,9 @@ class PointRun:
         if self.scrapes["before"] is not None:
             self.scrapes["after"] = self.scrape("after")
         records = self.writer.records
-        if self.status not in (COMPLETE, SATURATED) and records:
-            self.duration_s = max(r.end_s for r in records)
+        if self.status not in (COMPLETE, SATURATED):  # cut short: T runs to the interrupt (or the error)
+            ran = self.t_stopped - self.t_measured if self.t_measured and self.t_stopped else 0.0
+            self.duration_s = max([ran, *(r.end_s for r in records)])
         gpu = self._gpu_figures()
         summary = RunSummary(
             status=self.status, error=self.error, started_at=self.started_at, backend=self.session.describe(),
@@ -315,7 +317,7 @@ class PointRun:
             workload=self._workload_summary(), seed=self.cfg.seed,
             **time_windows(summarize(records, self.duration_s, self.cfg.slo, gpu.phase if gpu else None,
                                      self.cfg.cost.machine_usd_per_hour(), endpoint_urls=self._endpoint_urls(),
-                                     lora=self.plan.lora),
+                                     lora=self.plan.lora, job_calls=self._job_calls()),
                            records, self.cfg.slo, self._window(), self._stages(), self.cfg.cost.machine_usd_per_hour()),
             memory=self._memory_summary(gpu), load_s=self.load_s, engine=self.engine,
             config_sha256=config_sha256(self.cfg), repeat=self.repeat, saturated=self.driver.saturated,
@@ -359,6 +361,14 @@ class PointRun:
         if self.status != COMPLETE:  # interrupted, saturated or failed: the schedule's end never came
             end = min(end, self.duration_s)
         return float(warm), max(float(warm), end)
+
+    def _job_calls(self) -> Optional[dict[int, int]]:
+        """Each agent job's number of requests in the plan; None without jobs."""
+        calls: dict[int, int] = {}
+        for session in self.plan.sessions:
+            if session.job_id is not None:
+                calls[session.job_id] = calls.get(session.job_id, 0) + len(session.turns)
+        return calls or None
 
     def _stages(self) -> Optional[list[dict[str, Any]]]:
         """The schedule's stages; when the run ended early, those it reached, the last one ending

@@ -52,6 +52,20 @@ def test_jct_goodput_and_cached_shares():
     assert figures["reported_by_engine"] is True
 
 
+def test_a_job_cut_short_is_unfinished_not_completed_or_failed():
+    """A run interrupted in a tool gap: the job's sent calls all completed, but its plan held more."""
+    in_gap = [rec(10, 3, 0, 0.0, 0.3, job=1)]  # 1 of its 8 planned calls
+    cancelled = [rec(20, 4, 0, 0.0, 0.3, job=2), rec(21, 4, 1, 0.5, 0.6, job=2, error="cancelled: the run was interrupted")]
+    failed = [rec(30, 5, 0, 0.0, 0.3, job=3, error="boom")]
+    figures = job_figures(job0() + in_gap + cancelled + failed, duration_s=6.0, slo_job_s=None,
+                          planned={0: 6, 1: 8, 2: 8, 3: 8})
+    assert (figures["count"], figures["completed"], figures["failed"], figures["unfinished"]) == (4, 1, 1, 2)
+    assert figures["job_s"]["count"] == 1 and figures["jobs_per_s"] == pytest.approx(1 / 6)
+    assert dict(job_table(figures))["jobs completed"] == "1/4, 2 unfinished (the run was cut short)"
+    # without the plan's counts, a job whose sent calls all completed counts as completed
+    assert job_figures(in_gap, duration_s=1.0, slo_job_s=None)["completed"] == 1
+
+
 def test_no_jobs_no_section_and_the_text_forms():
     plain = rec(0, 0, 0, 0.0, 1.0, job=None, depth=None)
     assert job_figures([plain], 1.0, None) is None and jobs_line(None) is None and job_table(None) == []
