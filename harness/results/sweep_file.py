@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from harness.results import metrics
-from harness.results.schema import FAILED, RunSummary
+from harness.results.schema import FAILED, FINISHED, RunSummary
 from harness.results.store import is_run_dir, write_json
 
 SWEEP_JSON = "sweep.json"
@@ -103,8 +103,11 @@ def combine_stages(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
 
 
 def combine_repeats(summaries: Sequence[RunSummary]) -> dict[str, Any]:
-    """A point's figures: the value of a single run, or mean and 95 % CI over its repeats."""
-    per_run = [key_figures(s) for s in summaries]
+    """A point's figures: the value of a single run, or mean and 95 % CI over its repeats; a
+    repeat cut short (interrupted, failed) is left out when another one finished, so a partial
+    run does not weigh as a whole one (its folder and summary stay listed in ``run_dirs``)."""
+    finished = [s for s in summaries if s.status in FINISHED]
+    per_run = [key_figures(s) for s in (finished or summaries)]
     if len(per_run) == 1:
         return per_run[0]
     names = list(dict.fromkeys(name for f in per_run for name in f))
