@@ -60,10 +60,9 @@ def workload_text(summary: RunSummary) -> str:
     sha = (wl.get("sha256") or "")[:12]
     data = wl.get("data")
     source = f" · data {data.get('path')} ({data.get('format')}, sha256 {str(data.get('sha256'))[:12]}…)" if data else ""
-    return (
-        f"{wl.get('name')} · {wl.get('requests_planned')} requests in {wl.get('sessions')} sessions · "
-        f"{load_text(summary)} · sha256 {sha}…{source}"
-    )
+    planned = f" · {wl['requests_planned']} requests in {wl.get('sessions')} sessions" \
+        if wl.get("requests_planned") is not None else ""  # unknown where a killed run left no summary
+    return f"{wl.get('name')}{planned} · {load_text(summary)} · sha256 {sha}…{source}"
 
 
 def hardware_text(env: dict[str, Any]) -> str:

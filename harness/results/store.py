@@ -25,6 +25,7 @@ import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from core.errors import DiskFull, HarnessError
 from core.text import valid_text
@@ -338,8 +339,34 @@ def summary_from_jsonl(run_dir: Path) -> RunSummary:
             continue
     duration = max((r.end_s for r in records), default=0.0)
     figures = summarize(records, duration, SLOConfig())
-    return RunSummary(status="incomplete", error="the run left no summary.json (killed?); figures rebuilt from requests.jsonl",
-                      **figures)
+    owner = running_owner(Path(run_dir))
+    error = (f"the run is still going (pid {owner}): the figures of its requests so far, from requests.jsonl"
+             if owner else "the run left no summary.json (killed?); figures rebuilt from requests.jsonl")
+    return RunSummary(status="running" if owner else "incomplete", error=error, **config_names(Path(run_dir)), **figures)
+
+
+def running_owner(run_dir: Path) -> Optional[int]:
+    """The pid of the harness still running in ``run_dir`` (its claim), or None."""
+    try:
+        pid = int((run_dir / CLAIM).read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid if pid != os.getpid() else None
+
+
+CONFIG_KEYS = {"backend": ("name", "mode"), "model": ("name",), "workload": ("name", "concurrency", "rate")}
+
+
+def config_names(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """What the run's config.yaml (written when the engine was up) says of its backend, model and
+    workload, for a summary rebuilt without summary.json; {} when it is missing or unreadable."""
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        return {section: {key: (config.get(section) or {}).get(key) for key in keys}
+                for section, keys in CONFIG_KEYS.items()}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
 
 
 class UnreadableSummary(HarnessError, ValueError):

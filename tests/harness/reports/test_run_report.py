@@ -1,5 +1,6 @@
 """report.html: written by every run, self-contained, drawn without errors in Chromium, escaped."""
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -165,6 +166,23 @@ def test_report_from_what_a_dead_run_leaves(cli_run, tmp_path, chromium):
     assert "failed: RuntimeError: &lt;script&gt;" in html and "unknown (no env.json)" in html
     assert plot_ids(html) == ["latency-cdf", "itl", "timeline", "throughput-time"]
     assert_renders(chromium, run_dir / "report.html", tmp_path / "dead.png", ["latency-cdf", "itl", "timeline", "throughput-time"])
+
+
+def test_report_of_a_killed_run_and_of_a_run_still_going(cli_run, tmp_path):
+    """No summary.json: the figures from requests.jsonl, the names from config.yaml, and the
+    claim's pid says whether the run was killed or is still going."""
+    _, source = cli_run
+    run_dir = tmp_path / "no-summary"
+    shutil.copytree(source, run_dir)
+    backend = json.loads((run_dir / "summary.json").read_text())["backend"]
+    (run_dir / "summary.json").unlink()
+    (run_dir / ".claimed").write_text("999999999")  # no such process: killed
+    html = report.write_report(run_dir).read_text()
+    assert "the run left no summary.json (killed?)" in html and "still going" not in html
+    assert f"{backend['name']} ({backend['mode']})" in html and "None requests" not in html
+    (run_dir / ".claimed").write_text(str(os.getppid()))  # a live process: a run in progress
+    html = report.write_report(run_dir).read_text()
+    assert f"the run is still going (pid {os.getppid()})" in html and "killed?" not in html
 
 
 def test_a_run_with_no_request_at_all(tmp_path, cli_run):
