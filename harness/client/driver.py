@@ -25,7 +25,7 @@ from core.structured import tool_choice_for
 from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChunk
 from harness.client.pacing import pace_until
 from harness.client.saturation import SaturationDetector
-from harness.results.record import RequestRecord, RequestTiming, build_record, check_output
+from harness.results.record import CANCELLED, RequestRecord, RequestTiming, build_record, check_output
 from workloads.base import Forks, SessionSpec, WorkloadPlan, first_request_ids, fork_table
 from workloads.prompts import PromptRenderer, chat_messages
 from workloads.schedule import LoadSchedule
@@ -33,7 +33,7 @@ from workloads.schedule import LoadSchedule
 log = logging.getLogger("harness")
 
 # The error of a request cancelled because its open-loop point was stopped as over-saturated.
-SATURATED_ERROR = "cancelled: over-saturated, the point was stopped"
+SATURATED_ERROR = CANCELLED + "over-saturated, the point was stopped"
 
 
 async def execute(
@@ -87,7 +87,7 @@ async def execute(
                     ids_text = done.token_ids_text
     except asyncio.CancelledError:
         if on_cancel is not None:
-            error = "cancelled: the run was interrupted"
+            error = CANCELLED + "the run was interrupted"
             on_cancel(record_now())
         raise
     except Exception as exc:  # noqa: BLE001 - one request's failure must not stop the run

@@ -22,7 +22,6 @@ from harness.results.metrics import Metric
 from harness.results.record import RequestRecord
 
 COMPLETED, FAILED, UNFINISHED = "completed", "failed", "unfinished"
-CANCELLED = "cancelled:"  # the error of a request the run's end cancelled (harness/client/driver.py)
 
 
 @dataclass
@@ -208,10 +207,9 @@ def job_runs(records: Sequence[RequestRecord], planned: Optional[Mapping[int, in
     out = []
     for job_id in sorted(by_job):
         rs = by_job[job_id]
-        cancelled = [r for r in rs if not r.ok and (r.error or "").startswith(CANCELLED)]
-        if any(not r.ok for r in rs if r not in cancelled):
+        if any(not r.ok and not r.cancelled for r in rs):
             state = FAILED
-        elif cancelled or len(rs) < (planned or {}).get(job_id, 0):
+        elif any(r.cancelled for r in rs) or len(rs) < (planned or {}).get(job_id, 0):
             state = UNFINISHED
         else:
             state = COMPLETED

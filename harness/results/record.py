@@ -26,6 +26,10 @@ from harness.results.formulas import (
 )
 
 
+# the start of the error of a request the client cancelled when its run ended early
+CANCELLED = "cancelled: "
+
+
 @dataclass(slots=True)  # a long run keeps one a request (harness/results/kept.py): no __dict__
 class RequestRecord:
     """One row of requests.parquet. Times ``*_s`` relative to the measured phase's start."""
@@ -97,6 +101,11 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def cancelled(self) -> bool:
+        """Cut short by the run's end (an interrupt, a saturated point), not failed by the engine."""
+        return (self.error or "").startswith(CANCELLED)
 
 
 @dataclass
