@@ -95,6 +95,7 @@ TEXT_COLUMNS = ("finish_reason", "error", "output_text", "output_invalid_reason"
 COMPLETE, SATURATED, INTERRUPTED, FAILED = "complete", "saturated", "interrupted", "failed"
 
 FINISHED = (COMPLETE, SATURATED)  # nothing to redo: a resumed sweep skips these
+INTERRUPTED_ERROR = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"  # the error of a run or a point stopped so
 
 
 @dataclass

@@ -43,7 +43,8 @@ from harness.reports.run_report import write_report
 from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budget
 from harness.results.record import RequestRecord
 from harness.results.schema import (
-    COMPLETE, FAILED, INTERRUPTED, MACHINE, METRICS_AFTER, METRICS_BEFORE, SATURATED, SERVER_METRICS, RunSummary,
+    COMPLETE, FAILED, INTERRUPTED, INTERRUPTED_ERROR, MACHINE, METRICS_AFTER, METRICS_BEFORE, SATURATED, SERVER_METRICS,
+    RunSummary,
 )
 from harness.results.store import RunWriter, check_run_dir_free
 from harness.results.summary import run_warnings, summarize, time_windows
@@ -146,7 +147,7 @@ def run_point(
         _check_engine(session, writer, run_dir)
         point.status = SATURATED if driver.saturated else COMPLETE
     except KeyboardInterrupt:
-        point.status, point.error = INTERRUPTED, "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
+        point.status, point.error = INTERRUPTED, INTERRUPTED_ERROR
         raise
     except Exception as exc:
         point.error = f"{type(exc).__name__}: {exc}"

@@ -32,7 +32,7 @@ from core.errors import DiskFull, EngineFailed, HarnessError
 from harness.config import RunConfig, config_sha256
 from harness.history.store import add_run
 from harness.reports.compare.outputs import write_comparison
-from harness.results.schema import COMPLETE, FAILED, FINISHED, INTERRUPTED, SATURATED, RunSummary
+from harness.results.schema import COMPLETE, FAILED, FINISHED, INTERRUPTED, INTERRUPTED_ERROR, SATURATED, RunSummary
 from harness.results.store import holds_run, is_run_dir, load_summary
 from harness.results.sweep_file import (
     SKIPPED,
@@ -178,7 +178,7 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
         if any(s.stages for s in summaries):
             entry["stages"] = combine_stages(summaries)
     except KeyboardInterrupt:
-        entry.update(status=INTERRUPTED, error="interrupted (Ctrl-C, SIGTERM or SIGHUP)")
+        entry.update(status=INTERRUPTED, error=INTERRUPTED_ERROR)
         if rep_dir is not None and str(rep_dir) not in entry["run_dirs"] and is_run_dir(rep_dir):
             with contextlib.suppress(OSError, ValueError):  # the interrupted run's own summary, when it wrote one
                 summaries.append(RunSummary.from_dict(load_summary(rep_dir)))
