@@ -14,8 +14,9 @@ this machine, with real runs, today's rule beside the previous one on the same r
 E2E medians):
 
 - **previous compare** (one run against one run, requests resampled; what
-  ``python -m harness.compare`` did before the runs became the unit): the share of the blocks'
-  run pairs called significantly faster or slower;
+  ``python -m harness.compare`` did before the runs became the unit): the share of run pairs
+  called significantly faster or slower, for pairs side by side (the two runs of a block) and
+  pairs apart (runs a quarter of the experiment apart, as a nightly and an older baseline are);
 - **previous gate** (the same interval, a regression when worse by more than 10 % or 5 % with the
   CI excluding no change): false regressions over both directions of each pair;
 - **compare now, one run against one run**: "within-run only", so no claim, and with the noise
@@ -84,10 +85,19 @@ def analyse(out: Path, group: int, threshold: float) -> None:
               f"(spread ±{(max(vals) / min(vals) - 1) * 50:.1f} %), run-to-run sd of ln "
               f"{np.std(np.log(vals), ddof=1) * 100:.2f} %")
 
-    print(f"\nprevious compare, one run against one run ({n} pairs): called significantly different")
-    for f in figures:
-        called = sum(1 for b in good if _excludes_zero(previous_rule(b.a.values(f.metric), b.b.values(f.metric))))
-        print(f"  {f.label}: {called} of {n} ({called / n * 100:.0f} %)")
+    half = n // 2
+    # pairs of runs: side by side (the two runs of a block), and apart (block i's A with the B of
+    # the block half a half later, minutes apart: as a nightly is compared with an older baseline)
+    side_by_side = [(i, b.a, b.b) for i, b in enumerate(good)]
+    apart = []
+    for lo, hi in ((0, half), (half, n)):
+        size = hi - lo
+        apart += [(i, good[i].a, good[lo + (i - lo + size // 2) % size].b) for i in range(lo, hi)]
+    for label, pairs in (("side by side", side_by_side), ("apart", apart)):
+        print(f"\nprevious compare, one run against one run, {label} ({len(pairs)} pairs): called significantly different")
+        for f in figures:
+            called = sum(1 for _, x, y in pairs if _excludes_zero(previous_rule(x.values(f.metric), y.values(f.metric))))
+            print(f"  {f.label}: {called} of {len(pairs)} ({called / len(pairs) * 100:.0f} %)")
     for pct in (10, 5):
         fails = 0
         for b in good:
@@ -97,29 +107,30 @@ def analyse(out: Path, group: int, threshold: float) -> None:
                 fails += rel > pct / 100 and lo > 0
         print(f"previous gate at {pct} % (TTFT median): {fails} of {2 * n} false regressions")
 
-    half = n // 2
     # cross-fitted: each half's pairs are judged with the floor of the other half
     floors = [paired.measure_noise_floor(good[half:], figures, walls),
               paired.measure_noise_floor(good[:half], figures, walls)]
-    print(f"\ncompare now, one run against one run ({n} pairs): 'within-run only' without a noise floor (no claim);"
-          " with the floor of the other half of the blocks, called significantly different:")
-    counts = {f.name: 0 for f in figures}
-    gate_fails = 0
-    for i, b in enumerate(good):
-        floor = floors[0] if i < half else floors[1]
-        for base, cand in ((b.a, b.b), (b.b, b.a)):
-            comp = _compare(base.run_dir, cand.run_dir, floor)
-            for row in comp.diffs:
-                name = f"{row['metric']}.p50"
-                if name in counts and base is b.a and row["verdict"] not in ("no significant difference",):
-                    counts[name] += 1
-            gate_fails += bool(comp.regression_lines)
-    for f in figures:
-        print(f"  {f.label}: {counts[f.name]} of {n} ({counts[f.name] / n * 100:.0f} %)")
-    print(f"gate now, one run against one run with the floor, {threshold * 100:g} % threshold (TTFT median): "
-          f"{gate_fails} of {2 * n} false regressions")
+    for label, pairs in (("side by side", side_by_side), ("apart", apart)):
+        print(f"\ncompare now, one run against one run, {label} ({len(pairs)} pairs): 'within-run only' without a "
+              "noise floor (no claim); with the floor of the other half of the blocks, called significantly different:")
+        counts = {f.name: 0 for f in figures}
+        gate_fails = 0
+        for i, x, y in pairs:
+            floor = floors[0] if i < half else floors[1]
+            for base, cand in ((x, y), (y, x)):
+                comp = _compare(base.run_dir, cand.run_dir, floor)
+                for row in comp.diffs:
+                    name = f"{row['metric']}.p50"
+                    if name in counts and base is x and row["verdict"] not in ("no significant difference",):
+                        counts[name] += 1
+                gate_fails += bool(comp.regression_lines)
+        for f in figures:
+            print(f"  {f.label}: {counts[f.name]} of {len(pairs)} ({counts[f.name] / len(pairs) * 100:.0f} %)")
+        print(f"gate now, one run against one run with the floor, {threshold * 100:g} % threshold (TTFT median): "
+              f"{gate_fails} of {2 * len(pairs)} false regressions")
     for fl, name in ((floors[0], "second half"), (floors[1], "first half")):
-        print(f"  floor used for the {name}: " + ", ".join(f"{k} sd {v.sd_run * 100:.2f} %" for k, v in fl.figures.items()))
+        print(f"  floor used for the {name}: " + ", ".join(
+            f"{k} sd {v.sd_run * 100:.2f} % (apart {v.sd_run_apart * 100:.2f} %)" for k, v in fl.figures.items()))
 
     groups = [good[i:i + group] for i in range(0, n - group + 1, group)]
     print(f"\ndecisions now: {len(groups)} disjoint groups of {group} interleaved blocks, paired t, "

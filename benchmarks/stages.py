@@ -11,9 +11,11 @@ from the run's summary.json and requests.parquet:
 - with ``--ramp FROM TO``: a linear rate ramp over the same total time (a run of its own): the
   send-time error p50 / p99 over its requests, and for its first and second half;
 - with ``--window``: the run again with ``workload.warmup_s`` / ``cooldown_s`` (default one
-  stage's length / 4 each) and p50 / p99 TTFT of the whole run and of the window.
+  stage's length / 4 each) and p50 / p99 TTFT of the whole run and of the window;
+- with ``--screenshots DIR``: each run's report.html (stages and window shaded) as a PNG, from
+  headless Chromium (tests/browser.py).
 
-    .venv/bin/python benchmarks/stages.py [--rates 1 2 4] [--stage-s 60] [--window] [--ramp 1 8] \\
+    .venv/bin/python benchmarks/stages.py [--rates 1 2 4] [--stage-s 60] [--window] [--ramp 1 8] [--screenshots DIR] \\
         [-- backend=vllm backend.mode=server model=smollm2-135m]
 """
 from __future__ import annotations
@@ -25,11 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from harness.cli import compose_config  # noqa: E402
 from harness.results.store import load_requests  # noqa: E402
 from harness.run.point import run_benchmark  # noqa: E402
+from browser import Chromium, chromium_binary  # noqa: E402
 
 DEFAULTS = ["backend=reference", "model=tiny-random", "workload=synthetic", "workload.input_len=64",
             "workload.output_len=32", "workload.arrival=poisson", "progress=false"]
@@ -58,6 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-s", type=float, default=None)
     ap.add_argument("--cooldown-s", type=float, default=None)
     ap.add_argument("--out", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
+    ap.add_argument("--screenshots", type=Path, default=None, help="save each run's report.html as DIR/<run>.png")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
     root = args.out or Path(tempfile.mkdtemp(prefix="stages-"))
@@ -100,7 +106,23 @@ def main(argv=None) -> int:
                                 ("window", w.latency, win.get("requests", {}))):
             t = lat.get("ttft_s") or {}
             print(f"  {label:<10} {req.get('completed', 0):>5} requests  TTFT p50 {ms(t.get('p50'))} ms  p99 {ms(t.get('p99'))} ms")
+    if args.screenshots:
+        screenshot_reports(root, args.screenshots)
     return 0
+
+
+def screenshot_reports(root: Path, out: Path) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        print("chromium is not installed: no screenshots (scripts/test.sh installs it)")
+        return
+    browser = Chromium(binary)
+    try:
+        for page in sorted(root.glob("*/report.html")):
+            result = browser.open(page, screenshot=out / f"{page.parent.name}.png")
+            print(f"screenshot: {result.screenshot} ({len(result.plots)} plots, errors: {result.errors or 'none'})")
+    finally:
+        browser.close()
 
 
 if __name__ == "__main__":

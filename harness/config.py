@@ -365,6 +365,7 @@ def engine_key(cfg: RunConfig) -> str:
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
     """The composed Hydra config as dataclasses, validated; ConfigError on bad values."""
+    check_no_unknown_keys(cfg)
     try:
         run_cfg = OmegaConf.to_object(cfg)
     except Exception as exc:  # noqa: BLE001 - omegaconf's errors are multi-line
@@ -372,6 +373,24 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     assert isinstance(run_cfg, RunConfig)
     run_cfg.validate()
     return run_cfg
+
+
+def check_no_unknown_keys(node: Any, path: str = "") -> None:
+    """ConfigError for a key that no setting reads. Hydra's own error for a misspelt key tells
+    the user to add it with ``+``; a key added so would be dropped without a word."""
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        known = {f.name for f in dataclasses.fields(schema)}
+        unknown = sorted(str(k) for k in node.keys() if k not in known)
+        if unknown:
+            where = f"{path}." if path else ""
+            raise ConfigError(f"{', '.join(where + k for k in unknown)}: no such setting (check the spelling; "
+                              f"{path or 'the config'} has {', '.join(sorted(known))})")
+    for key, child in node.items_ex(resolve=False):  # unresolved: an interpolation may need what is not set yet
+        if isinstance(child, DictConfig):
+            check_no_unknown_keys(child, f"{path}.{key}" if path else str(key))
 
 
 def register_configs() -> None:

@@ -23,7 +23,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from core.errors import HarnessError
-from harness.config import to_run_config
+from harness.config import check_no_unknown_keys, to_run_config
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("backend", "model", "workload", "preset")
@@ -61,7 +61,9 @@ def check_overrides(args: list[str]) -> None:
             if multirun:
                 output_root = check_sweep_values(job, args)
             else:
-                output_root = compose(config_name="config", overrides=job).get("output_root")
+                cfg = compose(config_name="config", overrides=job)
+                check_no_unknown_keys(cfg)
+                output_root = cfg.get("output_root")
     except (HydraException, OmegaConfBaseException) as exc:
         raise HarnessError(hydra_error_line(exc)) from None
     folders = {"output_root": str(output_root or "")}

@@ -66,9 +66,13 @@ class Chromium:
 
         self._ws_mod = websocket
         self.profile = tempfile.mkdtemp(prefix="harness-chromium-")
+        # chromium puts its singleton socket in a folder of its own under TMPDIR and leaves it
+        # there when stopped by a signal: under the profile, it goes with the profile
+        scratch = Path(self.profile) / "tmp"
+        scratch.mkdir()
         self.proc = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(scratch)},
         )
         self.port = self._wait_for_port()
 

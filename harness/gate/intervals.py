@@ -22,10 +22,12 @@ Run metrics (tokens/s) have no requests: only the runs are resampled.
 **One run against one run** has no run-to-run spread in it: the interval resamples requests
 only and is labelled ``within-run``. It holds the noise inside a run, not between runs (another
 process, placement, clocks), so on its own it never decides a gate. When the noise floor σ of
-the configuration is known (:mod:`harness.gate.noise`: sd of ln s between runs), it is widened
-to the spread a one-run comparison really has::
+the configuration is known (:mod:`harness.gate.noise`: σ_apart, the sd of ln s of runs made
+at different times), it is widened to the spread a one-run comparison really has, with Student's
+t at the Welch–Satterthwaite degrees of freedom, since σ is itself estimated from the A/A's
+runs (ν_σ = 2k − 1 for k blocks)::
 
-    se² = se_within² + 2 σ²,   bounds exp(ln ratio ± z · se)
+    se² = se_within² + 2 σ²,   ν = ν_σ · (se² / 2σ²)²,   bounds exp(ln ratio ± t(1 − α/2, ν) · se)
 """
 from __future__ import annotations
 
@@ -166,22 +168,23 @@ def _pooled_sd(groups: Sequence[np.ndarray]) -> Optional[float]:
     return math.sqrt(sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dof)
 
 
-def widened_by_noise_floor(within: Interval, sd_run: float) -> Interval:
-    """A within-run interval widened by the known run-to-run sd of ln s (module doc)."""
-    z2, z1 = _normal_quantile(1 - within.alpha / 2), _normal_quantile(1 - within.alpha)
-    se_within = (math.log(within.high) - math.log(within.low)) / (2 * z2)
-    se = math.sqrt(se_within ** 2 + 2 * sd_run ** 2)
+def widened_by_noise_floor(within: Interval, sd_run: float, dof: Optional[int] = None) -> Interval:
+    """A within-run interval widened by the known run-to-run sd of ln s, estimated with ``dof``
+    degrees of freedom (None: known exactly) (module doc)."""
+    se_within = (math.log(within.high) - math.log(within.low)) / (2 * _normal_quantile(1 - within.alpha / 2))
+    floor_var = 2 * sd_run ** 2
+    se = math.sqrt(se_within ** 2 + floor_var)
+    df = dof * (se ** 2 / floor_var) ** 2 if dof and floor_var > 0 else NORMAL_DF
+    t2, t1 = student_t.quantile(1 - within.alpha / 2, df), student_t.quantile(1 - within.alpha, df)
     mid = math.log(within.ratio)
-    p_greater = 1 - _normal_cdf(mid / se) if se > 0 else (0.0 if mid > 0 else 1.0)
-    return replace(within, method=WITHIN_RUN_WITH_FLOOR, low=math.exp(mid - z2 * se), high=math.exp(mid + z2 * se),
-                   lower_bound=math.exp(mid - z1 * se), upper_bound=math.exp(mid + z1 * se), p_greater=p_greater,
+    p_greater = 1 - student_t.cdf(mid / se, df) if se > 0 else (0.0 if mid > 0 else 1.0)
+    return replace(within, method=WITHIN_RUN_WITH_FLOOR, low=math.exp(mid - t2 * se), high=math.exp(mid + t2 * se),
+                   lower_bound=math.exp(mid - t1 * se), upper_bound=math.exp(mid + t1 * se), p_greater=p_greater,
                    sd_log=sd_run)
 
 
-def _normal_cdf(x: float) -> float:
-    return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+NORMAL_DF = 1e9  # the t quantile with a huge df is the normal quantile to ~1e-7
 
 
 def _normal_quantile(p: float) -> float:
-    # the t quantile with a huge df is the normal quantile to ~1e-7
-    return student_t.quantile(p, 1e9)
+    return student_t.quantile(p, NORMAL_DF)

@@ -5,6 +5,10 @@ An A/A experiment runs the same configuration as both arms in k interleaved bloc
 
     σ_run   = sd(d_j) / √2               the run-to-run sd of ln s (d_j: block j's log-ratio;
                                          Var(d_j) = 2 σ_run² when both arms are the same)
+    σ_apart = sd of ln s over all 2k runs   the spread of runs made at different times of the
+                                         experiment: the drift between blocks (clocks, neighbours,
+                                         thermal state) is in it, not in σ_run. Two runs compared
+                                         one against one (compare) were seldom made side by side.
     V_w     = mean over runs of Var*(ln s(run*))   the within-run variance (requests resampled)
 
 Two levels, as in Kalibera and Jones ("Rigorous benchmarking in reasonable time", ISMM 2013):
@@ -49,6 +53,13 @@ class FigureNoise:
     within_var: Optional[float]  # V_w (None for a run metric: no requests level)
     blocks: int
     requests_per_run: int
+    sd_run_apart: Optional[float] = None  # σ_apart (None in floors stored before it was kept)
+
+    def one_run_each(self) -> tuple[float, int]:
+        """The sd of ln s for one run against one run made at any time, and its degrees of freedom."""
+        if self.sd_run_apart is not None and self.sd_run_apart > self.sd_run:
+            return self.sd_run_apart, 2 * self.blocks - 1
+        return self.sd_run, self.blocks - 1
 
     @property
     def t1_sq(self) -> float:
@@ -100,15 +111,21 @@ class RepetitionPlan:
     precision: float  # h
 
 
-def figure_noise(block_log_ratios: list[float], within_vars: list[float], requests_per_run: int) -> FigureNoise:
-    """σ_run from the A/A blocks' log-ratios, V_w the mean of the runs' within-run variances."""
+def figure_noise(block_log_ratios: list[float], within_vars: list[float], requests_per_run: int,
+                 run_logs: Optional[list[float]] = None) -> FigureNoise:
+    """σ_run from the A/A blocks' log-ratios, V_w the mean of the runs' within-run variances,
+    σ_apart from every run's ln s (``run_logs``, both arms)."""
     k = len(block_log_ratios)
     if k < 2:
         raise ValueError("a noise floor needs at least 2 A/A blocks")
-    mean = sum(block_log_ratios) / k
-    sd_d = math.sqrt(sum((d - mean) ** 2 for d in block_log_ratios) / (k - 1))
     within = sum(within_vars) / len(within_vars) if within_vars else None
-    return FigureNoise(sd_d / math.sqrt(2), within, k, requests_per_run)
+    apart = _sd(run_logs) if run_logs is not None and len(run_logs) >= 3 else None
+    return FigureNoise(_sd(block_log_ratios) / math.sqrt(2), within, k, requests_per_run, apart)
+
+
+def _sd(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def plan(figure: str, noise: FigureNoise, precision: float, cost_run_s: float, cost_request_s: float,

@@ -141,7 +141,8 @@ def measure_noise_floor(blocks: Sequence[BlockRuns], figures: Sequence[Figure], 
                 if x is not None and x.size >= 2 and np.all(x > 0):
                     within.append(float(np.var(np.log(resampled_stat(x, figure.stat_fn, WITHIN_RESAMPLES, rng)))))
         completed = [r.summary.requests.get("completed", 0) for r in runs]
-        result[figure.name] = noise.figure_noise(ratios, within, int(round(sum(completed) / len(completed))))
+        run_logs = [math.log(v) for pair in values for v in pair if v]
+        result[figure.name] = noise.figure_noise(ratios, within, int(round(sum(completed) / len(completed))), run_logs)
     durations = [r.summary.duration_s for r in runs]
     requests = [max(1, r.summary.requests.get("completed", 0)) for r in runs]
     cost_run = max(0.0, float(np.mean(run_wall_s)) - float(np.mean(durations))) if run_wall_s else 0.0

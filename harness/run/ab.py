@@ -413,8 +413,9 @@ def record_noise_floor(exp: Experiment, blocks: list[paired.BlockRuns], figures:
              f"  a run costs {floor.cost_run_s:.1f} s before its requests, a request {floor.cost_request_s:.3f} s"]
     for name, fig in floor.figures.items():
         p = noise.plan(name, fig, args.precision / 100, floor.cost_run_s, floor.cost_request_s)
-        lines.append(f"  {name}: run-to-run sd {fig.sd_run * 100:.2f}%; ±{args.precision:g}% needs {p.blocks} blocks "
-                     f"of {p.requests_per_run} requests per run; gate margin at least {3 * fig.sd_run * 100:.1f}%")
+        apart = f" (runs apart: {fig.sd_run_apart * 100:.2f}%)" if fig.sd_run_apart is not None else ""
+        lines.append(f"  {name}: run-to-run sd {fig.sd_run * 100:.2f}%{apart}; ±{args.precision:g}% needs {p.blocks} "
+                     f"blocks of {p.requests_per_run} requests per run; gate margin at least {3 * fig.sd_run * 100:.1f}%")
     return lines
 
 

@@ -42,6 +42,9 @@ def test_unknown_choice_is_one_line(tmp_path, arg, choices):
     ("workload.duration_s=abc", "Error merging override workload.duration_s=abc (Value 'abc' of type 'str' could "
                                 "not be converted to Float)"),
     ("workload.foo=1", "Could not override 'workload.foo'. (Key 'foo' not in 'SyntheticConfig')"),
+    # Hydra's answer to the line above is to add the key with '+': a key no setting reads
+    ("+workload.concurency=8", "workload.concurency: no such setting (check the spelling; workload has arrival, "),
+    ("+backend.foo.bar=1", "backend.foo: no such setting (check the spelling; backend has "),
 ])
 def test_bad_values_fail_before_any_model_loads(tmp_path, arg, message):
     # the model path does not exist: the config error must come first

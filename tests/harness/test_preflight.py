@@ -30,6 +30,8 @@ def check(*args: str) -> None:
     (["hydra.mode=MULTIRUN", "workload=synthetic", "workload.concurrency=1,0"], "the sweep's point workload.concurrency=0"),
     (["-m", "cost.usd_per_hour=1e7"], "the sweep: cost.usd_per_hour must be > 0 and at most 1,000,000"),
     (["-m", "workload.rate=abc,2"], "Error merging override workload.rate=abc"),
+    (["-m", "workload.concurrency=1,2", "+workload.foo=1"], "the sweep's point workload.concurrency=1: "
+                                                             "workload.foo: no such setting"),
 ])
 def test_a_value_no_point_accepts_is_refused(args, message):
     with pytest.raises(HarnessError, match=message.replace("(", r"\(").replace(")", r"\)")):

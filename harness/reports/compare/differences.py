@@ -109,7 +109,7 @@ def _difference(base: Side, side: Side, metric: str, stat: str, fn, resamples: i
     interval = intervals.two_level_bootstrap(a, b, fn, resamples=resamples, seed=seed)
     noise = floor.figures.get(figure.name) if floor else None
     if interval.method == intervals.WITHIN_RUN and noise is not None:
-        interval = intervals.widened_by_noise_floor(interval, noise.sd_run)
+        interval = intervals.widened_by_noise_floor(interval, *noise.one_run_each())
     base_value = row["baseline_value"]
     verdict = stats.verdict(interval, m.lower_is_better)
     share, base_share = valid_share(side), valid_share(base)

@@ -17,7 +17,7 @@ from harness.reports.describe import backend_text, engine_text, load_text, model
 from harness.reports.html import fmt
 from harness.reports.tables import header_lines, text_table, wrap
 from harness.results import metrics
-from harness.results.schema import WORKLOAD, WORKLOAD_PARTS, RunResult, RunSummary
+from harness.results.schema import CONFIG, REQUESTS_JSONL, WORKLOAD, WORKLOAD_PARTS, RunResult, RunSummary
 from harness.results.store import is_run_dir, load_run, read_json
 from harness.results.sweep_file import point_run_dirs
 from workloads.base import WorkloadPlan
@@ -74,6 +74,9 @@ def expand_runs(args: Sequence[str]) -> list[Path]:
                 out.extend(found)
             elif any(ch in arg for ch in "*?[") and path.is_file():
                 continue
+            elif (path / REQUESTS_JSONL).is_file() or (path / CONFIG).is_file():
+                raise CompareError(f"{path} has no summary.json: its run did not end (killed, or still going); "
+                                   f"python -m harness.report {path} shows what it measured, compare takes runs that ended")
             else:
                 raise CompareError(f"not a run folder (no summary.json): {path}")
     seen, unique = set(), []

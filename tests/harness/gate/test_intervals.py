@@ -80,3 +80,14 @@ def test_widened_by_noise_floor():
     assert wide.method == intervals.WITHIN_RUN_WITH_FLOOR and wide.decides
     assert wide.low < within.low and wide.high > within.high
     assert wide.ratio == within.ratio
+    # a floor measured from few runs is uncertain itself: Student's t, wider the fewer the runs
+    from_five = intervals.widened_by_noise_floor(within, 0.05, dof=5)
+    from_many = intervals.widened_by_noise_floor(within, 0.05, dof=10_000)
+    assert from_five.high > from_many.high > within.high and from_five.low < from_many.low
+    assert from_many.high == pytest.approx(wide.high, rel=1e-3)
+    # ν = ν_σ (se² / 2σ²)² (Welch–Satterthwaite: the within-run part is known far better)
+    half_width = math.log(from_five.high / from_five.ratio)
+    se = math.log(wide.high / wide.ratio) / 1.959964
+    nu = 5 * (se ** 2 / (2 * 0.05 ** 2)) ** 2
+    assert half_width / se == pytest.approx(student_t.quantile(0.975, nu), rel=1e-3)
+    assert 1.96 < half_width / se < 2.5706  # between the normal and t(0.975, 5)

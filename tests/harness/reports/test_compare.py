@@ -118,6 +118,12 @@ def test_expand_runs_from_globs_and_sweep_folders(runs, tmp_path):
         compare.expand_runs([str(tmp_path)])
     with pytest.raises(compare.CompareError, match="no run folder matches"):
         compare.expand_runs([str(tmp_path / "nothing-*")])
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "requests.jsonl").write_text("")  # a run SIGKILLed before its summary
+    with pytest.raises(compare.CompareError, match=f"^{killed} has no summary.json: its run did not end .*"
+                                                   f"python -m harness.report {killed} shows what it measured"):
+        compare.expand_runs([str(killed)])
 
 
 @pytest.mark.parametrize("field,change,message", [
