@@ -17,7 +17,7 @@ inherits the renderer, the corpus and the prompt's template at no cost (as the c
 do) and tokenizes on one thread (core.parent.tokenizers_single_threaded). Endings: a worker
 ignores Ctrl-C and a hang-up (they reach the whole process group; the parent decides) and dies
 with its parent, even one killed outright (PR_SET_PDEATHSIG); the parent terminates its workers
-on any error or interruption, and joins them when done, so none outlives the build.
+on any error or interruption (a second Ctrl-C held off meanwhile), and joins them when done, so none outlives the build.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from core.cpus import usable_cores
+from core.interrupts import interrupts_held
 from core.parent import follow_the_parent, tokenizers_single_threaded
 from workloads.corpus import TokenizedCorpus
 from workloads.prompts import Messages, PromptRenderer
@@ -104,12 +105,24 @@ def _fit_in_workers(job: _Job, chunks: int, workers: int) -> list[tuple[list[Fit
     try:
         fitted = list(pool.imap(_fit_chunk, range(chunks)))
     except BaseException:
-        pool.terminate()  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
-        pool.join()
+        _end_workers(pool)  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
         raise
     pool.close()
     pool.join()
     return fitted
+
+
+def _end_workers(pool: Any) -> None:
+    """Terminate and join the pool's workers, whatever Ctrl-C does meanwhile: a second press cut
+    into Pool.terminate would leave them waiting for work (the parent lives on after a plan)."""
+    while True:
+        try:
+            with interrupts_held():  # held from here on; a press before it began is caught below
+                pool.terminate()
+                pool.join()
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _start_worker(job: _Job) -> None:

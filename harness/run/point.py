@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -33,6 +31,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from omegaconf import OmegaConf
 
 from core.errors import EngineFailed
+from core.interrupts import interrupts_held
 from core.structured import describe_constraint
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver
@@ -516,15 +515,8 @@ def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
 def _interrupts_deferred() -> Iterator[None]:
     """Ctrl-C (SIGINT) during the final writes is held until they are done, then raised; SIGTERM
     and SIGHUP come as SIGINT (harness/cli.py). Outside the main thread nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
+    with interrupts_held() as pressed:
         yield
-        return
-    pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if pressed:
         log.warning("interrupted again while writing the results: they were written first")
         raise KeyboardInterrupt
