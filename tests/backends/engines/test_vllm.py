@@ -114,3 +114,23 @@ def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_
     # reset before it: nothing of the previous point is cached (CPU blocks: 128 tokens)
     assert shares[0] < 0.5 and shares[1] < 0.5
     assert shares[2] > 0.7 and shares[3] > 0.7  # no reset: the previous point's prompts are still cached
+
+
+def test_ngram_speculation_reports_each_request_acceptance(tmp_path):
+    """vLLM's n-gram speculation runs on the CPU build; each finished request's acceptance comes
+    back in engine_stats under the keys the server's metrics.speculative_decoding fills. (An
+    engine of its own: the shared ones do not speculate.)"""
+    from conftest import VLLM, make_config
+    from harness.results.store import load_requests
+    from harness.run.point import run_benchmark
+
+    cfg = make_config(*VLLM, "backend.speculative_config={method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}",
+                      "workload=synthetic", "workload.num_requests=4", "workload.input_len=64", "workload.output_len=48",
+                      "workload.concurrency=2", "report=false")
+    run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    assert df.error.isna().all() and (df.output_tokens == 48).all()  # speculation keeps exact lengths
+    stats = [json.loads(s) for s in df.engine_stats]
+    assert all({"spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens"} <= set(s) for s in stats)
+    assert all(0 <= s["spec_num_accepted_tokens"] <= s["spec_num_draft_tokens"] for s in stats)
+    assert sum(s["spec_num_draft_tokens"] for s in stats) > 0  # the model repeats itself: n-grams to look up

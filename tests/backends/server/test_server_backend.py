@@ -342,3 +342,50 @@ def test_servers_are_asked_for_their_per_request_figures(tiny_model):
     with pytest.raises(ConfigError, match="disable_log_stats"):
         VLLMConfig(per_request_metrics=True, engine_args={"disable_log_stats": True}).validate()
     assert "--enable-cache-report" in sglang_preset(BackendConfig(mode="server"), tiny_model).command
+
+
+def test_vllm_speculates_as_configured_and_is_asked_for_each_request_acceptance(tiny_model):
+    """backend.speculative_config reaches vLLM's server as JSON (as --speculative-config reads it),
+    with the per-request acceptance asked for where the installed vLLM has it; a mapping among
+    engine_args is JSON too; anything but a mapping is one line."""
+    import json
+
+    from backends.engines.vllm import VLLMBackend, VLLMConfig, per_request_spec_on
+
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
+    cfg = VLLMConfig(mode="server", per_request_metrics=True, speculative_config=spec,
+                     engine_args={"compilation_config": {"level": 0}})
+    command = VLLMBackend.server_preset(cfg, tiny_model).command
+    assert json.loads(command[command.index("--speculative-config") + 1]) == spec
+    assert json.loads(command[command.index("--compilation-config") + 1]) == {"level": 0}
+    if per_request_spec_on(cfg):  # vLLM 0.28.1 on, installed here
+        assert command[command.index("--per-request-spec-decode-metrics") + 1] == "summary"
+    plain = VLLMBackend.server_preset(VLLMConfig(mode="server", per_request_metrics=True), tiny_model).command
+    assert "--speculative-config" not in plain and "--per-request-spec-decode-metrics" not in plain
+    assert per_request_spec_on(VLLMConfig(mode="server", per_request_metrics=False, speculative_config=spec)) is False
+    with pytest.raises(ConfigError, match="backend.speculative_config must be a mapping"):
+        VLLMConfig(speculative_config="ngram").validate()
+
+
+def test_ctrl_c_as_the_server_starts_leaves_a_server_that_stop_can_find(tmp_path, monkeypatch):
+    """A press that lands inside Popen, after the fork, is held until the server is known: start
+    then raises KeyboardInterrupt, and the stop that follows ends the server."""
+    import signal
+    import subprocess
+
+    real_popen = subprocess.Popen
+
+    def popen_pressed_after_the_fork(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C before Popen has returned the server
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_pressed_after_the_fork)
+    server = ManagedServer([sys.executable, "-c", "import time; time.sleep(120)"], port=free_port(),
+                           log_path=tmp_path / "server.log", stop_grace_s=1)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    monkeypatch.undo()
+    assert server.proc is not None and server.proc.poll() is None
+    server.stop()
+    assert server.proc.poll() is not None
