@@ -1,10 +1,13 @@
-"""Ctrl-C held off while a step that must finish runs (the last writes of a run, ending workers)."""
+"""Ctrl-C held off while a step that must finish runs (the last writes of a run, ending workers),
+and an entry module ended by it while it starts."""
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 
 @contextmanager
@@ -21,3 +24,12 @@ def interrupts_held() -> Iterator[list[int]]:
         yield pressed
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def exit_interrupted_at_start(message: str) -> NoReturn:
+    """End an entry module (``python -m harness…``) that Ctrl-C stopped during its imports: one
+    line, exit 130. Not ``sys.exit``: a Ctrl-C that lands in a string ``exec`` during the imports
+    (dataclasses make their methods so) is marked unhandled, caught or not, and under ``-m`` the
+    interpreter then ends itself by SIGINT (exit -2, not 130; seen in CI). Nothing is open yet to close."""
+    print(message, file=sys.stderr, flush=True)
+    os._exit(130)

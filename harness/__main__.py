@@ -1,13 +1,11 @@
-import sys
-
+from core.interrupts import exit_interrupted_at_start
 from core.parent import take_back_ctrl_c
 
 try:
     take_back_ctrl_c()  # before anything slow: a SIGINT during the imports and the pre-flight is not lost
     from harness.cli import exit_now, main
 except KeyboardInterrupt:
-    print("\ninterrupted before the run started: nothing was measured", file=sys.stderr)
-    sys.exit(130)
+    exit_interrupted_at_start("\ninterrupted before the run started: nothing was measured")
 
 if __name__ == "__main__":
     try:

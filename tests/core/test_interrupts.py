@@ -30,3 +30,22 @@ def test_outside_the_main_thread_nothing_changes():
     thread.start()
     thread.join()
     assert seen == [([], before)]
+
+
+def test_an_entry_module_stopped_as_it_starts_exits_130_even_after_a_string_exec(tmp_path):
+    """Under ``python -m``, a KeyboardInterrupt that ended a string exec (as a dataclass's methods
+    are made during the imports) marks the interpreter to end by SIGINT: sys.exit(130) gave -2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "starting.py").write_text(
+        "from core.interrupts import exit_interrupted_at_start\n"
+        "try:\n"
+        "    exec('raise KeyboardInterrupt', {})\n"
+        "except KeyboardInterrupt:\n"
+        "    exit_interrupted_at_start('interrupted before it started')\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}"}
+    done = subprocess.run([sys.executable, "-m", "starting"], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (130, "interrupted before it started")
