@@ -17,7 +17,8 @@ inherits the renderer, the corpus and the prompt's template at no cost (as the c
 do) and tokenizes on one thread (core.parent.tokenizers_single_threaded). Endings: a worker
 ignores Ctrl-C and a hang-up (they reach the whole process group; the parent decides) and dies
 with its parent, even one killed outright (PR_SET_PDEATHSIG); the parent terminates its workers
-on any error or interruption (a second Ctrl-C held off meanwhile), and joins them when done, so none outlives the build.
+on any error or interruption (a second Ctrl-C held off meanwhile), and joins them when done, so
+none outlives the build.
 """
 from __future__ import annotations
 

@@ -77,9 +77,9 @@ class VLLMConfig(BackendConfig):
         if self.per_request_metrics and ("disable_log_stats" in self.engine_args or "disable-log-stats" in self.engine_args):
             raise ConfigError("backend.per_request_metrics=true needs vLLM's log stats: remove "
                               "backend.engine_args.disable_log_stats (vLLM refuses the two together)")
-        if self.speculative_config is not None and not hasattr(self.speculative_config, "items"):
-            raise ConfigError("backend.speculative_config must be a mapping, e.g. "
-                              f"'{{method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}}' (got {self.speculative_config!r})")
+        if self.speculative_config is not None and not isinstance(self.speculative_config, dict):
+            raise ConfigError("backend.speculative_config must be a mapping, e.g. '{method: ngram, "
+                              f"num_speculative_tokens: 3, prompt_lookup_max: 3}}' (got {self.speculative_config!r})")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"backend.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
         if self.tensor_parallel_size < 1:
@@ -121,26 +121,15 @@ def per_request_metrics_on(config: VLLMConfig) -> bool:
 def per_request_spec_on(config: VLLMConfig) -> bool:
     """Whether each request's speculative acceptance is asked for: when speculating, with the
     per-request metrics on, and a vLLM that has the flag."""
-    if not config.speculative_config or not per_request_metrics_on(config):
-        return False
-    version = _installed_version() if not config.python else None
+    if not config.speculative_config or not per_request_metrics_on(config) or config.python:
+        return False  # another Python's vLLM: not guessed
+    version = _installed_version()
     return version is not None and version >= PER_REQUEST_SPEC_SINCE
 
 
 def _cli_value(value: Any) -> str:
     """An engine argument on vLLM's command line: a mapping or a list as JSON (as --speculative-config reads it)."""
-    if isinstance(value, (dict, list)) or hasattr(value, "items"):
-        return json.dumps(_plain(value))
-    return str(value)
-
-
-def _plain(value: Any) -> Any:
-    """A config's mapping or list (OmegaConf's, from Hydra) as plain dicts and lists."""
-    if hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))):
-        return [_plain(v) for v in value]
-    return value
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 @backend_registry.register("vllm", VLLMConfig)
@@ -227,7 +216,7 @@ class VLLMBackend(Backend):
         if cfg.max_num_seqs is not None:
             args["max_num_seqs"] = cfg.max_num_seqs
         if cfg.speculative_config:
-            args["speculative_config"] = _plain(cfg.speculative_config)
+            args["speculative_config"] = dict(cfg.speculative_config)
             if "per_request_spec_decode_metrics" in {f.name for f in dataclasses.fields(AsyncEngineArgs)}:
                 args["per_request_spec_decode_metrics"] = "summary"
         if self.model.adapters:
