@@ -27,7 +27,8 @@ import multiprocessing
 import signal
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from array import array
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -86,17 +87,30 @@ def fit_texts_in_chunks(
         return renderer.fit_texts(corpus, rng, target_lens, make_messages, overhead=overhead)
     job = _Job(renderer, corpus, target_lens, make_messages, overhead, [copy.deepcopy(rng), *chunk_streams(rng, chunks)])
     workers = min(chunks, usable_cores() if processes is None else max(1, processes))
+    fits: list[Fit] = []
+    chunk_0_state = None
+    # chunk by chunk as they come, every prompt's ids made the renderer's own ints: a plan's
+    # chunks kept whole until the last (ids as new ints) left ~5 KB a request of freed,
+    # fragmented memory in this process for the whole run (benchmarks/long_run_memory.py)
     fitted = _fit_serially(job, chunks) if workers == 1 else _fit_in_workers(job, chunks, workers)
-    # the caller's generator as chunk 0 leaves it; every prompt's ids the renderer's own ints
-    rng.bit_generator.state = fitted[0][1]
-    return [(text, renderer.shared_ints(ids)) for chunk, _state in fitted for text, ids in chunk]
+    try:
+        for chunk, state in fitted:
+            chunk_0_state = state if chunk_0_state is None else chunk_0_state
+            fits.extend((text, renderer.shared_ints(ids)) for text, ids in chunk)
+    finally:
+        fitted.close()  # the workers' pool ends with the chunks, whatever ended the loop
+    rng.bit_generator.state = chunk_0_state  # the caller's generator as chunk 0 leaves it
+    return fits
 
 
-def _fit_serially(job: _Job, chunks: int) -> list[tuple[list[Fit], dict[str, Any]]]:
-    return [_fit_chunk_of(job, k) for k in range(chunks)]
+Chunk = tuple[list[tuple[str, Sequence[int]]], dict[str, Any]]
 
 
-def _fit_in_workers(job: _Job, chunks: int, workers: int) -> list[tuple[list[Fit], dict[str, Any]]]:
+def _fit_serially(job: _Job, chunks: int) -> Iterator[Chunk]:
+    return (_fit_chunk_of(job, k) for k in range(chunks))
+
+
+def _fit_in_workers(job: _Job, chunks: int, workers: int) -> Iterator[Chunk]:
     ctx = multiprocessing.get_context("fork")
     with tokenizers_single_threaded(), warnings.catch_warnings():
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
@@ -104,13 +118,12 @@ def _fit_in_workers(job: _Job, chunks: int, workers: int) -> list[tuple[list[Fit
         warnings.simplefilter("ignore", DeprecationWarning)
         pool = ctx.Pool(workers, initializer=_start_worker, initargs=(job,))
     try:
-        fitted = list(pool.imap(_fit_chunk, range(chunks)))
-    except BaseException:
+        yield from pool.imap(_fit_chunk, range(chunks))
+    except BaseException:  # GeneratorExit included: a caller that stops taking chunks
         _end_workers(pool)  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
         raise
     pool.close()
     pool.join()
-    return fitted
 
 
 def _end_workers(pool: Any) -> None:
@@ -133,9 +146,12 @@ def _start_worker(job: _Job) -> None:
     _job = job
 
 
-def _fit_chunk(k: int) -> tuple[list[Fit], dict[str, Any]]:
+def _fit_chunk(k: int) -> Chunk:
+    """Chunk ``k`` in a worker, its ids packed (4 bytes an id through the pipe, not an int object
+    each in the parent)."""
     assert _job is not None, "a plan worker runs only in a pool started by _fit_in_workers"
-    return _fit_chunk_of(_job, k)
+    fits, state = _fit_chunk_of(_job, k)
+    return [(text, array("i", ids)) for text, ids in fits], state
 
 
 def _fit_chunk_of(job: _Job, k: int) -> tuple[list[Fit], dict[str, Any]]:

@@ -177,15 +177,15 @@ def total_token_throughput(prompt_tokens: Sequence[int], output_tokens: Sequence
     return float(sum(prompt_tokens) + sum(output_tokens)) / duration_s if duration_s > 0 else 0.0
 
 
-def meets_slo(ttft_s: float, tpot_s: Optional[float], e2e_s: float, slo: Any) -> bool:
-    """A request meets the SLO when TTFT ≤ slo.ttft_s, TPOT ≤ slo.tpot_s and E2E ≤ slo.e2e_s (unset = no limit)."""
-    if slo.ttft_s is not None and ttft_s > slo.ttft_s:
-        return False
-    if slo.tpot_s is not None and tpot_s is not None and tpot_s > slo.tpot_s:
-        return False
-    if slo.e2e_s is not None and e2e_s > slo.e2e_s:
-        return False
-    return True
+def meets_slo(ttft_s: Any, tpot_s: Any, e2e_s: Any, slo: Any) -> Any:
+    """A request meets the SLO when TTFT ≤ slo.ttft_s, TPOT ≤ slo.tpot_s and E2E ≤ slo.e2e_s (unset = no limit).
+
+    Per request on arrays (one bool each); a TPOT that is None or NaN (one output token) has no limit."""
+    met = np.ones(np.shape(ttft_s), dtype=bool)
+    for value, limit in ((ttft_s, slo.ttft_s), (tpot_s, slo.tpot_s), (e2e_s, slo.e2e_s)):
+        if limit is not None and value is not None:
+            met &= ~(np.asarray(value, dtype=float) > limit)
+    return met if met.ndim else bool(met)
 
 
 def goodput(n_meeting_slo: int, duration_s: float) -> float:

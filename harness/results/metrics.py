@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from harness.results import formulas
+from harness.results.kept import STATS_PREFIX, RequestTable, as_table
 from harness.results.record import RequestRecord
 from harness.telemetry.gpu_phase import GpuPhase
 
@@ -71,14 +72,10 @@ class RequestMetric(Metric):
         return getattr(record, cls.key)
 
     @classmethod
-    def values(cls, ok: Sequence[RequestRecord]) -> "Sequence[float]":
-        """The values over completed requests (``ok``), for the run's distribution. Pooled ones
-        come as one float array (8 bytes a gap: a long run's millions of gaps are not made
-        Python floats, 32 bytes each, at its end)."""
-        if cls.pooled:
-            parts = [np.asarray(gaps, dtype=float) for gaps in (cls.value(r) for r in ok) if gaps is not None and len(gaps)]
-            return np.concatenate(parts) if parts else np.empty(0)
-        return [v for v in (cls.value(r) for r in ok) if v is not None]
+    def values(cls, ok: RequestTable) -> np.ndarray:
+        """The values over completed requests (``ok``), for the run's distribution, as one float
+        array (pooled ones: every kept gap of every request)."""
+        return ok.gaps(cls.key) if cls.pooled else ok.values(cls.key)
 
     @classmethod
     def frame_values(cls, ok_requests: "Any") -> np.ndarray:
@@ -99,11 +96,18 @@ class RunTotals:
     """What run metrics are computed from: the completed requests, those meeting the SLO, T,
     and the measured phase's GPU figures (None without NVML)."""
 
-    ok: Sequence[RequestRecord]
+    ok: RequestTable  # records are made one (:func:`harness.results.kept.as_table`)
     meeting_slo: int
     duration_s: float
     gpu: Optional[GpuPhase] = None
     usd_per_hour: Optional[float] = None  # cost.*: the machine's price; None when not given
+
+    def __post_init__(self) -> None:
+        self.ok = as_table(self.ok, ENGINE_STAGES)
+
+    def tokens(self, *names: str) -> int:
+        """Σ of the token columns ``names`` over the completed requests."""
+        return int(sum(self.ok.values(name).sum() for name in names))
 
 
 class RunMetric(Metric):
@@ -322,7 +326,7 @@ class OutputThroughput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return formulas.output_token_throughput([r.output_tokens for r in totals.ok], totals.duration_s)
+        return formulas.output_token_throughput([totals.tokens("output_tokens")], totals.duration_s)
 
 
 @register
@@ -334,8 +338,8 @@ class TotalThroughput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        ok = totals.ok
-        return formulas.total_token_throughput([r.prompt_tokens for r in ok], [r.output_tokens for r in ok], totals.duration_s)
+        return formulas.total_token_throughput([totals.tokens("prompt_tokens")], [totals.tokens("output_tokens")],
+                                               totals.duration_s)
 
 
 @register
@@ -372,7 +376,7 @@ class MeanConcurrency(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return formulas.mean_concurrency([r.e2e_s for r in totals.ok], totals.duration_s)
+        return formulas.mean_concurrency(totals.ok.values("e2e_s"), totals.duration_s)
 
 
 # --- per run, from the GPUs (NVML; absent on runs without it) ----------------------------
@@ -389,7 +393,7 @@ class EnergyPerToken(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        tokens = sum(r.output_tokens for r in totals.ok)
+        tokens = totals.tokens("output_tokens")
         energy = totals.gpu.energy_j if totals.gpu else None
         return energy / tokens if energy is not None and tokens > 0 else None
 
@@ -432,7 +436,7 @@ class CostPerMillionOutputTokens(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        tokens = sum(r.output_tokens for r in totals.ok)
+        tokens = totals.tokens("output_tokens")
         return formulas.cost_per_million(totals.usd_per_hour, totals.duration_s, tokens)
 
 
@@ -445,7 +449,7 @@ class CostPerMillionTotalTokens(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        tokens = sum(r.prompt_tokens + r.output_tokens for r in totals.ok)
+        tokens = totals.tokens("prompt_tokens", "output_tokens")
         return formulas.cost_per_million(totals.usd_per_hour, totals.duration_s, tokens)
 
 
@@ -465,8 +469,8 @@ class ValidOutputShare(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        checked = [r.output_valid for r in totals.ok if r.output_valid is not None]
-        return sum(checked) / len(checked) if checked else None
+        checked = totals.ok.values("output_valid")
+        return float(checked.sum()) / len(checked) if len(checked) else None
 
 
 # --- engine-reported stage times, beside the harness's measure of the same interval -----------
@@ -487,32 +491,31 @@ class EngineStage:
     harness_interval: str  # what the harness's figure covers
     scale: float = 1.0  # engine value / scale = seconds
 
-    def engine_value(self, r: RequestRecord) -> Optional[float]:
-        v = (r.engine_stats or {}).get(self.key)
-        return float(v) / self.scale if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    def engine_values(self, t: RequestTable) -> np.ndarray:
+        """The engine's figure of each request, in seconds (NaN: not reported)."""
+        return t.column(STATS_PREFIX + self.key) / self.scale
 
-    def harness_value(self, r: RequestRecord) -> Optional[float]:
+    def harness_values(self, t: RequestTable) -> np.ndarray:
         raise NotImplementedError
 
 
 class _QueueStage(EngineStage):
-    def harness_value(self, r: RequestRecord) -> Optional[float]:
+    def harness_values(self, t: RequestTable) -> np.ndarray:
         """queue_wait_s = t(engine began work) − t(send); none over HTTP, where queue_wait_s is the engine's own."""
-        return None if r.engine_timings_source else r.queue_wait_s
+        told = np.array([s is not None for s in t.column("engine_timings_source")], dtype=bool)
+        return np.where(told, np.nan, t.column("queue_wait_s"))
 
 
 class _PrefillStage(EngineStage):
-    def harness_value(self, r: RequestRecord) -> Optional[float]:
+    def harness_values(self, t: RequestTable) -> np.ndarray:
         """TTFT − queue wait = t(first token) − t(engine began work); TTFT where no queue wait is known."""
-        if r.ttft_s is None:
-            return None
-        return r.ttft_s - (r.queue_wait_s or 0.0)
+        return t.column("ttft_s") - np.nan_to_num(t.column("queue_wait_s"), nan=0.0)
 
 
 class _DecodeStage(EngineStage):
-    def harness_value(self, r: RequestRecord) -> Optional[float]:
+    def harness_values(self, t: RequestTable) -> np.ndarray:
         """E2E − TTFT = t(last token) − t(first token)."""
-        return None if r.e2e_s is None or r.ttft_s is None else r.e2e_s - r.ttft_s
+        return t.column("e2e_s") - t.column("ttft_s")
 
 
 _QUEUE_H = ("queue wait (queue_wait_s)", "harness send → the engine's scheduler first schedules it: includes the "
@@ -540,20 +543,22 @@ ENGINE_STAGES: dict[str, EngineStage] = {s.key: s for s in (
 )}
 
 
-def engine_stage_figures(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+def engine_stage_figures(ok: RequestTable) -> dict[str, dict[str, Any]]:
     """``engine_stages`` of the summary: for each stage time the engine reported, its
     distribution and the harness's measure of the same interval over the same requests."""
     out: dict[str, dict[str, Any]] = {}
     for key, stage in ENGINE_STAGES.items():
-        pairs = [(stage.engine_value(r), stage.harness_value(r)) for r in ok]
-        pairs = [(e, h) for e, h in pairs if e is not None]
-        if not pairs:
+        if not ok.has(STATS_PREFIX + key):
+            continue
+        engine = stage.engine_values(ok)
+        told = ~np.isnan(engine)
+        if not told.any():
             continue
         out[key] = {
             "label": stage.label, "interval": stage.interval,
             "harness_label": stage.harness_label, "harness_interval": stage.harness_interval,
-            "engine": formulas.distribution([e for e, _ in pairs]),
-            "harness": formulas.distribution([h for _, h in pairs if h is not None]),
+            "engine": formulas.distribution(engine[told]),
+            "harness": formulas.distribution(stage.harness_values(ok)[told]),
         }
     return out
 
@@ -563,9 +568,10 @@ def shown_run_metrics(throughput: dict[str, Optional[float]]) -> list[str]:
     return [k for k, m in RUN_METRICS.items() if m.source is None or throughput.get(k) is not None]
 
 
-def distributions(ok: Sequence[RequestRecord]) -> dict[str, dict[str, Optional[float]]]:
+def distributions(ok: "RequestTable | Sequence[RequestRecord]") -> dict[str, dict[str, Optional[float]]]:
     """``latency`` of the summary: each request metric's distribution over completed requests."""
-    return {key: formulas.distribution(m.values(ok)) for key, m in REQUEST_METRICS.items()}
+    table = as_table(ok, ENGINE_STAGES)
+    return {key: formulas.distribution(m.values(table)) for key, m in REQUEST_METRICS.items()}
 
 
 def run_figures(totals: RunTotals) -> dict[str, Optional[float]]:

@@ -31,6 +31,7 @@ from core.errors import DiskFull, HarnessError
 from core.text import valid_text
 from harness.config import SLOConfig
 from harness.results.kept import KeptRequests
+from harness.results.metrics import ENGINE_STAGES
 from harness.results.record import RequestRecord
 from harness.results.schema import (
     CLAIM,
@@ -74,7 +75,7 @@ class RunWriter:
         self.tokenize = tokenize
 
         self.save_output_text = save_output_text
-        self.records = KeptRequests()
+        self.records = KeptRequests(stat_keys=ENGINE_STAGES)
         self._jsonl = None
         self.disk_full = False  # the folder's disk filled: rows are kept in memory only, nothing more is written
 
@@ -114,9 +115,9 @@ class RunWriter:
         self.write_json(SUMMARY, summary.to_dict())
 
     def append(self, record: RequestRecord) -> None:
-        """A finished request: its row reaches disk at once, its slim form stays in memory
+        """A finished request: its row reaches disk at once, its summary inputs stay in memory
         (``records``). A full disk raises :class:`DiskFull` once (the run ends in that line);
-        after it only the slim forms are kept."""
+        after it only the summary inputs are kept."""
         self.records.add(record)
         if self.disk_full:
             return

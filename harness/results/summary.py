@@ -5,14 +5,16 @@ Which figures exist, their units and formulas come from the metric registry
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
 
 from core.lora import BASE
 from harness.results import formulas
 from harness.results import metrics
 from core.structured import validator_name
 from harness.results.jobs import job_figures
+from harness.results.kept import RequestTable, as_table
 from harness.results.record import RequestRecord
 from harness.results.schema import COMPLETE, INTERRUPTED, SATURATED, RunSummary
 from harness.telemetry.gpu_phase import GpuPhase
@@ -24,72 +26,87 @@ OVERHEAD_WARN_S = 0.05
 OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 
 
-def summarize(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+def summarize(records: "RequestTable | Sequence[RequestRecord]", duration_s: float, slo: Any,
               gpu: Optional[GpuPhase] = None, usd_per_hour: Optional[float] = None,
               endpoint_urls: Optional[Sequence[Optional[str]]] = None,
               lora: Optional[Sequence[dict[str, Any]]] = None,
               job_calls: Optional[Mapping[int, int]] = None) -> dict[str, Any]:
     """Per-run figures. Failed requests are counted apart and never enter a distribution.
+    ``records``: the run's kept requests (:class:`harness.results.kept.RequestTable`), or records.
     ``gpu``: the measured phase's GPU figures, and ``usd_per_hour`` the machine's price
     (``cost.*``), for the run metrics that need them. ``endpoint_urls``: the public URLs of
     the endpoints requests were routed over (several: an ``endpoints`` section). ``lora``: the
     plan's adapters ({name, path, share}: an ``adapters`` section, :func:`adapters`).
     ``job_calls``: each agent job's number of requests in the plan (a job cut short is unfinished)."""
-    ok = [r for r in records if r.ok]
-    failed = [r for r in records if not r.ok]
-    meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
-    by_endpoint = endpoints(records, duration_s, slo, endpoint_urls)
-    by_adapter = adapters(records, duration_s, slo, lora)
+    table = as_table(records, metrics.ENGINE_STAGES)
+    ok = table.ok()
+    by_endpoint = endpoints(table, duration_s, slo, endpoint_urls)
+    by_adapter = adapters(table, duration_s, slo, lora)
+    scheduled = table.column("scheduled_s")
     return {
         **({"endpoints": by_endpoint} if by_endpoint else {}),
         **({"adapters": by_adapter} if by_adapter else {}),
-        **({"structured": checked} if (checked := structured(records)) else {}),
-        **({"jobs": by_job} if (by_job := job_figures(records, duration_s, getattr(slo, "job_s", None), job_calls)) else {}),
-        "requests": {"sent": len(records), "completed": len(ok), "failed": len(failed)},
+        **({"structured": checked} if (checked := structured(table)) else {}),
+        **({"jobs": by_job} if (by_job := _job_figures(table, duration_s, slo, job_calls)) else {}),
+        "requests": _counts(table),
         "duration_s": duration_s,
         "latency": metrics.distributions(ok),
-        "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s, gpu, usd_per_hour)),
+        "throughput": metrics.run_figures(metrics.RunTotals(ok, _meeting(ok, slo), duration_s, gpu, usd_per_hour)),
         "prefix_cache": {
-            "cached_share": formulas.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
-            "cached_tokens_total": sum(r.cached_tokens or 0 for r in ok),
-            "reported_by_engine": any(r.cached_tokens is not None for r in ok),
+            "cached_share": _cached_share(ok),
+            "cached_tokens_total": int(ok.values("cached_tokens").sum()),
+            "reported_by_engine": bool(len(ok.values("cached_tokens"))),
         },
         "tokens": {
-            "prompt_total": sum(r.prompt_tokens for r in ok),
-            "output_total": sum(r.output_tokens for r in ok),
-            "prompt_mean": _mean([r.prompt_tokens for r in ok]),
-            "output_mean": _mean([r.output_tokens for r in ok]),
+            "prompt_total": int(ok.values("prompt_tokens").sum()),
+            "output_total": int(ok.values("output_tokens").sum()),
+            "prompt_mean": _mean(ok.values("prompt_tokens")),
+            "output_mean": _mean(ok.values("output_tokens")),
         },
         "per_turn": per_turn(ok),
         "engine_stages": metrics.engine_stage_figures(ok),
         "harness": {
-            "delivery_lag_max_s": formulas.distribution(
-                [r.delivery_lag_max_s for r in ok if r.delivery_lag_max_s is not None]
-            ),
-            "send_lag_s": formulas.distribution(
-                [r.start_s - r.scheduled_s for r in records if r.scheduled_s is not None]
-            ),
+            "delivery_lag_max_s": formulas.distribution(ok.values("delivery_lag_max_s")),
+            "send_lag_s": formulas.distribution((table.column("start_s") - scheduled)[~np.isnan(scheduled)]),
         },
-        "warnings": warnings(records),
+        "warnings": warnings(table),
     }
 
 
-def _counts(records: Sequence[RequestRecord]) -> dict[str, int]:
-    ok = sum(1 for r in records if r.ok)
-    return {"sent": len(records), "completed": ok, "failed": len(records) - ok}
+def _meeting(ok: RequestTable, slo: Any) -> int:
+    """How many of the completed requests ``ok`` meet the SLO (:func:`formulas.meets_slo`)."""
+    return int(np.count_nonzero(formulas.meets_slo(ok.column("ttft_s"), ok.column("tpot_s"), ok.column("e2e_s"), slo)))
 
 
-def _load_figures(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+def _cached_share(ok: RequestTable) -> Optional[float]:
+    """:func:`formulas.cached_share` over the requests whose engine reported a cached count."""
+    cached = ok.column("cached_tokens")
+    told = ~np.isnan(cached)
+    return formulas.cached_share(cached[told].tolist(), ok.column("prompt_tokens")[told].tolist())
+
+
+def _job_figures(table: RequestTable, duration_s: float, slo: Any,
+                 job_calls: Optional[Mapping[int, int]]) -> Optional[dict[str, Any]]:
+    """The agent jobs' figures from their own requests (none in a run without jobs)."""
+    in_jobs = table.where(~np.isnan(table.column("job_id")))
+    return job_figures(list(in_jobs), duration_s, getattr(slo, "job_s", None), job_calls) if len(in_jobs) else None
+
+
+def _counts(table: RequestTable) -> dict[str, int]:
+    ok = int(np.count_nonzero(table.ok_mask()))
+    return {"sent": len(table), "completed": ok, "failed": len(table) - ok}
+
+
+def _load_figures(table: RequestTable, duration_s: float, slo: Any,
                   usd_per_hour: Optional[float]) -> dict[str, Any]:
     """requests, latency and throughput of some of a run's requests over ``duration_s``: the
     metric registry's own figures (GPU figures need the whole phase: none here)."""
-    ok = [r for r in records if r.ok]
-    meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
-    return {"requests": _counts(records), "latency": metrics.distributions(ok),
-            "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s, None, usd_per_hour))}
+    ok = table.ok()
+    return {"requests": _counts(table), "latency": metrics.distributions(ok),
+            "throughput": metrics.run_figures(metrics.RunTotals(ok, _meeting(ok, slo), duration_s, None, usd_per_hour))}
 
 
-def time_windows(figures: dict[str, Any], records: Sequence[RequestRecord], slo: Any,
+def time_windows(figures: dict[str, Any], records: "RequestTable | Sequence[RequestRecord]", slo: Any,
                  window: Optional[tuple[float, float]] = None, stages: Optional[Sequence[dict[str, Any]]] = None,
                  usd_per_hour: Optional[float] = None) -> dict[str, Any]:
     """``figures`` (what :func:`summarize` made) with the steady-state window and the stages.
@@ -102,85 +119,84 @@ def time_windows(figures: dict[str, Any], records: Sequence[RequestRecord], slo:
     after the last → the last), each stage gets the registry's distributions and run metrics
     over its own length. Requests and their counts in ``requests`` stay the whole run's."""
     out = dict(figures)
+    table = as_table(records, metrics.ENGINE_STAGES)
+    starts = table.column("start_s")
     if window is not None:
         start, end = window
-        inside = [r for r in records if start <= r.start_s <= end]
+        inside = table.where((starts >= start) & (starts <= end))
         length = max(end - start, 0.0)
         windowed = _load_figures(inside, length, slo, usd_per_hour)
         out["whole_run"] = {"requests": figures["requests"], "duration_s": figures["duration_s"],
                             "latency": figures["latency"], "throughput": figures["throughput"]}
         out["window"] = {"start_s": start, "end_s": end, "duration_s": length, "requests": windowed["requests"]}
         out["latency"], out["throughput"] = windowed["latency"], windowed["throughput"]
-        if not inside:
+        if not len(inside):
             out["warnings"] = [*figures.get("warnings", []),
                                f"No request started in the steady-state window [{start:g}, {end:g}] s: "
                                "shorten workload.warmup_s or workload.cooldown_s."]
     if stages:
-        by_stage: dict[int, list[RequestRecord]] = defaultdict(list)
-        for r in records:
-            by_stage[r.stage if r.stage is not None else stage_at(stages, r.start_s)].append(r)
+        told = table.column("stage")
+        ends = np.array([stage["end_s"] for stage in stages], dtype=float)
+        indexes = np.array([stage["index"] for stage in stages], dtype=float)
+        # each start's stage: the first stage ending after it, else the last
+        by_start = indexes[np.minimum(np.searchsorted(ends, starts, side="right"), len(stages) - 1)]
+        stage_of = np.where(np.isnan(told), by_start, told)
         rows = []
         for stage in stages:
-            figs = _load_figures(by_stage.get(stage["index"], []), stage["end_s"] - stage["start_s"], slo, usd_per_hour)
+            figs = _load_figures(table.where(stage_of == stage["index"]), stage["end_s"] - stage["start_s"], slo,
+                                 usd_per_hour)
             rows.append({**stage, **figs})
         out["stages"] = rows
     return out
 
 
-def stage_at(stages: Sequence[dict[str, Any]], t: float) -> int:
-    """The index of the stage holding ``t`` (the first before it, the last after it)."""
-    for stage in stages:
-        if t < stage["end_s"]:
-            return stage["index"]
-    return stages[-1]["index"]
-
-
-def endpoints(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+def endpoints(records: "RequestTable | Sequence[RequestRecord]", duration_s: float, slo: Any,
               urls: Optional[Sequence[Optional[str]]] = None) -> Optional[dict[str, dict[str, Any]]]:
     """Figures per endpoint (``backend.urls``, ``backend.replicas``), keyed by its index as a
     string: its public URL, requests sent, completed and failed, the registry's distributions
     and run figures over its completed requests (throughputs over the whole run's duration: each
     endpoint's share of the run's throughput), and its cached share. None with one endpoint."""
-    indexes = set(range(len(urls or ()))) | {r.endpoint for r in records if r.endpoint is not None}
+    table = as_table(records, metrics.ENGINE_STAGES)
+    served = table.column("endpoint")
+    indexes = set(range(len(urls or ()))) | {int(i) for i in np.unique(served[~np.isnan(served)])}
     if len(indexes) < 2:
         return None
     out = {}
     for i in sorted(indexes):
-        mine = [r for r in records if r.endpoint == i]
-        ok = [r for r in mine if r.ok]
-        meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+        mine = table.where(served == i)
+        ok = mine.ok()
         out[str(i)] = {
             "url": urls[i] if urls and i < len(urls) else None,
             "requests": len(mine),
             "completed": len(ok),
             "failed": len(mine) - len(ok),
             "latency": metrics.distributions(ok),
-            "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s)),
-            "cached_share": formulas.cached_share([r.cached_tokens for r in ok], [r.prompt_tokens for r in ok]),
+            "throughput": metrics.run_figures(metrics.RunTotals(ok, _meeting(ok, slo), duration_s)),
+            "cached_share": _cached_share(ok),
         }
     return out
 
 
-def adapters(records: Sequence[RequestRecord], duration_s: float, slo: Any,
+def adapters(records: "RequestTable | Sequence[RequestRecord]", duration_s: float, slo: Any,
              lora: Optional[Sequence[dict[str, Any]]] = None) -> Optional[dict[str, dict[str, Any]]]:
     """Figures per LoRA adapter (workload.lora.adapters), keyed by its name ("base": requests
     without an adapter), in the plan's order: its planned share (s_i / Σ s), requests sent,
     completed and failed, the registry's distributions and run figures over its completed
     requests (throughputs over the whole run's duration: each adapter's part of the run's
     throughput). None for a run without adapters."""
-    if not lora and all(r.adapter is None for r in records):
+    table = as_table(records, metrics.ENGINE_STAGES)
+    served = np.array([BASE if a is None else a for a in table.column("adapter")], dtype=object)
+    if not lora and (served == BASE).all():
         return None
     total = sum(float(e.get("share") or 0) for e in lora or ()) or None
     names = [str(e["name"]) for e in lora or ()]
-    for r in records:
-        name = r.adapter if r.adapter is not None else BASE
+    for name in dict.fromkeys(served.tolist()):
         if name not in names:
             names.append(name)
     out = {}
     for name in names:
-        mine = [r for r in records if (r.adapter if r.adapter is not None else BASE) == name]
-        ok = [r for r in mine if r.ok]
-        meeting = sum(1 for r in ok if formulas.meets_slo(r.ttft_s, r.tpot_s, r.e2e_s, slo))
+        mine = table.where(served == name)
+        ok = mine.ok()
         share = next((float(e.get("share") or 0) for e in lora or () if e.get("name") == name), None)
         out[name] = {
             "share": share / total if share is not None and total else None,
@@ -188,28 +204,32 @@ def adapters(records: Sequence[RequestRecord], duration_s: float, slo: Any,
             "completed": len(ok),
             "failed": len(mine) - len(ok),
             "latency": metrics.distributions(ok),
-            "throughput": metrics.run_figures(metrics.RunTotals(ok, meeting, duration_s)),
+            "throughput": metrics.run_figures(metrics.RunTotals(ok, _meeting(ok, slo), duration_s)),
         }
     return out
 
 
-def structured(records: Sequence[RequestRecord]) -> Optional[dict[str, Any]]:
+def structured(records: "RequestTable | Sequence[RequestRecord]") -> Optional[dict[str, Any]]:
     """The checks of constrained replies (workload.response_format, workload.tools; core/structured.py):
     ``checked`` (completed requests whose reply was checked), ``valid``, ``valid_share`` = valid /
     checked, the same ``by_kind`` (json_schema, regex, tool_call), up to three ``examples`` of why
     replies were invalid, and the JSON schema ``validator`` that ran. None when nothing was checked."""
-    checked = [r for r in records if r.ok and r.output_valid is not None]
-    if not checked:
+    table = as_table(records, metrics.ENGINE_STAGES)
+    valid = table.column("output_valid")
+    checked_rows = table.ok_mask() & ~np.isnan(valid)
+    if not checked_rows.any():
         return None
+    valid, kind = valid[checked_rows] == 1, table.column("output_check")[checked_rows]
+    kind = np.array(["?" if k is None else k for k in kind], dtype=object)
 
-    def counts(rs: Sequence[RequestRecord]) -> dict[str, Any]:
-        valid = sum(1 for r in rs if r.output_valid)
-        return {"checked": len(rs), "valid": valid, "valid_share": valid / len(rs)}
+    def counts(mask: np.ndarray) -> dict[str, Any]:
+        n, good = int(mask.sum()), int((valid & mask).sum())
+        return {"checked": n, "valid": good, "valid_share": good / n}
 
-    kinds = sorted({r.output_check or "?" for r in checked})
-    reasons = sorted({r.output_invalid_reason or "" for r in checked if not r.output_valid})
-    return {**counts(checked), "by_kind": {k: counts([r for r in checked if r.output_check == k]) for k in kinds},
-            "examples": reasons[:3], "validator": validator_name()}
+    reasons = table.column("output_invalid_reason")[checked_rows][~valid]
+    examples = sorted({r or "" for r in reasons})
+    return {**counts(np.ones(len(valid), dtype=bool)), "by_kind": {k: counts(kind == k) for k in sorted(set(kind))},
+            "examples": examples[:3], "validator": validator_name()}
 
 
 def structured_line(section: Optional[dict[str, Any]]) -> Optional[str]:
@@ -285,65 +305,71 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and v == v
 
 
-def per_turn(ok: Sequence[RequestRecord]) -> list[dict[str, Any]]:
+def per_turn(ok: "RequestTable | Sequence[RequestRecord]") -> list[dict[str, Any]]:
     """TTFT and context length by turn number (chat); one row for single-turn workloads."""
-    by_turn: dict[int, list[RequestRecord]] = defaultdict(list)
-    for r in ok:
-        by_turn[r.turn].append(r)
+    table = as_table(ok, metrics.ENGINE_STAGES)
+    turns = table.column("turn")
     rows = []
-    for turn in sorted(by_turn):
-        rs = by_turn[turn]
-        ttft = formulas.distribution([r.ttft_s for r in rs])
+    for turn in np.unique(turns[~np.isnan(turns)]):
+        rs = table.where(turns == turn)
+        ttft = formulas.distribution(rs.values("ttft_s"))
         rows.append(
             {
-                "turn": turn,
+                "turn": int(turn),
                 "requests": len(rs),
-                "prompt_tokens_mean": _mean([r.prompt_tokens for r in rs]),
-                "output_tokens_mean": _mean([r.output_tokens for r in rs]),
-                "cached_share": formulas.cached_share([r.cached_tokens for r in rs], [r.prompt_tokens for r in rs]),
+                "prompt_tokens_mean": _mean(rs.values("prompt_tokens")),
+                "output_tokens_mean": _mean(rs.values("output_tokens")),
+                "cached_share": _cached_share(rs),
                 "ttft_mean_s": ttft["mean"],
                 "ttft_p50_s": ttft["p50"],
                 "ttft_p90_s": ttft["p90"],
-                "e2e_mean_s": _mean([r.e2e_s for r in rs]),
+                "e2e_mean_s": _mean(rs.values("e2e_s")),
             }
         )
     return rows
 
 
-def warnings(records: Sequence[RequestRecord]) -> list[str]:
+def warnings(records: "RequestTable | Sequence[RequestRecord]") -> list[str]:
     """What makes a run's numbers suspect: failures and lengths that differ from the request."""
+    table = as_table(records, metrics.ENGINE_STAGES)
     out = []
-    failed = [r for r in records if not r.ok]
-    if failed:
-        examples = "; ".join(sorted({r.error or "" for r in failed})[:3])
-        out.append(f"{len(failed)} of {len(records)} requests failed ({examples})")
-    ok = [r for r in records if r.ok]
-    short = [r for r in ok if r.exact_output_len and r.output_tokens != r.requested_output_tokens]
-    if short:
+    ok_rows = table.ok_mask()
+    if not ok_rows.all():
+        errors = table.column("error")[~ok_rows]
+        examples = "; ".join(sorted(set(errors.tolist()))[:3])
+        out.append(f"{len(errors)} of {len(table)} requests failed ({examples})")
+    got, asked = table.column("output_tokens"), table.column("requested_output_tokens")
+    exact = table.column("exact_output_len") == 1
+    short = np.flatnonzero(ok_rows & exact & (got != asked))
+    if len(short):
+        i = short[0]
         out.append(
             f"{len(short)} requests asked for an exact output length but got another "
-            f"(e.g. {short[0].output_tokens} instead of {short[0].requested_output_tokens} tokens)"
+            f"(e.g. {int(got[i])} instead of {int(asked[i])} tokens)"
         )
-    over = [r for r in ok if not r.exact_output_len and r.output_tokens > r.requested_output_tokens]
-    if over:
-        out.append(f"{len(over)} requests produced more than their maximum output length")
-    invalid = [r for r in ok if r.output_valid is False]
-    if invalid:
-        checked = sum(1 for r in ok if r.output_valid is not None)
+    over = ok_rows & ~exact & (got > asked)
+    if over.any():
+        out.append(f"{int(over.sum())} requests produced more than their maximum output length")
+    valid = table.column("output_valid")
+    invalid = np.flatnonzero(ok_rows & (valid == 0))
+    if len(invalid):
+        checked = int((ok_rows & ~np.isnan(valid)).sum())
+        i = invalid[0]
         out.append(f"{len(invalid)} of {checked} checked replies broke their constraint "
-                   f"(e.g. {invalid[0].output_check}: {invalid[0].output_invalid_reason})")
-    off = [r for r in records if r.expected_prompt_tokens is not None and r.prompt_tokens != r.expected_prompt_tokens]
-    if off:
+                   f"(e.g. {table.column('output_check')[i]}: {table.column('output_invalid_reason')[i]})")
+    prompt, expected = table.column("prompt_tokens"), table.column("expected_prompt_tokens")
+    off = np.flatnonzero(~np.isnan(expected) & (prompt != expected))
+    if len(off):
+        i = off[0]
         out.append(
             f"{len(off)} prompts differ from the requested length "
-            f"(e.g. {off[0].prompt_tokens} instead of {off[0].expected_prompt_tokens} tokens)"
+            f"(e.g. {int(prompt[i])} instead of {int(expected[i])} tokens)"
         )
     return out
 
 
-def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
-    vals = [v for v in values if v is not None]
-    return sum(vals) / len(vals) if vals else None
+def _mean(values: np.ndarray) -> Optional[float]:
+    return float(values.mean()) if len(values) else None
 
 
 # --- the table printed at the end of a run ----------------------------------------------

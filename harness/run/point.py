@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
+import numpy as np
 from omegaconf import OmegaConf
 
 from core.errors import EngineFailed
@@ -40,6 +41,7 @@ from harness.client.workers import WorkerPool, resolve_workers
 from harness.config import RunConfig, config_sha256
 from harness.reports.run_report import write_report
 from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budget
+from harness.results.kept import RequestTable
 from harness.results.record import RequestRecord
 from harness.results.schema import (
     COMPLETE, FAILED, INTERRUPTED, INTERRUPTED_ERROR, MACHINE, METRICS_AFTER, METRICS_BEFORE, SATURATED, SERVER_METRICS,
@@ -66,7 +68,7 @@ log = logging.getLogger("harness")
 class RunOutcome:
     run_dir: Path
     summary: RunSummary
-    records: Sequence[RequestRecord]  # slim: what the summary reads (harness/results/kept.py)
+    records: RequestTable  # what the summary reads (harness/results/kept.py)
 
 
 def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None) -> RunOutcome:
@@ -309,7 +311,7 @@ class PointRun:
         records = self.writer.records
         if self.status not in (COMPLETE, SATURATED):  # cut short: T runs to the interrupt (or the error)
             ran = self.t_stopped - self.t_measured if self.t_measured and self.t_stopped else 0.0
-            self.duration_s = max([ran, *(r.end_s for r in records)])
+            self.duration_s = max(ran, float(np.max(records.values("end_s"), initial=0.0)))
         gpu = self._gpu_figures()
         summary = RunSummary(
             status=self.status, error=self.error, started_at=self.started_at, backend=self.session.describe(),
@@ -340,9 +342,10 @@ class PointRun:
     def fallback_summary(self) -> RunSummary:
         """When the summary itself failed: how the run ended and its request counts."""
         records = self.writer.records
+        completed = int(records.ok_mask().sum())
         return RunSummary(status=self.status, error=self.error, started_at=self.started_at, load_s=self.load_s,
-                          engine=self.engine, requests={"sent": len(records), "completed": sum(r.ok for r in records),
-                                                        "failed": sum(not r.ok for r in records)},
+                          engine=self.engine, requests={"sent": len(records), "completed": completed,
+                                                        "failed": len(records) - completed},
                           taint=self.taint())
 
     def taint(self) -> list[str]:
@@ -545,7 +548,7 @@ def _check_engine(session: EngineSession, writer: RunWriter, run_dir: Path) -> N
     """End the run, keeping what was measured, when the engine can no longer serve."""
     reason = session.fatal_error()
     if reason:
-        failed = sum(1 for r in writer.records if not r.ok)
+        failed = len(writer.records) - int(writer.records.ok_mask().sum())
         raise EngineFailed(
             f"{reason}; {failed} of {len(writer.records)} requests failed; the results so far are in {run_dir}"
         )

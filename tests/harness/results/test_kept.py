@@ -1,4 +1,4 @@
-"""What a run keeps in memory of its requests: slim records, ITL gaps held to a budget."""
+"""What a run keeps in memory of its requests: columns, ITL gaps held to a budget."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,8 +6,10 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from harness.results.kept import KeptRequests
-from harness.results.metrics import distributions
+from harness.results.kept import KeptRequests, as_table
+from harness.results.metrics import ENGINE_STAGES, distributions
+from harness.results.summary import summarize, time_windows
+from harness.config import SLOConfig
 from harness.results.store import RunWriter, load_requests
 from tests.records import record
 
@@ -20,13 +22,51 @@ def _full(i: int, n_out: int = 11, gap: float = 0.01):
                                engine_stats={"vllm_queue_s": 0.5, "prompt_tokens": 50, "note": "y" * 200})
 
 
-def test_a_kept_record_has_no_payloads_and_one_packed_array_for_equal_gaps():
-    kept = KeptRequests()
-    slim = kept.add(_full(3))
+def test_a_kept_record_has_every_field_but_the_payloads():
+    kept = KeptRequests(stat_keys=ENGINE_STAGES)
+    full = dataclasses.replace(_full(3), http_reused=True, adapter="a1", error="boom", cached_tokens=None)
+    slim = kept.add(full)
     assert slim.output_text is None and slim.output_token_ids is None and slim.ids_text is None
     assert slim.engine_stats == {"vllm_queue_s": 0.5}  # what the summary reads: the engine's stage times
-    assert slim.itl_chunk_s is slim.itl_s and list(slim.itl_s) == _full(3).itl_s
-    assert kept.sampling() is None and len(kept) == 1 and kept[0] is slim
+    assert list(slim.itl_chunk_s) == list(slim.itl_s) == _full(3).itl_s
+    for name in ("request_id", "ttft_s", "tpot_s", "exact_output_len", "http_reused", "adapter", "error",
+                 "cached_tokens", "stage", "start_s", "prompt_tokens"):
+        assert getattr(slim, name) == getattr(full, name) and type(getattr(slim, name)) is type(getattr(full, name)), name
+    assert not slim.ok and kept.sampling() is None and len(kept) == 1 and kept[0].request_id == 3
+
+
+def test_columns_appear_when_a_request_has_a_value_and_earlier_rows_have_none():
+    kept = KeptRequests()
+    kept.add(_full(0))
+    assert not kept.has("http_connect_s") and kept.column("http_connect_s").tolist() != [0.0]
+    kept.add(dataclasses.replace(_full(1), http_connect_s=0.002, finish_reason="length"))
+    assert kept.has("http_connect_s")
+    assert [kept[0].http_connect_s, kept[1].http_connect_s] == [None, 0.002]
+    assert kept.column("finish_reason").tolist() == [None, "length"]
+    assert kept.where(kept.column("request_id") == 1)[0].finish_reason == "length"
+
+
+def test_a_table_gives_the_summary_the_records_would():
+    """The summary of the kept columns is that of the full records: every section, every figure."""
+    full = []
+    for i in range(30):
+        r = _full(i, n_out=5 + i % 4)
+        r.turn, r.start_s, r.stage, r.endpoint = i % 3, i * 0.5, i // 10, i % 2
+        r.itl_chunk_s = r.itl_s[::2] if i % 5 == 0 else list(r.itl_s)
+        if i % 7 == 0:
+            r = dataclasses.replace(r, error="HTTP 500", ttft_s=None, tpot_s=None, e2e_s=None, itl_s=[], itl_chunk_s=[])
+        full.append(r)
+    stages = [{"index": k, "start_s": 5.0 * k, "end_s": 5.0 * (k + 1)} for k in range(3)]
+    slo = SLOConfig(ttft_s=0.2)
+    kept = KeptRequests(stat_keys=ENGINE_STAGES)
+    for r in full:
+        kept.add(r)
+
+    def figures(records):
+        return time_windows(summarize(records, 15.0, slo, endpoint_urls=["a", "b"]), records, slo, (2.0, 12.0), stages)
+
+    assert figures(kept) == figures(full)
+    assert isinstance(as_table(full), KeptRequests) and as_table(kept) is kept
 
 
 def test_under_the_budget_the_distributions_are_exact():
@@ -34,7 +74,7 @@ def test_under_the_budget_the_distributions_are_exact():
     kept = KeptRequests(itl_budget=10_000)
     for r in full:
         kept.add(r)
-    assert distributions(list(kept)) == distributions(full)
+    assert distributions(kept) == distributions(full)
 
 
 def test_past_the_budget_every_request_keeps_one_gap_in_k_and_the_sample_stays_uniform():
@@ -50,9 +90,9 @@ def test_past_the_budget_every_request_keeps_one_gap_in_k_and_the_sample_stays_u
         kept.add(r)
     info = kept.sampling()
     assert info is not None and info["one_in"] == 8 and info["itl_s_seen"] == 400 * 64
-    assert info["itl_s_kept"] <= 4000 and info["itl_s_kept"] == sum(len(r.itl_s) for r in kept)
+    assert info["itl_s_kept"] <= 4000 and info["itl_s_kept"] == sum(len(r.itl_s) for r in kept) == len(kept.gaps("itl_s"))
     exact = distributions(full)["itl_s"]
-    sampled = distributions(list(kept))["itl_s"]
+    sampled = distributions(kept)["itl_s"]
     for p in ("p50", "p90", "mean"):
         assert abs(sampled[p] - exact[p]) / exact[p] < 0.05, p
     # the requests' own figures are untouched
@@ -68,6 +108,7 @@ def test_thinning_keeps_the_positions_a_fresh_record_would_keep():
         early.add(_full(i, n_out=101))
     late.stride = early.stride
     assert list(early[0].itl_s) == list(late.add(r).itl_s)
+    assert list(early[0].itl_chunk_s) == list(early[0].itl_s)
 
 
 def test_the_writer_keeps_slim_records_and_the_table_keeps_every_payload(tmp_path):
