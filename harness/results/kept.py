@@ -76,7 +76,7 @@ class _Columns:
     """The growing storage: number columns (NaN: none), text codes (0: none), packed gaps."""
 
     def __init__(self, stat_keys: Iterable[str], itl_budget: int) -> None:
-        self.stat_keys = frozenset(stat_keys)
+        self.stat_keys = tuple(dict.fromkeys(stat_keys))  # in the caller's order
         self.itl_budget = max(int(itl_budget), 2)
         self.stride = 1
         self.n = 0
@@ -225,16 +225,25 @@ class RequestTable(Sequence["KeptRecord"]):
         return self.where(self.ok_mask())
 
     def gaps(self, name: str) -> np.ndarray:
-        """The kept gaps of list ``name`` (itl_s, itl_chunk_s) of these rows, pooled."""
+        """The kept gaps of list ``name`` (itl_s, itl_chunk_s) of these rows, pooled in row order
+        (as the requests' own lists would be: a mean's last digit depends on the order)."""
         cols = self._columns
-        selected = np.ones(cols.n, dtype=bool)
-        if self._rows is not None:
-            selected[:] = False
-            selected[self._rows] = True
-        if name == "itl_s":
-            return _pooled(cols, "itl_s", selected)
         same = np.frombuffer(cols.same, dtype=np.int8).astype(bool)
-        return np.concatenate([_pooled(cols, "itl_s", selected & same), _pooled(cols, "itl_chunk_s", selected & ~same)])
+        if name == "itl_s" or same.all():
+            selected = np.ones(cols.n, dtype=bool)
+            if self._rows is not None:
+                selected[:] = False
+                selected[self._rows] = True
+            return _pooled(cols, "itl_s", selected)
+        # a row's chunk gaps: its own, or its token gaps where they are the same
+        token_ends, chunk_ends = (np.frombuffer(cols.ends[n], dtype=np.int64) for n in _GAP_LISTS)
+        token_lens, chunk_lens = np.diff(token_ends, prepend=0), np.diff(chunk_ends, prepend=0)
+        flat = np.concatenate([np.frombuffer(cols.gaps["itl_s"], dtype=np.float64),
+                               np.frombuffer(cols.gaps["itl_chunk_s"], dtype=np.float64)])
+        rows = self.rows()
+        starts = np.where(same, token_ends - token_lens, len(cols.gaps["itl_s"]) + chunk_ends - chunk_lens)[rows]
+        lengths = np.where(same, token_lens, chunk_lens)[rows]
+        return flat[np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))]
 
     def sampling(self) -> Optional[dict[str, Any]]:
         """None while every gap is kept; else the stride and, per list, the gaps kept and seen."""

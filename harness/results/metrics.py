@@ -502,7 +502,7 @@ class EngineStage:
 class _QueueStage(EngineStage):
     def harness_values(self, t: RequestTable) -> np.ndarray:
         """queue_wait_s = t(engine began work) − t(send); none over HTTP, where queue_wait_s is the engine's own."""
-        told = np.array([s is not None for s in t.column("engine_timings_source")], dtype=bool)
+        told = np.array([bool(s) for s in t.column("engine_timings_source")], dtype=bool)
         return np.where(told, np.nan, t.column("queue_wait_s"))
 
 

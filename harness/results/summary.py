@@ -369,7 +369,8 @@ def warnings(records: "RequestTable | Sequence[RequestRecord]") -> list[str]:
 
 
 def _mean(values: np.ndarray) -> Optional[float]:
-    return float(values.mean()) if len(values) else None
+    """Σ / n, summed in order as Python's sum does (numpy's pairwise sum differs in the last digit)."""
+    return float(sum(values.tolist())) / len(values) if len(values) else None
 
 
 # --- the table printed at the end of a run ----------------------------------------------

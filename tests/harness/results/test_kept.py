@@ -66,6 +66,11 @@ def test_a_table_gives_the_summary_the_records_would():
         return time_windows(summarize(records, 15.0, slo, endpoint_urls=["a", "b"]), records, slo, (2.0, 12.0), stages)
 
     assert figures(kept) == figures(full)
+    # pooled in request order, as each record's own list: a mean's last digit depends on it
+    for name in ("itl_s", "itl_chunk_s"):
+        assert kept.gaps(name).tolist() == [g for r in full for g in getattr(r, name)]
+        odd = kept.where(kept.column("request_id") % 2 == 1)
+        assert odd.gaps(name).tolist() == [g for r in full if r.request_id % 2 for g in getattr(r, name)]
     assert isinstance(as_table(full), KeptRequests) and as_table(kept) is kept
 
 
