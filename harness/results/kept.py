@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from harness.results.record import CANCELLED, RequestRecord
+from harness.results.record import RequestOutcome, RequestRecord
 
 # gaps kept per list before thinning: 1 M × 8 bytes = 8 MB each for ITL per token and per chunk (the
 # summary copies them a few times at its end); the p99 of a uniform sample of a million gaps lies within
@@ -313,7 +313,7 @@ def as_table(records: Union[RequestTable, Iterable[RequestRecord]], stat_keys: I
     return table
 
 
-class KeptRecord:
+class KeptRecord(RequestOutcome):
     """One kept request, read from its table's columns: a :class:`RequestRecord`'s fields, its
     payloads None and its ``engine_stats`` the kept stage times."""
 
@@ -321,15 +321,6 @@ class KeptRecord:
 
     def __init__(self, columns: _Columns, i: int) -> None:
         self._columns, self._i = columns, i
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def cancelled(self) -> bool:
-        """Cut short by the run's end (an interrupt, a saturated point), not failed by the engine."""
-        return (self.error or "").startswith(CANCELLED)
 
     @property
     def engine_stats(self) -> dict[str, Any]:

@@ -326,7 +326,7 @@ class OutputThroughput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return formulas.output_token_throughput([totals.tokens("output_tokens")], totals.duration_s)
+        return formulas.output_token_throughput(totals.ok.values("output_tokens"), totals.duration_s)
 
 
 @register
@@ -338,8 +338,8 @@ class TotalThroughput(RunMetric):
 
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
-        return formulas.total_token_throughput([totals.tokens("prompt_tokens")], [totals.tokens("output_tokens")],
-                                               totals.duration_s)
+        ok = totals.ok
+        return formulas.total_token_throughput(ok.values("prompt_tokens"), ok.values("output_tokens"), totals.duration_s)
 
 
 @register

@@ -30,8 +30,25 @@ from harness.results.formulas import (
 CANCELLED = "cancelled: "
 
 
-@dataclass(slots=True)  # a long run keeps one a request (harness/results/kept.py): no __dict__
-class RequestRecord:
+class RequestOutcome:
+    """How a request ended, from its ``error``: for a record and for a kept request's view
+    (:class:`harness.results.kept.KeptRecord`)."""
+
+    __slots__ = ()
+    error: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def cancelled(self) -> bool:
+        """Cut short by the run's end (an interrupt, a saturated point), not failed by the engine."""
+        return (self.error or "").startswith(CANCELLED)
+
+
+@dataclass(slots=True)  # a request's record lives until its row is written: no __dict__
+class RequestRecord(RequestOutcome):
     """One row of requests.parquet. Times ``*_s`` relative to the measured phase's start."""
 
     request_id: int
@@ -98,14 +115,6 @@ class RequestRecord:
     # counted (RequestDone.token_ids_text); the run's writer tokenizes it with the tables.
     ids_text: Optional[str] = None
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def cancelled(self) -> bool:
-        """Cut short by the run's end (an interrupt, a saturated point), not failed by the engine."""
-        return (self.error or "").startswith(CANCELLED)
 
 
 @dataclass
