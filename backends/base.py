@@ -192,13 +192,10 @@ class Backend(ABC):
         """ConfigError when a request known in advance needs more than ``limit`` tokens of context."""
         if limit is None:
             return
-        for session in plan.sessions + plan.warmup:
-            for turn in session.turns:
-                if turn.prompt_token_ids is not None and len(turn.prompt_token_ids) + turn.output_len > limit:
-                    raise ConfigError(
-                        f"{key}={limit} is too small: a request needs {len(turn.prompt_token_ids)} prompt + "
-                        f"{turn.output_len} output tokens; raise {key}"
-                    )
+        for prompt, output in plan.request_sizes():
+            if prompt + output > limit:
+                raise ConfigError(f"{key}={limit} is too small: a request needs {prompt} prompt + {output} output "
+                                  f"tokens; raise {key}")
 
     def import_engine(self) -> None:
         """Import the engine's libraries; timed as part of the engine's load.

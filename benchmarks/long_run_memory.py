@@ -7,7 +7,7 @@ whole run (the tables written at its end included), its wall time, the requests 
 the bytes per request of the growth (peak − the smallest run's peak) / (requests − its requests).
 
     .venv/bin/python benchmarks/long_run_memory.py [--requests 2000 20000 200000]
-        [--concurrency 256] [--output-len 64] [--python .venv/bin/python] [--cwd .]
+        [--concurrency 256] [--rate R] [--output-len 64] [--python .venv/bin/python] [--cwd .]
 
 ``--cwd`` and ``--python`` run another checkout (e.g. a ``git worktree`` of an older commit)
 for a before/after. The report is off (``report=false``): it reads the whole requests table.
@@ -31,6 +31,7 @@ def run(n: int, args: argparse.Namespace, out: Path) -> dict:
     cmd = [args.python, "-m", "harness", "backend=reference", "model=tiny-random", "workload=synthetic",
            f"workload.num_requests={n}", f"workload.concurrency={args.concurrency}", "workload.input_len=32",
            f"workload.output_len={args.output_len}", f"workload.warmup_requests={args.concurrency}",
+           *([f"workload.rate={args.rate}", "saturation.enabled=false"] if args.rate else []),
            f"backend.ttft_ms={args.ttft_ms}", f"backend.itl_ms={args.itl_ms}", "report=false", "progress=false",
            "machine.enabled=false", f"hydra.run.dir={out}"]
     proc = subprocess.Popen(cmd, cwd=args.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -56,6 +57,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, nargs="+", default=[2000, 20000, 200000])
     p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument("--rate", type=float, help="an open loop at this many requests/s (the concurrency then a cap)")
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--ttft-ms", type=float, default=5.0)
     p.add_argument("--itl-ms", type=float, default=1.0)

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator, Optional
+from itertools import islice
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+
+import numpy as np
 
 from core.errors import ConfigError
 from core.structured import check_tool_choice_share, normalize_response_format, normalize_tools
 from workloads.lora import LoraSettings, adapter_specs, assign, round_robin
+from workloads.session_file import SPILL_AT, SessionFile
 
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
 
@@ -165,8 +170,14 @@ class SessionSpec:
     parent: Optional[tuple[int, int]] = None
 
 
-def first_request_ids(sessions: list[SessionSpec]) -> list[int]:
+# A plan's measured sessions: a list, or a large plan's file (workloads/session_file.py)
+Sessions = Union[list["SessionSpec"], SessionFile]
+
+
+def first_request_ids(sessions: Sequence[SessionSpec]) -> Sequence[int]:
     """The id of each session's first request: requests are numbered in plan order, turn by turn."""
+    if isinstance(sessions, SessionFile):
+        return sessions.first_request_ids()
     ids, next_id = [], 0
     for s in sessions:
         ids.append(next_id)
@@ -174,13 +185,43 @@ def first_request_ids(sessions: list[SessionSpec]) -> list[int]:
     return ids
 
 
+def arrival_order(sessions: Sequence[SessionSpec]) -> Sequence[int]:
+    """The sessions' indices by arrival time (none: 0), ties in plan order."""
+    if isinstance(sessions, SessionFile):
+        return np.argsort(_arrival_array(sessions), kind="stable")
+    return sorted(range(len(sessions)), key=lambda i: sessions[i].arrival_s or 0.0)
+
+
+def sorted_arrivals(sessions: Sequence[SessionSpec]) -> Sequence[float]:
+    """Every session's arrival time (none: 0), in increasing order."""
+    if isinstance(sessions, SessionFile):
+        return np.sort(_arrival_array(sessions))
+    return sorted(s.arrival_s or 0.0 for s in sessions)
+
+
+def _arrival_array(sessions: SessionFile, none: float = 0.0) -> np.ndarray:
+    """A file's arrival times as numpy (a copy), ``none`` where a session has none."""
+    values = np.frombuffer(sessions.arrivals(), dtype=np.float64).copy()
+    values[np.isnan(values)] = none
+    return values
+
+
+def has_sub_agents(sessions: Sequence[SessionSpec]) -> bool:
+    """Some session waits on its parent's turn (agent jobs)."""
+    if isinstance(sessions, SessionFile):
+        return sessions.has_parents
+    return any(s.parent is not None for s in sessions)
+
+
 Forks = dict[tuple[int, int], list[tuple[SessionSpec, int]]]
 
 
-def fork_table(sessions: list[SessionSpec], first_ids: list[int]) -> Forks:
+def fork_table(sessions: Sequence[SessionSpec], first_ids: Sequence[int]) -> Forks:
     """The sub-agents of each (session id, turn) that forks, each with its first request id, in
     plan order; {} for a plan without dependencies (every workload but agentic)."""
     table: Forks = {}
+    if not has_sub_agents(sessions):
+        return table
     for s, first_id in zip(sessions, first_ids):
         if s.parent is not None:
             table.setdefault((int(s.parent[0]), int(s.parent[1])), []).append((s, first_id))
@@ -243,7 +284,7 @@ def _excerpt(text: str) -> str:
 @dataclass
 class WorkloadPlan:
     name: str
-    sessions: list[SessionSpec]
+    sessions: Sessions
     warmup: list[SessionSpec]
     exact_output_len: bool
     concurrency: Optional[int]
@@ -268,7 +309,38 @@ class WorkloadPlan:
 
     @property
     def num_requests(self) -> int:
+        if isinstance(self.sessions, SessionFile):
+            return self.sessions.num_requests
         return sum(len(s.turns) for s in self.sessions)
+
+    @property
+    def has_jobs(self) -> bool:
+        """Some session belongs to an agent job (workload=agentic)."""
+        if isinstance(self.sessions, SessionFile):
+            return self.sessions.has_jobs
+        return any(s.job_id is not None for s in self.sessions)
+
+    def request_sizes(self) -> Iterator[tuple[int, int]]:
+        """(prompt tokens, output tokens) of the requests whose prompt is fixed in advance: every
+        one of a list's, and of a plan on disk the one that needs the most context."""
+        if isinstance(self.sessions, SessionFile):
+            if self.sessions.largest_request is not None:
+                yield self.sessions.largest_request
+            sessions: Iterable[SessionSpec] = self.warmup
+        else:
+            sessions = self.sessions + self.warmup
+        for session in sessions:
+            for turn in session.turns:
+                if turn.prompt_token_ids is not None:
+                    yield len(turn.prompt_token_ids), turn.output_len
+
+    def last_arrival(self) -> float:
+        """The latest arrival time of a session (0 without any)."""
+        if isinstance(self.sessions, SessionFile):
+            values = _arrival_array(self.sessions, none=math.nan)
+            values = values[~np.isnan(values)]
+            return float(values.max()) if values.size else 0.0
+        return max((s.arrival_s for s in self.sessions if s.arrival_s is not None), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
         """workload.json as a dict (:meth:`json_chunks` parsed): for small plans and tests."""
@@ -406,20 +478,23 @@ from workloads.prompts import PromptRenderer  # noqa: E402
 
 def seeded_streams(seed: int, n: int) -> list["np.random.Generator"]:
     """Independent random streams from one seed (text, lengths, arrivals, warm-up…)."""
-    import numpy as np
-
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
 def make_plan(
     config: WorkloadConfig,
-    sessions: list[SessionSpec],
+    sessions: Iterable[SessionSpec],
     warmup: list[SessionSpec],
     arrival_rng: "np.random.Generator",
     seed: Optional[int] = None,
     use_schedule: bool = True,
+    count: Optional[int] = None,
 ) -> WorkloadPlan:
     """Attach open-loop arrival times and the common fields to a workload's sessions.
+
+    ``sessions``: a list (changed in place), or an iterator of ``count`` sessions made as they
+    are taken, which the plan keeps on disk beyond :data:`~workloads.session_file.SPILL_AT`
+    (workloads/session_file.py), so a long run's plan is never whole in memory.
 
     A time-shaped load (``use_schedule``; off where the data's own timestamps set the arrivals):
     open loop, the schedule's arrivals, one per session — a plan with more sessions keeps the
@@ -429,28 +504,25 @@ def make_plan(
     concurrency = config.concurrency
     specs = adapter_specs(getattr(config, "lora", None))
     info: dict[str, Any] = {}
+    n = len(sessions) if count is None else count  # type: ignore[arg-type]  # a list when no count
+    arrivals: Optional[Sequence[float]] = None
     if schedule is not None and schedule.kind == RATE:
-        process = arrival_registry.create(config.arrival)
-        arrivals = schedule.arrivals(arrival_rng, process, config.burstiness)
-        if len(sessions) < len(arrivals):
-            info["schedule_short"] = {"arrivals": len(arrivals), "sessions": len(sessions)}
-        del sessions[len(arrivals):]
-        for session, offset in zip(sessions, arrivals):
-            session.arrival_s = round(offset, 6)
+        arrivals = schedule.arrivals(arrival_rng, arrival_registry.create(config.arrival), config.burstiness)
+        if n < len(arrivals):
+            info["schedule_short"] = {"arrivals": len(arrivals), "sessions": n}
+        n = min(n, len(arrivals))
     elif schedule is not None:
         concurrency = int(schedule.peak)
     elif config.rate is not None:
-        process = arrival_registry.create(config.arrival)
-        for session, offset in zip(sessions, process.offsets(arrival_rng, len(sessions), config.rate, config.burstiness)):
-            session.arrival_s = round(offset, 6)
+        arrivals = arrival_registry.create(config.arrival).offsets(arrival_rng, n, config.rate, config.burstiness)
+    adapters = assign(specs, n, seed) if specs else None
     if specs:
-        for session, adapter in zip(sessions, assign(specs, len(sessions), seed)):
-            session.adapter = adapter
         for session, adapter in zip(warmup, round_robin(specs, len(warmup))):
             session.adapter = adapter
+    kept = _kept_sessions(sessions, n, arrivals, adapters)
     return WorkloadPlan(
         name=config.name,
-        sessions=sessions,
+        sessions=kept,
         warmup=warmup,
         exact_output_len=config.exact_output_len,
         concurrency=concurrency,
@@ -462,3 +534,34 @@ def make_plan(
         lora=[s.to_json() for s in specs],
         structured=config.structured() if hasattr(config, "structured") else None,
     )
+
+
+def _kept_sessions(sessions: Iterable[SessionSpec], n: int, arrivals: Optional[Sequence[float]],
+                   adapters: Optional[list[Optional[str]]]) -> Sessions:
+    """The first ``n`` sessions, each given its arrival time and adapter: the list itself, cut to
+    ``n``; or, from an iterator, a list or (beyond SPILL_AT) a file, filled as it is taken."""
+    kept: Union[list[SessionSpec], SessionFile]
+    if isinstance(sessions, list):
+        del sessions[n:]
+        source: Iterable[SessionSpec] = sessions
+        kept = sessions
+    else:
+        source = islice(sessions, n)
+        kept = SessionFile() if n > SPILL_AT else []
+    try:
+        for i, session in enumerate(source):
+            if arrivals is not None:
+                session.arrival_s = round(arrivals[i], 6)
+            if adapters is not None:
+                session.adapter = adapters[i]
+            if kept is not sessions:
+                kept.append(session)
+    except BaseException:
+        if isinstance(kept, SessionFile):
+            kept.close()
+        raise
+    finally:
+        close = getattr(sessions, "close", None)
+        if close is not None and not isinstance(sessions, list):
+            close()  # a generator of sessions ends here (a pool of plan workers with it)
+    return kept.seal() if isinstance(kept, SessionFile) else kept

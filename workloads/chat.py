@@ -8,7 +8,7 @@ between a reply and its next message.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
@@ -81,8 +81,8 @@ class ChatWorkload(Workload):
             background = corpus.text(corpus.random_start(system_rng), cfg.system_prompt_len)
             system = "You are a helpful reading assistant. Background text:\n\n" + background
 
-        def sessions(rng, n_sessions: int, n_turns: int, first_id: int, max_output: Optional[int] = None) -> list[SessionSpec]:
-            made = []
+        def sessions(rng, n_sessions: int, n_turns: int, first_id: int,
+                     max_output: Optional[int] = None) -> Iterator[SessionSpec]:
             for s in range(n_sessions):
                 user_lens = sample_lengths(rng, n_turns, cfg.user_len, cfg.user_len_dist, cfg.user_len_spread)
                 out_lens = sample_lengths(rng, n_turns, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
@@ -93,9 +93,9 @@ class ChatWorkload(Workload):
                     instruction = INSTRUCTIONS[int(rng.integers(len(INSTRUCTIONS)))]
                     passage = corpus.text(corpus.random_start(rng), n_user)
                     turns.append(TurnSpec(f"{instruction}\n\n{passage}", n_out, cfg.think_time_s if t else 0.0))
-                made.append(SessionSpec(first_id + s, turns, system=system))
-            return made
+                yield SessionSpec(first_id + s, turns, system=system)
 
-        measured = sessions(text_rng, session_count(cfg, cfg.sessions, arrival_rng), cfg.turns, 0)
-        warmup = sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
-        return make_plan(cfg, measured, warmup, arrival_rng, seed)
+        count = session_count(cfg, cfg.sessions, arrival_rng)
+        warmup = list(sessions(warm_rng, cfg.warmup_requests, 1, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS))
+        # made as make_plan takes them: a long run's plan goes to disk (workloads/session_file.py)
+        return make_plan(cfg, sessions(text_rng, count, cfg.turns, 0), warmup, arrival_rng, seed, count=count)

@@ -82,12 +82,27 @@ def fit_texts_in_chunks(
 ) -> list[Fit]:
     """:meth:`PromptRenderer.fit_texts` of each length, chunk by chunk (see the module docstring).
     ``processes``: the workers (None: one per usable core, at most one per chunk; 1: fit here)."""
+    return list(iter_fitted_texts(renderer, corpus, rng, target_lens, make_messages, overhead, processes))
+
+
+def iter_fitted_texts(
+    renderer: PromptRenderer,
+    corpus: TokenizedCorpus,
+    rng: np.random.Generator,
+    target_lens: Sequence[int],
+    make_messages: Callable[[str], Messages],
+    overhead: int,
+    processes: Optional[int] = None,
+) -> Iterator[Fit]:
+    """:func:`fit_texts_in_chunks`'s fits one at a time, as the chunks come: a caller that keeps
+    them elsewhere (a plan on disk, workloads/session_file.py) never holds more than a few
+    chunks. ``rng`` is left as chunk 0 leaves it once the last fit is taken."""
     chunks = (len(target_lens) + CHUNK - 1) // CHUNK
     if chunks <= 1:
-        return renderer.fit_texts(corpus, rng, target_lens, make_messages, overhead=overhead)
+        yield from renderer.fit_texts(corpus, rng, target_lens, make_messages, overhead=overhead)
+        return
     job = _Job(renderer, corpus, target_lens, make_messages, overhead, [copy.deepcopy(rng), *chunk_streams(rng, chunks)])
     workers = min(chunks, usable_cores() if processes is None else max(1, processes))
-    fits: list[Fit] = []
     chunk_0_state = None
     # chunk by chunk as they come, every prompt's ids made the renderer's own ints: a plan's
     # chunks kept whole until the last (ids as new ints) left ~5 KB a request of freed,
@@ -96,11 +111,11 @@ def fit_texts_in_chunks(
     try:
         for chunk, state in fitted:
             chunk_0_state = state if chunk_0_state is None else chunk_0_state
-            fits.extend((text, renderer.shared_ints(ids)) for text, ids in chunk)
+            for text, ids in chunk:
+                yield text, renderer.shared_ints(ids)
     finally:
         fitted.close()  # the workers' pool ends with the chunks, whatever ended the loop
     rng.bit_generator.state = chunk_0_state  # the caller's generator as chunk 0 leaves it
-    return fits
 
 
 Chunk = tuple[list[tuple[str, Sequence[int]]], dict[str, Any]]

@@ -5,8 +5,9 @@ of more than workloads.plan_pool.CHUNK prompts is fitted in chunks on every core
 """
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
@@ -25,7 +26,7 @@ from workloads.base import (
 )
 from workloads.corpus import TokenizedCorpus
 from workloads.lengths import sample_lengths
-from workloads.plan_pool import fit_texts_in_chunks
+from workloads.plan_pool import iter_fitted_texts
 from workloads.prompts import PromptRenderer, user_only
 
 
@@ -67,19 +68,26 @@ class SyntheticWorkload(Workload):
                 f"{overhead} tokens; use at least {minimum}"
             )
 
-        def sessions(rng, n: int, first_id: int, max_output: Optional[int] = None) -> list[SessionSpec]:
+        def sessions(rng, n: int, first_id: int, max_output: Optional[int] = None) -> Iterator[SessionSpec]:
+            """The sessions as their prompts are fitted (lengths drawn and checked first)."""
             inputs = sample_lengths(rng, n, cfg.input_len, cfg.input_len_dist, cfg.input_len_spread, minimum)
             outputs = sample_lengths(rng, n, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
             if max_output is not None:
                 outputs = [min(o, max_output) for o in outputs]
             check_context(renderer.max_context, inputs, outputs)
-            prompts = fit_texts_in_chunks(renderer, corpus, rng, inputs, messages, overhead)
-            return [SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)])
-                    for i, ((text, ids), n_out) in enumerate(zip(prompts, outputs))]
+            prompts = iter_fitted_texts(renderer, corpus, rng, inputs, messages, overhead)
 
-        measured = sessions(text_rng, session_count(cfg, cfg.num_requests, arrival_rng), 0)
-        warmup = sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS)
-        return make_plan(cfg, measured, warmup, arrival_rng, seed)
+            def made() -> Iterator[SessionSpec]:
+                with closing(prompts):  # a plan stopped early ends the fitting (and its workers) here
+                    for i, ((text, ids), n_out) in enumerate(zip(prompts, outputs)):
+                        yield SessionSpec(first_id + i, [TurnSpec(head + text, n_out, prompt_token_ids=ids)])
+
+            return made()
+
+        count = session_count(cfg, cfg.num_requests, arrival_rng)
+        measured = sessions(text_rng, count, 0)  # made as make_plan takes them; the lengths checked here
+        warmup = list(sessions(warm_rng, cfg.warmup_requests, -cfg.warmup_requests, WARMUP_OUTPUT_TOKENS))
+        return make_plan(cfg, measured, warmup, arrival_rng, seed, count=count)
 
 
 def check_context(limit: Optional[int], inputs: list[int], outputs: list[int]) -> None:

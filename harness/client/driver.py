@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from backends.base import RequestStream
 from core.structured import tool_choice_for
@@ -26,7 +26,7 @@ from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChun
 from harness.client.pacing import pace_until
 from harness.client.saturation import SaturationDetector
 from harness.results.record import CANCELLED, RequestRecord, RequestTiming, build_record, check_output
-from workloads.base import Forks, SessionSpec, WorkloadPlan, first_request_ids, fork_table
+from workloads.base import Forks, SessionSpec, WorkloadPlan, arrival_order, first_request_ids, fork_table, sorted_arrivals
 from workloads.prompts import PromptRenderer, chat_messages
 from workloads.schedule import LoadSchedule
 
@@ -149,7 +149,7 @@ class Driver:
             return self.sampling
         return replace(self.sampling, seed=self.plan.seed + request_id)
 
-    async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+    async def run(self, sessions: Sequence[SessionSpec], open_loop: bool) -> float:
         """Run the sessions in this process; returns the measured wall time T (first send to last finish).
 
         Open loop with a saturation detector: a monitor task samples the backlog every
@@ -161,7 +161,7 @@ class Driver:
         with collector_frozen():
             return await self._run(sessions, open_loop)
 
-    async def _run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+    async def _run(self, sessions: Sequence[SessionSpec], open_loop: bool) -> float:
         cap = self.cap(open_loop)
         timed = self.schedule is not None and not open_loop
         semaphore: Any = ScheduledCap(self.schedule.cap_steps(), self.schedule.duration_s) if timed else asyncio.Semaphore(cap) if cap else None
@@ -173,12 +173,14 @@ class Driver:
         session = self._counted_session if self.monitoring else self.session
         self.t0 = time.perf_counter()
         if open_loop:
-            tasks = [asyncio.create_task(self._dispatch(list(zip(sessions, first_ids)), semaphore, session))]
+            tasks = [asyncio.create_task(self._dispatch(sessions, first_ids, semaphore, session))]
         else:
-            tasks = [
-                asyncio.create_task(session(s, first_id, semaphore, open_loop))
-                for s, first_id in zip(sessions, first_ids)
-            ]
+            # one task a slot, each taking the next session in plan order when its last one ends:
+            # the order a task a session waiting on the cap would give, without a task a session
+            slots = int(self.schedule.peak) if timed else cap
+            queue = zip(sessions, first_ids)
+            tasks = [asyncio.create_task(self._take_turns(queue, semaphore, session))
+                     for _ in range(min(len(sessions), slots or 1))]
         monitor = asyncio.create_task(self.monitor(sessions)) if self.monitoring else None
         follower = asyncio.create_task(semaphore.follow(self.t0, self.spin)) if timed else None
         try:
@@ -233,12 +235,12 @@ class Driver:
     def session_finished(self) -> None:
         self.sessions_done += 1
 
-    async def monitor(self, sessions: list[SessionSpec]) -> str:
+    async def monitor(self, sessions: Sequence[SessionSpec]) -> str:
         """Sample the backlog every interval and ask the detector; returns its reason."""
         detector = self.saturation
         assert detector is not None
         interval = detector.cfg.sample_interval_s
-        arrivals = sorted(s.arrival_s or 0.0 for s in sessions)
+        arrivals = sorted_arrivals(sessions)
         while True:
             await asyncio.sleep(interval)
             now = time.perf_counter() - self.t0
@@ -264,15 +266,31 @@ class Driver:
 
     # --- this process -----------------------------------------------------------------------
 
-    async def _dispatch(self, sessions: list[tuple[SessionSpec, int]], semaphore: Optional[asyncio.Semaphore],
-                        session: Callable) -> None:
+    async def _take_turns(self, queue: Iterator[tuple[SessionSpec, int]], semaphore: Any, session: Callable) -> None:
+        """Closed loop: run the queue's next session, until it is empty or a timed loop has ended."""
+        for spec, first_id in queue:
+            if getattr(semaphore, "closed", False):
+                return
+            await session(spec, first_id, semaphore, False)
+
+    async def _dispatch(self, sessions: Sequence[SessionSpec], first_ids: Sequence[int],
+                        semaphore: Optional[asyncio.Semaphore], session: Callable) -> None:
         """Open loop: start each session at its arrival (``pace_until``), in arrival order;
-        one task paces them all, so at most one task spins at a time."""
-        children: list[asyncio.Task] = []
+        one task paces them all, so at most one task spins at a time. A session's task is
+        let go once it has ended well (one that failed is kept, and its error raised below)."""
+        children: set[asyncio.Task] = set()
+
+        def forget(task: asyncio.Task) -> None:
+            if task.cancelled() or task.exception() is None:
+                children.discard(task)
+
         try:
-            for spec, first_id in sorted(sessions, key=lambda pair: pair[0].arrival_s or 0.0):
+            for index in arrival_order(sessions):
+                spec = sessions[index]
                 await pace_until(self.t0 + (spec.arrival_s or 0.0), self.spin)
-                children.append(asyncio.create_task(session(spec, first_id, semaphore, True)))
+                child = asyncio.create_task(session(spec, first_ids[index], semaphore, True))
+                children.add(child)
+                child.add_done_callback(forget)
             await asyncio.gather(*children)
         finally:
             for child in children:

@@ -43,9 +43,8 @@ import os
 import sys
 import time
 import warnings
-from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from backends.base import RequestStream
 from core.cpus import usable_cores
@@ -55,7 +54,7 @@ from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver, collector_frozen
 from harness.client.event_loops import new_loop
 from harness.client.pacing import pace_until
-from workloads.base import SessionSpec, WorkloadPlan, first_request_ids
+from workloads.base import SessionSpec, WorkloadPlan, arrival_order, first_request_ids
 from workloads.prompts import PromptRenderer
 
 log = logging.getLogger("harness")
@@ -131,14 +130,14 @@ class WorkerPool:
         self.event_loop = event_loop
         self.worker_loads: list[tuple[list[float], float]] = []
 
-    async def run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+    async def run(self, sessions: Sequence[SessionSpec], open_loop: bool) -> float:
         """Run ``sessions`` in the worker processes; returns T as :meth:`Driver.run` does."""
         driver = self.driver
         driver.begin(open_loop)
         with collector_frozen():
             return await self._run(sessions, open_loop)
 
-    async def _run(self, sessions: list[SessionSpec], open_loop: bool) -> float:
+    async def _run(self, sessions: Sequence[SessionSpec], open_loop: bool) -> float:
         driver = self.driver
         check_shared_clock()
         cap = driver.cap(open_loop)
@@ -147,17 +146,17 @@ class WorkerPool:
             log.info("client.workers=%d: %d are enough for %d sessions at concurrency %s",
                      self.workers, n, len(sessions), cap)
         shares = slots(cap, n) if cap else [0] * n
-        pairs = list(zip(range(len(sessions)), first_request_ids(sessions)))
         if open_loop:
-            order = sorted(pairs, key=lambda p: sessions[p[0]].arrival_s or 0.0)
-            initial = [[p for i, p in enumerate(order) if i % n == w] for w in range(n)]
-            queue: deque = deque()
+            order = arrival_order(sessions)
+            initial: list[Sequence[int]] = [order[w::n] for w in range(n)]
+            queue = _Pending(0)
         else:
-            queue = deque(pairs)
+            queue = _Pending(len(sessions))
             initial = [[queue.popleft() for _ in range(min(share + 1, len(queue)))] for share in shares]
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
-        job = _Job(driver.renderer, driver.plan, self.client, sessions, open_loop, driver.spin, self.event_loop)
+        job = _Job(driver.renderer, driver.plan, self.client, sessions, first_request_ids(sessions), open_loop,
+                   driver.spin, self.event_loop)
         workers = _fork(job, initial, shares, loop, events)
         log.info("client: %d worker processes (%s loop)", n, self.event_loop)
         try:
@@ -180,7 +179,7 @@ class WorkerPool:
             _reap(workers, loop)
         return time.perf_counter() - driver.t0
 
-    async def _serve(self, workers: list[_Worker], events: asyncio.Queue, queue: deque,
+    async def _serve(self, workers: list[_Worker], events: asyncio.Queue, queue: "_Pending",
                      monitor: Optional[asyncio.Task]) -> None:
         """Forward records, hand out sessions as slots free, until every worker said bye."""
         driver = self.driver
@@ -246,6 +245,22 @@ class WorkerPool:
                 self._handle(worker, msg)
 
 
+class _Pending:
+    """The sessions not yet handed out, by index in plan order: a range, not a list (a long
+    plan's sessions are millions)."""
+
+    def __init__(self, end: int):
+        self.next, self.end = 0, end
+
+    def __len__(self) -> int:
+        return self.end - self.next
+
+    def popleft(self) -> int:
+        index = self.next
+        self.next += 1
+        return index
+
+
 @dataclass
 class _Job:
     """What every forked worker inherits: the plan and its sessions, and how to send them."""
@@ -253,13 +268,14 @@ class _Job:
     renderer: PromptRenderer
     plan: WorkloadPlan
     client: RequestStream
-    sessions: list[SessionSpec]
+    sessions: Sequence[SessionSpec]
+    first_ids: Sequence[int]  # each session's first request id
     open_loop: bool
     spin: bool
     event_loop: str
 
 
-def _fork(job: _Job, initial: list[list[tuple[int, int]]], shares: list[int], loop: asyncio.AbstractEventLoop,
+def _fork(job: _Job, initial: list[Sequence[int]], shares: list[int], loop: asyncio.AbstractEventLoop,
           events: asyncio.Queue) -> list[_Worker]:
     ctx = multiprocessing.get_context("fork")
     workers: list[_Worker] = []
@@ -268,7 +284,7 @@ def _fork(job: _Job, initial: list[list[tuple[int, int]]], shares: list[int], lo
     return workers
 
 
-def _fork_each(ctx: Any, job: _Job, initial: list[list[tuple[int, int]]], shares: list[int],
+def _fork_each(ctx: Any, job: _Job, initial: list[Sequence[int]], shares: list[int],
                loop: asyncio.AbstractEventLoop, events: asyncio.Queue, workers: list[_Worker]) -> None:
     for index, share in enumerate(shares):
         mine, theirs = ctx.Pipe(duplex=True)
@@ -328,7 +344,7 @@ def _reap(workers: list[_Worker], loop: asyncio.AbstractEventLoop) -> None:
 # --- a worker -------------------------------------------------------------------------------
 
 
-def _worker_main(job: _Job, initial: list[tuple[int, int]], share: int, conn: Any, inherited: list[Any]) -> None:
+def _worker_main(job: _Job, initial: Sequence[int], share: int, conn: Any, inherited: list[Any]) -> None:
     for other in inherited:
         other.close()  # else a worker's pipe would not close when the driver dies
     # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
@@ -353,7 +369,7 @@ class _Work:
     its own, which streams through the job's client and sends each record to the driver's process
     (which watches saturation)."""
 
-    def __init__(self, job: _Job, initial: list[tuple[int, int]], share: int, conn: Any):
+    def __init__(self, job: _Job, initial: Sequence[int], share: int, conn: Any):
         self.job, self.sessions, self.conn, self.open_loop = job, job.sessions, conn, job.open_loop
         self.driver = Driver(job.client, job.renderer, job.plan, on_record=self._send_record, spin=job.spin)
         self.initial = initial
@@ -382,8 +398,8 @@ class _Work:
             pacer = asyncio.create_task(self._pace())
             self.tasks.add(pacer)
         else:
-            for pair in self.initial:
-                self._start(pair)
+            for index in self.initial:
+                self._start(int(index))
         while self.stopped is None and (self.tasks or not self.ended):
             await self._wait()
         if self.stopped is not None:
@@ -424,14 +440,13 @@ class _Work:
             os._exit(1)
         self.wake.set()
 
-    def _start(self, pair: tuple[int, int]) -> None:
-        index, first_id = pair
-        task = asyncio.create_task(self._session(index, first_id))
+    def _start(self, index: int, spec: Optional[SessionSpec] = None) -> None:
+        task = asyncio.create_task(self._session(index, self.sessions[index] if spec is None else spec))
         self.tasks.add(task)
 
-    async def _session(self, index: int, first_id: int) -> None:
+    async def _session(self, index: int, spec: SessionSpec) -> None:
         try:
-            await self.driver.session(self.sessions[index], first_id, self.semaphore, self.open_loop)
+            await self.driver.session(spec, int(self.job.first_ids[index]), self.semaphore, self.open_loop)
         finally:
             self.tasks.discard(asyncio.current_task())
             self.wake.set()
@@ -440,9 +455,10 @@ class _Work:
 
     async def _pace(self) -> None:
         try:
-            for pair in self.initial:  # in arrival order
-                await pace_until(self.t0 + (self.sessions[pair[0]].arrival_s or 0.0), self.job.spin)
-                self._start(pair)
+            for index in self.initial:  # in arrival order
+                spec = self.sessions[index]
+                await pace_until(self.t0 + (spec.arrival_s or 0.0), self.job.spin)
+                self._start(int(index), spec)
         finally:
             self.tasks.discard(asyncio.current_task())
             self.ended = True

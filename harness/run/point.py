@@ -58,7 +58,7 @@ from harness.telemetry.gpu_phase import GpuRun, run_figures
 from harness.telemetry.machine_monitor import MachineMonitor
 from harness.telemetry.machine_state import MachineState
 from workloads import workload_registry
-from workloads.base import WorkloadPlan
+from workloads.base import WorkloadPlan, has_sub_agents
 from workloads.lora import describe_traffic
 
 log = logging.getLogger("harness")
@@ -168,7 +168,7 @@ def warn_of_a_long_span(plan: WorkloadPlan) -> None:
     timestamps in the wrong unit than a wish: say so before the wait begins."""
     if not plan.open_loop or plan.schedule is not None:
         return
-    last = max((s.arrival_s for s in plan.sessions if s.arrival_s is not None), default=0.0)
+    last = plan.last_arrival()
     if last > LONG_SPAN_S:
         log.warning("open loop: the last of %d requests is due %.3g h after the first (check workload.rate, or a "
                     "trace's timestamps and workload.time_scale); Ctrl-C keeps what was measured", plan.num_requests,
@@ -186,7 +186,7 @@ def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: W
         if (cfg.client.workers or 1) > 1:
             log.info("client.workers=%d: a closed loop with a schedule runs in one client process", cfg.client.workers)
         return driver
-    if any(s.parent is not None for s in plan.sessions):  # agent jobs: sub-agents wait on their parent's turn
+    if has_sub_agents(plan.sessions):  # agent jobs: sub-agents wait on their parent's turn
         if (cfg.client.workers or 1) > 1:
             log.info("client.workers=%d: agent jobs (sub-agents) run in one client process", cfg.client.workers)
         return driver
@@ -368,6 +368,8 @@ class PointRun:
     def _job_calls(self) -> Optional[dict[int, int]]:
         """Each agent job's number of requests in the plan; None without jobs."""
         calls: dict[int, int] = {}
+        if not self.plan.has_jobs:
+            return None
         for session in self.plan.sessions:
             if session.job_id is not None:
                 calls[session.job_id] = calls.get(session.job_id, 0) + len(session.turns)

@@ -11,6 +11,7 @@ from core.errors import ConfigError
 from core.structured import check_reply, normalize_tools
 from core.types import GenerationRequest, SamplingParams
 from engine_helpers import collect, loaded_backend, make_backend, require_llama_server
+from workloads.base import WorkloadPlan
 from workloads.prompts import PromptRenderer
 
 SCHEMA = {"type": "object",
@@ -59,14 +60,13 @@ def test_llamacpp_inprocess_replies_valid_json_and_tool_calls(real_model, render
 
 
 def test_llamacpp_refuses_a_regex_and_transformers_any_constraint_in_one_line(real_model):
-    class Plan:
-        sessions, warmup = [], []
-        structured = {"response_format": {"type": "regex", "pattern": "a+"}, "tools": None, "tool_choice_share": 0.0}
-
+    plan = WorkloadPlan("x", [], [], exact_output_len=False, concurrency=None, open_loop=False,
+                        structured={"response_format": {"type": "regex", "pattern": "a+"}, "tools": None,
+                                    "tool_choice_share": 0.0})
     with pytest.raises(ConfigError, match="takes no regular expression"):
-        make_backend("llamacpp", real_model, load=False).check_workload(Plan())
+        make_backend("llamacpp", real_model, load=False).check_workload(plan)
     with pytest.raises(ConfigError, match="backend=transformers in-process has no constrained decoding"):
-        make_backend("transformers", real_model, load=False).check_workload(Plan())
+        make_backend("transformers", real_model, load=False).check_workload(plan)
 
 
 def test_llama_server_replies_valid_json_over_http(real_model, renderer, tmp_path):

@@ -12,6 +12,8 @@ import time
 import pandas as pd
 import psutil
 import pytest
+
+import workloads.base
 from conftest import as_foreground_job, make_config
 
 from core.errors import ConfigError
@@ -119,6 +121,24 @@ def test_open_loop_follows_the_schedule_with_workers_and_uvloop(tmp_path):
     assert late.min() >= 0  # pacing spins to the due time on the run's one clock: never early
     assert late.median() < 0.05  # loose: behaviour, not speed (a shared machine)
     assert load_summary(tmp_path)["harness"]["workers"] == 2
+
+
+@pytest.mark.parametrize("load", [["workload.concurrency=4", "client.workers=1"],
+                                  ["workload.concurrency=4", "client.workers=2"],
+                                  ["workload.rate=200", "client.workers=1"],  # the saturation watch reads it too
+                                  ["workload.rate=200", "client.workers=2", "saturation.enabled=false"]],
+                         ids=["closed-1", "closed-2", "open-1", "open-2"])
+def test_a_plan_kept_on_disk_runs_every_request_once(tmp_path, monkeypatch, load):
+    monkeypatch.setattr(workloads.base, "SPILL_AT", 10)  # workloads/session_file.py beyond 10 sessions
+    cfg = make_config(*REF, *SYNTH, "workload.num_requests=40", *load)
+    run_benchmark(cfg, tmp_path)
+    df = load_requests(tmp_path)
+    assert len(df) == 40 and df.error.isna().all() and sorted(df.request_id) == list(range(40))
+    assert sorted(df.session_id) == list(range(40))
+    if load[0] == "workload.rate=200":
+        assert (df.start_s >= df.scheduled_s).all()
+    else:
+        assert peak_in_flight(df) == 4
 
 
 def test_chat_sessions_keep_their_history_in_one_worker(tmp_path):
