@@ -314,6 +314,11 @@ class WorkloadPlan:
         return sum(len(s.turns) for s in self.sessions)
 
     @property
+    def bytes_on_disk(self) -> Optional[int]:
+        """The size of the file that holds the sessions of a large plan; None for a plan in memory."""
+        return self.sessions.disk_bytes if isinstance(self.sessions, SessionFile) else None
+
+    @property
     def has_jobs(self) -> bool:
         """Some session belongs to an agent job (workload=agentic)."""
         if isinstance(self.sessions, SessionFile):

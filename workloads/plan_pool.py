@@ -12,7 +12,9 @@ generator's seed sequence with the spawn key ``(…, CHUNK_KEY, k)`` (:func:`chu
 chunk holds never depends on how many processes fitted it, nor on which finished first.
 
 **Processes.** With two chunks or more and more than one usable core, forked workers fit the
-chunks, one at a time each, and the parent takes them back in plan order. A forked worker
+chunks, one at a time each, and the parent takes them back in plan order, at most :data:`AHEAD`
+chunks a worker ahead of the caller (a plan kept on disk as it is made holds a few chunks, not
+the plan). A forked worker
 inherits the renderer, the corpus and the prompt's template at no cost (as the client's workers
 do) and tokenizes on one thread (core.parent.tokenizers_single_threaded). Endings: a worker
 ignores Ctrl-C and a hang-up (they reach the whole process group; the parent decides) and dies
@@ -26,6 +28,7 @@ import copy
 import multiprocessing
 import signal
 import warnings
+from collections import deque
 from dataclasses import dataclass
 from array import array
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -42,6 +45,7 @@ from workloads.prompts import Messages, PromptRenderer
 # 2 s to fit on a core here (input_len 128), long beside a forked worker's start (milliseconds)
 CHUNK = 10_000
 CHUNK_KEY = 0x706C616E  # "plan": the spawn-key element that names the chunk streams
+AHEAD = 2  # chunks a worker may have fitted, or be fitting, before the caller takes them
 
 Fit = tuple[str, list[int]]
 
@@ -132,8 +136,16 @@ def _fit_in_workers(job: _Job, chunks: int, workers: int) -> Iterator[Chunk]:
         # threads use (it tokenizes, on one thread, and returns its chunk)
         warnings.simplefilter("ignore", DeprecationWarning)
         pool = ctx.Pool(workers, initializer=_start_worker, initargs=(job,))
+    # at most AHEAD chunks a worker asked for and not yet taken: a pool.imap would fit every chunk
+    # as fast as the workers go and keep them all here, however slowly the caller takes them
+    asked: deque = deque()
     try:
-        yield from pool.imap(_fit_chunk, range(chunks))
+        for k in range(chunks):
+            if len(asked) >= AHEAD * workers:
+                yield asked.popleft().get()
+            asked.append(pool.apply_async(_fit_chunk, (k,)))
+        while asked:
+            yield asked.popleft().get()
     except BaseException:  # GeneratorExit included: a caller that stops taking chunks
         _end_workers(pool)  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
         raise

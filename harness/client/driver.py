@@ -175,11 +175,11 @@ class Driver:
         if open_loop:
             tasks = [asyncio.create_task(self._dispatch(sessions, first_ids, semaphore, session))]
         else:
-            # one task a slot, each taking the next session in plan order when its last one ends:
-            # the order a task a session waiting on the cap would give, without a task a session
+            # one task a slot (not a task a session: a long plan's are millions), each taking the
+            # next session in plan order once the cap lets it in
             slots = int(self.schedule.peak) if timed else cap
             queue = zip(sessions, first_ids)
-            tasks = [asyncio.create_task(self._take_turns(queue, semaphore, session))
+            tasks = [asyncio.create_task(self._take_turns(queue, semaphore, self._turns))
                      for _ in range(min(len(sessions), slots or 1))]
         monitor = asyncio.create_task(self.monitor(sessions)) if self.monitoring else None
         follower = asyncio.create_task(semaphore.follow(self.t0, self.spin)) if timed else None
@@ -266,12 +266,19 @@ class Driver:
 
     # --- this process -----------------------------------------------------------------------
 
-    async def _take_turns(self, queue: Iterator[tuple[SessionSpec, int]], semaphore: Any, session: Callable) -> None:
-        """Closed loop: run the queue's next session, until it is empty or a timed loop has ended."""
-        for spec, first_id in queue:
-            if getattr(semaphore, "closed", False):
-                return
-            await session(spec, first_id, semaphore, False)
+    @staticmethod
+    async def _take_turns(queue: Iterator[tuple[SessionSpec, int]], semaphore: Any, turns: Callable) -> None:
+        """Closed loop: once the cap lets this slot in, the queue's next session, until the queue is
+        empty or a timed loop has ended. The slot is taken before the session, so sessions start
+        in plan order whichever slot the cap lets in (a slot above a lower limit holds none)."""
+        while True:
+            async with semaphore:
+                if getattr(semaphore, "closed", False):
+                    return
+                taken = next(queue, None)
+                if taken is None:
+                    return
+                await turns(*taken, False)
 
     async def _dispatch(self, sessions: Sequence[SessionSpec], first_ids: Sequence[int],
                         semaphore: Optional[asyncio.Semaphore], session: Callable) -> None:

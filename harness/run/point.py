@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -105,6 +106,9 @@ def run_point(
         plan_s = time.perf_counter() - t_plan
         if plan_s >= 2.0:  # a long timed run plans its requests for minutes before the first is sent
             log.info("workload plan: %d requests in %.1f s", plan.num_requests, plan_s)
+        if plan.bytes_on_disk is not None:  # where TMPDIR is a tmpfs, that is memory: point it at a disk
+            log.info("workload plan: %d sessions kept on disk in %s (%.0f MB, removed at exit; TMPDIR sets the folder)",
+                     len(plan.sessions), tempfile.gettempdir(), plan.bytes_on_disk / 1e6)
         warn_of_a_long_span(plan)
         session.backend.check_workload(plan)
         load_s = session.ensure_loaded()

@@ -1,5 +1,6 @@
 """A large plan's prompts fitted in chunks: the same prompts in one process or several, chunk 0 the
 stream a plan always drew, and no worker left behind by an error, Ctrl-C or a killed parent."""
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -67,6 +68,28 @@ def test_the_chunks_are_the_same_in_one_process_and_in_two(parts, chunks_of_8, c
     # ids from a worker are the renderer's own int objects, as fit_texts makes them
     ids = pooled[20][1]
     assert all(a is b for a, b in zip(ids, renderer.shared_ints(ids)))
+
+
+def test_workers_fit_only_a_few_chunks_ahead_of_a_slow_caller(parts, chunks_of_8, children_before, monkeypatch):
+    renderer, corpus = parts
+    overhead = renderer.overhead(user_only)
+    fitted = multiprocessing.get_context("fork").Value("i", 0)  # chunks fitted, counted in the workers
+    fit_chunk_of = plan_pool._fit_chunk_of
+
+    def counted(job, k):
+        out = fit_chunk_of(job, k)
+        with fitted.get_lock():
+            fitted.value += 1
+        return out
+
+    monkeypatch.setattr(plan_pool, "_fit_chunk_of", counted)
+    fits = plan_pool.iter_fitted_texts(renderer, corpus, stream(2), [overhead + 10] * 80, user_only, overhead,
+                                       processes=2)  # 10 chunks
+    next(fits)
+    time.sleep(1.0)  # a chunk of 8 takes milliseconds: the workers had time to fit all ten
+    assert fitted.value <= plan_pool.AHEAD * 2
+    assert sum(1 for _ in fits) == 79 and fitted.value == 10
+    assert no_new_children_within(children_before, 2.0) == []
 
 
 def test_a_plan_of_one_chunk_is_unchanged(parts, chunks_of_8, monkeypatch):

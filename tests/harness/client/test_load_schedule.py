@@ -29,6 +29,8 @@ def test_a_closed_loop_follows_its_concurrency_stages(tmp_path):
     assert _in_flight_max(df, 1.05, 2.0) == 3
     assert df.start_s.max() < 2.0 + 0.05  # nothing starts after the end; those in flight finish
     assert set(df.stage) == {0, 1} and (df.stage == (df.start_s >= 1.0).astype(int)).all()
+    # sessions start in plan order, with no gap, whatever the cap does (a slot below the peak waits)
+    assert list(df.sort_values("start_s").request_id) == list(range(len(df)))
     stages = out.summary.stages
     assert [s["concurrency"] for s in stages] == [1, 3]
     assert stages[1]["throughput"]["mean_concurrency"] == pytest.approx(3, abs=0.6)
