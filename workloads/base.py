@@ -12,7 +12,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -333,7 +333,7 @@ class WorkloadPlan:
                 yield self.sessions.largest_request
             sessions: Iterable[SessionSpec] = self.warmup
         else:
-            sessions = self.sessions + self.warmup
+            sessions = chain(self.sessions, self.warmup)
         for session in sessions:
             for turn in session.turns:
                 if turn.prompt_token_ids is not None:

@@ -75,20 +75,6 @@ def chunk_streams(rng: np.random.Generator, chunks: int) -> list[np.random.Gener
             for k in range(1, chunks)]
 
 
-def fit_texts_in_chunks(
-    renderer: PromptRenderer,
-    corpus: TokenizedCorpus,
-    rng: np.random.Generator,
-    target_lens: Sequence[int],
-    make_messages: Callable[[str], Messages],
-    overhead: int,
-    processes: Optional[int] = None,
-) -> list[Fit]:
-    """:meth:`PromptRenderer.fit_texts` of each length, chunk by chunk (see the module docstring).
-    ``processes``: the workers (None: one per usable core, at most one per chunk; 1: fit here)."""
-    return list(iter_fitted_texts(renderer, corpus, rng, target_lens, make_messages, overhead, processes))
-
-
 def iter_fitted_texts(
     renderer: PromptRenderer,
     corpus: TokenizedCorpus,
@@ -98,9 +84,11 @@ def iter_fitted_texts(
     overhead: int,
     processes: Optional[int] = None,
 ) -> Iterator[Fit]:
-    """:func:`fit_texts_in_chunks`'s fits one at a time, as the chunks come: a caller that keeps
-    them elsewhere (a plan on disk, workloads/session_file.py) never holds more than a few
-    chunks. ``rng`` is left as chunk 0 leaves it once the last fit is taken."""
+    """:meth:`PromptRenderer.fit_texts` of each length, chunk by chunk (see the module docstring),
+    one fit at a time as the chunks come: a caller that keeps them elsewhere (a plan on disk,
+    workloads/session_file.py) never holds more than a few chunks. ``rng`` is left as chunk 0
+    leaves it once the last fit is taken. ``processes``: the workers (None: one per usable core,
+    at most one per chunk; 1: fit here)."""
     chunks = (len(target_lens) + CHUNK - 1) // CHUNK
     if chunks <= 1:
         yield from renderer.fit_texts(corpus, rng, target_lens, make_messages, overhead=overhead)

@@ -15,11 +15,16 @@ import pytest
 
 from workloads import plan_pool
 from workloads.corpus import TokenizedCorpus
-from workloads.plan_pool import fit_texts_in_chunks
+from workloads.plan_pool import iter_fitted_texts
 from workloads.prompts import PromptRenderer, user_only
 from workloads.synthetic import SyntheticConfig, SyntheticWorkload
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def fit_texts_in_chunks(*args, **kwargs) -> list:
+    """Every fit of :func:`iter_fitted_texts`, taken to the last (the caller's stream then restored)."""
+    return list(iter_fitted_texts(*args, **kwargs))
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +174,8 @@ def test_a_killed_parent_takes_its_workers_with_it(real_model, tmp_path):
             return user_only(text)
         overhead = renderer.overhead(user_only)
         print("building", flush=True)
-        plan_pool.fit_texts_in_chunks(renderer, corpus, __import__("numpy").random.default_rng(1),
-                                      [overhead + 10] * 400, slow, overhead, processes=2)
+        list(plan_pool.iter_fitted_texts(renderer, corpus, __import__("numpy").random.default_rng(1),
+                                         [overhead + 10] * 400, slow, overhead, processes=2))
     """)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
