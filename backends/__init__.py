@@ -4,10 +4,11 @@
 - :mod:`backends.registry` — engines by name (``backend=…``), one module each in ``backends/engines/``;
 - :mod:`backends.factory` — the backend for a config: the engine in-process, or its own server.
 """
+
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
-from core.types import RequestDone, SamplingParams, TokenChunk
 from backends.factory import check_backend_available, create_backend
 from backends.registry import backend_registry
+from core.types import RequestDone, SamplingParams, TokenChunk
 
 __all__ = [
     "Backend",

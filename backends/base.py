@@ -12,14 +12,16 @@ The life of one request, and who does each stage (mission.md):
 6. return — events reach the runner through :meth:`Backend.stream`.
 7. clean-up — the engine frees the request's state; ``RequestDone`` closes the stream.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import os
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, ClassVar, Optional, Protocol
+from typing import Any, ClassVar, Optional, Protocol
 
 from backends.preset import ServerPreset
 from core.errors import BackendUnavailable, ConfigError
@@ -48,7 +50,9 @@ class BackendConfig:
     mode: str = "inprocess"  # or "server" where a backend supports it
     # --- server mode (and backend=openai where marked) -----------------------------------
     python: Optional[str] = None  # interpreter (or venv folder) that runs the server; default: this one
-    server_command: Optional[list[str]] = None  # full argv replacing the preset's; {model} {gguf} {port} {host} {python}
+    server_command: Optional[list[str]] = (
+        None  # full argv replacing the preset's; {model} {gguf} {port} {host} {python}
+    )
     server_args: list[str] = field(default_factory=list)  # appended to the server's command
     port: int = 0  # 0: a free port; a port in use is replaced by a free one (said in the log)
     startup_timeout_s: float = 300.0  # how long the server may take to answer its health check
@@ -90,9 +94,11 @@ class BackendConfig:
         if self.replicas < 1:
             raise ConfigError(f"backend.replicas must be >= 1 (got {self.replicas})")
         if self.replicas > MAX_REPLICAS:
-            raise ConfigError(f"backend.replicas launches that many servers on this machine: at most {MAX_REPLICAS} "
-                              f"(got {self.replicas}); for more endpoints, start them yourself and list them in "
-                              "backend.urls")
+            raise ConfigError(
+                f"backend.replicas launches that many servers on this machine: at most {MAX_REPLICAS} "
+                f"(got {self.replicas}); for more endpoints, start them yourself and list them in "
+                "backend.urls"
+            )
         if self.replicas > 1 and self.mode != "server":
             raise ConfigError("backend.replicas launches several servers: it needs backend.mode=server")
         for key in ("replica_gpus", "replica_cpus", "replica_env"):
@@ -102,7 +108,9 @@ class BackendConfig:
         for key in ("replica_gpus", "replica_cpus"):
             for entry in getattr(self, key) or ():
                 if not entry or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in entry):
-                    raise ConfigError(f"backend.{key} needs a non-empty list of indices >= 0 per replica (got {entry!r})")
+                    raise ConfigError(
+                        f"backend.{key} needs a non-empty list of indices >= 0 per replica (got {entry!r})"
+                    )
         for entry in self.replica_env or ():
             if not isinstance(entry, dict):
                 raise ConfigError(f"backend.replica_env needs a mapping of variables per replica (got {entry!r})")
@@ -136,13 +144,13 @@ class Backend(ABC):
     extra: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""  # anything else a user must know to install the engine
 
-    def __init__(self, config: BackendConfig, model: "ModelFiles"):
+    def __init__(self, config: BackendConfig, model: ModelFiles):
         self.config = config
         self.model = model
         self.run_dir: Optional[Path] = None  # the run folder, set by the runner before load()
 
     @classmethod
-    def server_preset(cls, config: BackendConfig, model: "ModelFiles") -> "ServerPreset":
+    def server_preset(cls, config: BackendConfig, model: ModelFiles) -> ServerPreset:
         """How to launch this engine's OpenAI-compatible server (``backend.mode=server``).
 
         Engines with a server override this and return a :class:`backends.server.backend.ServerPreset`
@@ -173,19 +181,25 @@ class Backend(ABC):
         """ConfigError, in one line, for a workload with a reply constraint (workload.response_format,
         workload.tools) on an engine that has no constrained decoding."""
         if getattr(plan, "structured", None):
-            raise ConfigError(f"{engine} has no constrained decoding (workload.response_format, workload.tools): "
-                              "drop them, or use vllm or llamacpp (in-process or server), or an engine's server")
+            raise ConfigError(
+                f"{engine} has no constrained decoding (workload.response_format, workload.tools): "
+                "drop them, or use vllm or llamacpp (in-process or server), or an engine's server"
+            )
 
     # what serving LoRA adapters takes here, for the refusal of engines that cannot (one line)
-    lora_hint: ClassVar[str] = ("engines that serve them: backend=vllm, backend=transformers (peft), backend=llamacpp "
-                                "(in-process, or backend.mode=server backend.server=llama-server), or the vLLM, SGLang "
-                                "and TGI servers")
+    lora_hint: ClassVar[str] = (
+        "engines that serve them: backend=vllm, backend=transformers (peft), backend=llamacpp "
+        "(in-process, or backend.mode=server backend.server=llama-server), or the vLLM, SGLang "
+        "and TGI servers"
+    )
 
     def check_adapters(self, adapters: list[Any]) -> None:
         """Raise ConfigError if this engine cannot serve these LoRA adapters (``workload.lora``),
         before it loads. Engines that serve adapters override it; by default it refuses."""
-        raise ConfigError(f"backend {self.config.name} (mode {self.config.mode}) does not serve LoRA adapters "
-                          f"(workload.lora.adapters): drop them, or use one of the {self.lora_hint}")
+        raise ConfigError(
+            f"backend {self.config.name} (mode {self.config.mode}) does not serve LoRA adapters "
+            f"(workload.lora.adapters): drop them, or use one of the {self.lora_hint}"
+        )
 
     @staticmethod
     def check_context_fits(plan: Any, limit: Optional[int], key: str) -> None:
@@ -194,8 +208,9 @@ class Backend(ABC):
             return
         for prompt, output in plan.request_sizes():
             if prompt + output > limit:
-                raise ConfigError(f"{key}={limit} is too small: a request needs {prompt} prompt + {output} output "
-                                  f"tokens; raise {key}")
+                raise ConfigError(
+                    f"{key}={limit} is too small: a request needs {prompt} prompt + {output} output tokens; raise {key}"
+                )
 
     def import_engine(self) -> None:
         """Import the engine's libraries; timed as part of the engine's load.
@@ -306,4 +321,3 @@ class Backend(ABC):
 
 def _text(value: Any) -> Optional[str]:
     return None if value is None else str(value).removeprefix("torch.")
-

@@ -1,4 +1,5 @@
 """The backend for a config: the engine in-process, or its own server (``backend.mode=server``)."""
+
 from __future__ import annotations
 
 from backends.base import Backend, BackendConfig
@@ -21,7 +22,7 @@ def check_backend_available(config: BackendConfig) -> None:
         entry.cls.check_available()
 
 
-def create_backend(config: BackendConfig, model: "ModelFiles") -> Backend:
+def create_backend(config: BackendConfig, model: ModelFiles) -> Backend:
     """The backend for ``config``: the engine in-process, or its own server
     (``backend.mode=server``: a ServerBackend from the engine's ``server_preset``)."""
     entry = backend_registry.get(config.name)

@@ -1,8 +1,10 @@
 """What an engine module says about its own OpenAI-compatible server (``backend.mode=server``)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional
 
 from core.types import GenerationRequest
 
@@ -34,7 +36,9 @@ class ServerPreset:
     stop_grace_s: float = 15.0  # SIGTERM, then SIGKILL after this long
     files: dict[str, str] = field(default_factory=dict)  # name -> text, written to <run folder>/server-files/ first
     setup_commands: list[list[str]] = field(default_factory=list)  # run in order once healthy (e.g. a model import)
-    cleanup_commands: list[list[str]] = field(default_factory=list)  # run once the server is stopped, by the watchdog too
+    cleanup_commands: list[list[str]] = field(
+        default_factory=list
+    )  # run once the server is stopped, by the watchdog too
     version_path: Optional[str] = None  # GET answers {"version": …}, asked once healthy (preferred to version_packages)
     version: Optional[str] = None  # the engine's version where the preset already knows it (a program's --version)
     # what the server says about each request in its stream (backends/http/engine_timings.py): the
@@ -47,7 +51,7 @@ class ServerPreset:
     lora_refusal: Optional[str] = None
     # Structured output (workload.response_format, workload.tools): how the server takes a reply
     # constraint in its body; None: it takes none, and such a workload is refused before launch
-    structured: Optional["StructuredDialect"] = None
+    structured: Optional[StructuredDialect] = None
 
 
 # how a server takes a regular expression (a key of REGEX_FIELDS)
@@ -85,8 +89,10 @@ class StructuredDialect:
             if self.json_object:
                 body["response_format"] = {"type": "json_object", "schema": fmt["schema"]}
             else:
-                body["response_format"] = {"type": "json_schema",
-                                           "json_schema": {"name": fmt.get("name") or "reply", "schema": fmt["schema"]}}
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": fmt.get("name") or "reply", "schema": fmt["schema"]},
+                }
         elif fmt is not None and self.regex_field is not None:
             body.update(REGEX_FIELDS[self.regex_field](fmt["pattern"]))
         if request.tools:
@@ -94,21 +100,27 @@ class StructuredDialect:
             body["tool_choice"] = request.tool_choice or "auto"
         return body
 
-    def refusal(self, structured: Optional[dict[str, Any]], engine: str,
-                server_args: Sequence[str] = ()) -> Optional[str]:
+    def refusal(
+        self, structured: Optional[dict[str, Any]], engine: str, server_args: Sequence[str] = ()
+    ) -> Optional[str]:
         """Why the server cannot take the workload's constraint (one line), or None."""
         if not structured:
             return None
         fmt = structured.get("response_format")
         if fmt is not None and fmt["type"] == "regex" and self.regex_field is None:
-            return (f"the {engine} server takes no regular expression (workload.response_format type regex): "
-                    "use a JSON schema, or another engine")
+            return (
+                f"the {engine} server takes no regular expression (workload.response_format type regex): "
+                "use a JSON schema, or another engine"
+            )
         if structured.get("tools") and not self.tools:
-            return (f"the {engine} server takes no tool definitions (workload.tools) here: drop them, "
-                    "or use another engine")
+            return (
+                f"the {engine} server takes no tool definitions (workload.tools) here: drop them, or use another engine"
+            )
         auto = structured.get("tools") and structured.get("tool_choice_share", 0) < 1
         if auto and self.auto_tools_flag and self.auto_tools_flag not in server_args:
-            return (f"the {engine} server answers tool_choice auto only with {self.auto_tools_flag} and a tool-call "
-                    f"parser for the model: set workload.tool_choice_share=1 (every request required), or add them "
-                    f"with backend.server_args")
+            return (
+                f"the {engine} server answers tool_choice auto only with {self.auto_tools_flag} and a tool-call "
+                f"parser for the model: set workload.tool_choice_share=1 (every request required), or add them "
+                f"with backend.server_args"
+            )
         return None

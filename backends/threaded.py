@@ -10,6 +10,7 @@ Waking the event loop costs the engine thread the GIL, which matters for fast en
 batches: the first token of a request at once, later ones at most every
 ``DELIVERY_INTERVAL_S``, and whatever is left when the request ends. Stamps are unaffected.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +19,8 @@ import queue
 import threading
 import time
 from abc import abstractmethod
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any, Optional
 
 from backends.base import Backend, GenerationRequest, StreamEvent
 from core.types import RequestDone, TokenChunk

@@ -13,6 +13,7 @@ CPU uses 128-token cache blocks by default; the script asks for --vllm-block-siz
 attention needs a multiple of 32) so the short prompts of a small run can hit. Figures depend
 on the machine: rerun on a quiet one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,12 +37,18 @@ def row(name: str, s: dict[str, Any]) -> dict[str, Any]:
     jobs = s.get("jobs") or {}
     jct, path = jobs.get("job_s") or {}, jobs.get("critical_path_share") or {}
     depth = {d: v.get("cached_share") for d, v in (jobs.get("by_depth") or {}).items()}
-    return {"engine": name, "jobs": f"{jobs.get('completed')}/{jobs.get('count')}", "jct_p50_s": jct.get("p50"),
-            "jct_p90_s": jct.get("p90"),
-            "critical_path_requests": (jobs.get("critical_path_requests") or {}).get("mean"),
-            "critical_path_share": path.get("mean"), "cached_share_by_depth": depth,
-            "ttft_p50_ms": ((s.get("latency") or {}).get("ttft_s") or {}).get("p50", 0) * 1000,
-            "workload_sha256": (s.get("workload") or {}).get("sha256", "")[:12], "run": s["dir"]}
+    return {
+        "engine": name,
+        "jobs": f"{jobs.get('completed')}/{jobs.get('count')}",
+        "jct_p50_s": jct.get("p50"),
+        "jct_p90_s": jct.get("p90"),
+        "critical_path_requests": (jobs.get("critical_path_requests") or {}).get("mean"),
+        "critical_path_share": path.get("mean"),
+        "cached_share_by_depth": depth,
+        "ttft_p50_ms": ((s.get("latency") or {}).get("ttft_s") or {}).get("p50", 0) * 1000,
+        "workload_sha256": (s.get("workload") or {}).get("sha256", "")[:12],
+        "run": s["dir"],
+    }
 
 
 def main() -> None:
@@ -56,27 +63,43 @@ def main() -> None:
     p.add_argument("--out", default=str(REPO / "results" / "bench-agentic"))
     p.add_argument("--screenshots", type=Path, default=None, metavar="DIR", help="save each report as a PNG here")
     a = p.parse_args()
-    workload = ["workload=agentic", f"workload.jobs={a.jobs}", f"workload.turns={a.turns}",
-                f"workload.concurrency={a.concurrency}", f"workload.output_len={a.output_len}",
-                "workload.system_prompt_len=64", "workload.task_len=32", "workload.tool_result_len=32",
-                "workload.sub_task_len=16", "workload.fanout=2", "workload.depth=1", "workload.sub_turns=2",
-                "workload.tool_gap_s=0.05", "slo.job_s=60", "sweep.reset_prefix_cache=true"]
+    workload = [
+        "workload=agentic",
+        f"workload.jobs={a.jobs}",
+        f"workload.turns={a.turns}",
+        f"workload.concurrency={a.concurrency}",
+        f"workload.output_len={a.output_len}",
+        "workload.system_prompt_len=64",
+        "workload.task_len=32",
+        "workload.tool_result_len=32",
+        "workload.sub_task_len=16",
+        "workload.fanout=2",
+        "workload.depth=1",
+        "workload.sub_turns=2",
+        "workload.tool_gap_s=0.05",
+        "slo.job_s=60",
+        "sweep.reset_prefix_cache=true",
+    ]
     rows = []
     for name in a.engines:
         extra = list(ENGINES[name])
         if name.startswith("vllm"):
             extra.append(f"+backend.engine_args.block_size={a.vllm_block_size}")
-        summary = read_summary(run_harness([*extra, f"model={a.model}", *workload], Path(a.out) / name,
-                                           report=True)[-1])
+        summary = read_summary(
+            run_harness([*extra, f"model={a.model}", *workload], Path(a.out) / name, report=True)[-1]
+        )
         rows.append(row(name, summary))
         print(json.dumps(rows[-1], indent=None, default=str), flush=True)
     print("\nengine        jobs  JCT p50 s  JCT p90 s  crit.path req  crit.path %  TTFT p50 ms  cached share by depth")
     for r in rows:
-        depth = ", ".join(f"{d}: {'–' if v is None else f'{v * 100:.0f}%'}"
-                          for d, v in r["cached_share_by_depth"].items())
-        print(f"{r['engine']:<13} {r['jobs']:<5} {r['jct_p50_s'] or 0:>9.2f} {r['jct_p90_s'] or 0:>10.2f} "
-              f"{r['critical_path_requests'] or 0:>14.1f} {(r['critical_path_share'] or 0) * 100:>12.0f} "
-              f"{r['ttft_p50_ms']:>12.1f}  {depth}   (workload {r['workload_sha256']})")
+        depth = ", ".join(
+            f"{d}: {'–' if v is None else f'{v * 100:.0f}%'}" for d, v in r["cached_share_by_depth"].items()
+        )
+        print(
+            f"{r['engine']:<13} {r['jobs']:<5} {r['jct_p50_s'] or 0:>9.2f} {r['jct_p90_s'] or 0:>10.2f} "
+            f"{r['critical_path_requests'] or 0:>14.1f} {(r['critical_path_share'] or 0) * 100:>12.0f} "
+            f"{r['ttft_p50_ms']:>12.1f}  {depth}   (workload {r['workload_sha256']})"
+        )
     if a.screenshots is not None:
         screenshots(rows, a.screenshots)
 

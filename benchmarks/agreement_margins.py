@@ -8,6 +8,7 @@ the logits of the two tokens chosen there are compared: a gap of a fraction of a
 near-tie that rounding in another dtype, quantization or kernel can flip (numerics); a large
 gap means the other engine was not computing the same thing (template, BOS, weights).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ def main(argv=None) -> int:
     renderer = PromptRenderer(tok)
     sessions = {s["session_id"]: s for s in json.loads((args.runs[0] / "workload.json").read_text())["sessions"]}
     base_rows = {int(r.request_id): r for r in base.requests.itertuples()}
-    print("| run | request | position | baseline token | its logit | this run's token | its logit | gap | fp32 rank of this run's token |")
+    print(
+        "| run | request | position | baseline token | its logit | this run's token | its logit | gap | fp32 rank of this run's token |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for path in args.runs[1:]:
         run = load_run(path)
@@ -53,13 +56,16 @@ def main(argv=None) -> int:
             session = sessions[int(b.session_id)]
             turn = session["turns"][int(b.turn)]
             ids = turn.get("prompt_token_ids") or renderer.render(
-                chat_messages(session.get("system"), [{"role": "user", "content": turn["user"]}]))
+                chat_messages(session.get("system"), [{"role": "user", "content": turn["user"]}])
+            )
             with torch.no_grad():
                 logits = model(torch.tensor([ids + a_ids[:pos]])).logits[0, -1]
             la, lo = float(logits[a_ids[pos]]), float(logits[o_ids[pos]])
             rank = int((logits > logits[o_ids[pos]]).sum())
-            print(f"| {path.name} | {r.request_id} | {pos} | {tok.decode([a_ids[pos]])!r} | {la:.3f} | "
-                  f"{tok.decode([o_ids[pos]])!r} | {lo:.3f} | {la - lo:.3f} | {rank} |")
+            print(
+                f"| {path.name} | {r.request_id} | {pos} | {tok.decode([a_ids[pos]])!r} | {la:.3f} | "
+                f"{tok.decode([o_ids[pos]])!r} | {lo:.3f} | {la - lo:.3f} | {rank} |"
+            )
     return 0
 
 

@@ -14,6 +14,7 @@ the ends and from each other. A change point found within ±3 runs of a true one
 per series, series of pure noise with any change point, mean |location error| of matched
 ones, and the time per series.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -144,8 +145,10 @@ def report(name: str, by_steps: dict[int, list[Series]], results: dict[int, list
         sizes = "  ".join(f"{b}: {h / n:5.1%}" if n else f"{b}:     –" for b, (h, n) in score.by_size.items())
         err = f"{np.mean(score.errors):.2f}" if score.errors else "–"
         any_cp = f"{score.noisy_with_any}/{score.series}" if k == 0 else "–"
-        print(f"{name:34s} {k} steps  detected {detect}  [{sizes}]  false/series {score.false_points / score.series:.2f}  "
-              f"noise series with a CP {any_cp:>7s}  |loc err| {err:>4s}  {1000 * score.seconds / score.series:6.1f} ms/series")
+        print(
+            f"{name:34s} {k} steps  detected {detect}  [{sizes}]  false/series {score.false_points / score.series:.2f}  "
+            f"noise series with a CP {any_cp:>7s}  |loc err| {err:>4s}  {1000 * score.seconds / score.series:6.1f} ms/series"
+        )
 
 
 def main() -> None:

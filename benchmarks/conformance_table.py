@@ -7,6 +7,7 @@
 Cells: ``pass``, ``FAIL``, ``n/a`` (the case cannot apply to that target; the reason is
 listed below the table) or ``error`` (the target did not load). Markdown, for a report.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = ("exact_length", "stop_at_end_of_sequence", "batched_equals_serial", "cancellation_frees_the_engine",
-         "prompt_token_count_as_the_engine_saw_it", "timestamps_increase", "request_done_last")
+CASES = (
+    "exact_length",
+    "stop_at_end_of_sequence",
+    "batched_equals_serial",
+    "cancellation_frees_the_engine",
+    "prompt_token_count_as_the_engine_saw_it",
+    "timestamps_increase",
+    "request_done_last",
+)
 NAME = re.compile(r"test_(?P<case>\w+)\[(?P<target>[^\]]+)\]")
 
 
@@ -42,11 +50,13 @@ def outcomes(xml_files: list[Path]) -> tuple[dict[tuple[str, str], str], dict[st
                 elif child.tag == "failure":
                     cell = "FAIL"
                     reasons.setdefault("FAIL: " + (child.get("message") or "").splitlines()[0][:160], []).append(
-                        f"{target} {m['case']}")
+                        f"{target} {m['case']}"
+                    )
                 elif child.tag == "error":
                     cell = "error"
                     reasons.setdefault("error: " + (child.get("message") or "").splitlines()[0][:160], []).append(
-                        f"{target} {m['case']}")
+                        f"{target} {m['case']}"
+                    )
             cells[(target, m["case"])] = cell
     return cells, {k: ", ".join(v) for k, v in reasons.items()}, seconds
 

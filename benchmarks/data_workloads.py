@@ -17,6 +17,7 @@ prefixes). vLLM on a CPU uses 128-token cache blocks by default; the script asks
 --vllm-block-size (32) so short prompts can hit. Figures depend on the machine: rerun on a
 quiet one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,20 +93,45 @@ def write_mooncake(path: Path, requests: int, block_size: int, mean_gap_ms: floa
 def sharegpt_part(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     data = Path(a.sharegpt) if a.sharegpt else write_sharegpt(out / "sharegpt.json", max(a.sessions, 8), a.turns)
     figures = {}
-    for backend, extra in (("vllm", vllm_args(a)), ("llamacpp", ["backend.batched=true", "backend.keep_session_cache=true"])):
-        runs = harness([f"backend={backend}", f"model={a.model}", "workload=sharegpt", f"workload.path={data}",
-                        "workload.multi_turn=true", f"workload.sessions={a.sessions}", f"workload.max_turns={a.turns}",
-                        "workload.output_len_source=config", f"workload.output_len={a.output_len}",
-                        "workload.max_prompt_len=1500", "workload.concurrency=2", *extra], out / f"sharegpt-{backend}")
+    for backend, extra in (
+        ("vllm", vllm_args(a)),
+        ("llamacpp", ["backend.batched=true", "backend.keep_session_cache=true"]),
+    ):
+        runs = harness(
+            [
+                f"backend={backend}",
+                f"model={a.model}",
+                "workload=sharegpt",
+                f"workload.path={data}",
+                "workload.multi_turn=true",
+                f"workload.sessions={a.sessions}",
+                f"workload.max_turns={a.turns}",
+                "workload.output_len_source=config",
+                f"workload.output_len={a.output_len}",
+                "workload.max_prompt_len=1500",
+                "workload.concurrency=2",
+                *extra,
+            ],
+            out / f"sharegpt-{backend}",
+        )
         s = summary(runs[0])
-        rows = [{"turn": t["turn"], "requests": t["requests"], "prompt_tokens_mean": round(t["prompt_tokens_mean"], 1),
-                 "cached_share": None if t["cached_share"] is None else round(t["cached_share"], 3),
-                 "ttft_mean_ms": round(t["ttft_mean_s"] * 1000, 1)} for t in s["per_turn"]]
+        rows = [
+            {
+                "turn": t["turn"],
+                "requests": t["requests"],
+                "prompt_tokens_mean": round(t["prompt_tokens_mean"], 1),
+                "cached_share": None if t["cached_share"] is None else round(t["cached_share"], 3),
+                "ttft_mean_ms": round(t["ttft_mean_s"] * 1000, 1),
+            }
+            for t in s["per_turn"]
+        ]
         figures[backend] = {"run": str(runs[0]), "cached_share": s["prefix_cache"]["cached_share"], "per_turn": rows}
         print(f"  {backend}: cached share {_pct(s['prefix_cache']['cached_share'])} overall")
         for r in rows:
-            print(f"    turn {r['turn']}: {r['requests']} requests · {r['prompt_tokens_mean']} prompt tokens · "
-                  f"cached {_pct(r['cached_share'])} · TTFT {r['ttft_mean_ms']} ms")
+            print(
+                f"    turn {r['turn']}: {r['requests']} requests · {r['prompt_tokens_mean']} prompt tokens · "
+                f"cached {_pct(r['cached_share'])} · TTFT {r['ttft_mean_ms']} ms"
+            )
     return figures
 
 
@@ -113,41 +139,83 @@ def trace_part(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     import pandas as pd
 
     data = Path(a.mooncake) if a.mooncake else write_mooncake(out / "mooncake.jsonl", a.requests, a.block_size, 600.0)
-    runs = harness([f"backend={a.trace_backend}", f"model={a.model}", "workload=trace", f"workload.path={data}",
-                    "workload.format=mooncake", f"workload.block_size={a.block_size}", f"workload.time_scale={a.time_scale}",
-                    f"workload.num_requests={a.requests}", "saturation.enabled=false",
-                    *(vllm_args(a) if a.trace_backend == "vllm" else [])], out / "trace")
+    runs = harness(
+        [
+            f"backend={a.trace_backend}",
+            f"model={a.model}",
+            "workload=trace",
+            f"workload.path={data}",
+            "workload.format=mooncake",
+            f"workload.block_size={a.block_size}",
+            f"workload.time_scale={a.time_scale}",
+            f"workload.num_requests={a.requests}",
+            "saturation.enabled=false",
+            *(vllm_args(a) if a.trace_backend == "vllm" else []),
+        ],
+        out / "trace",
+    )
     s = summary(runs[0])
     df = pd.read_parquet(runs[0] / "requests.parquet")
     err = (df.start_s - df.scheduled_s) * 1000
-    figures = {"run": str(runs[0]), "requests": len(df), "trace_span_s": float(df.scheduled_s.max()),
-               "send_error_ms": {"p50": round(float(err.quantile(0.5)), 2), "p99": round(float(err.quantile(0.99)), 2),
-                                 "max": round(float(err.max()), 2)},
-               "cached_tokens_total": s["prefix_cache"]["cached_tokens_total"],
-               "cached_share": s["prefix_cache"]["cached_share"], "prompt_tokens_total": s["tokens"]["prompt_total"],
-               "theoretical_cache_hit": s["workload"].get("theoretical_cache_hit")}
-    print(f"  {len(df)} requests over {figures['trace_span_s']:.1f} s of (scaled) trace · send time − timestamp: "
-          f"p50 {figures['send_error_ms']['p50']} ms, p99 {figures['send_error_ms']['p99']} ms · cached "
-          f"{figures['cached_tokens_total']} of {figures['prompt_tokens_total']} prompt tokens ({_pct(figures['cached_share'])}; "
-          f"theoretical {_pct(figures['theoretical_cache_hit'])})")
+    figures = {
+        "run": str(runs[0]),
+        "requests": len(df),
+        "trace_span_s": float(df.scheduled_s.max()),
+        "send_error_ms": {
+            "p50": round(float(err.quantile(0.5)), 2),
+            "p99": round(float(err.quantile(0.99)), 2),
+            "max": round(float(err.max()), 2),
+        },
+        "cached_tokens_total": s["prefix_cache"]["cached_tokens_total"],
+        "cached_share": s["prefix_cache"]["cached_share"],
+        "prompt_tokens_total": s["tokens"]["prompt_total"],
+        "theoretical_cache_hit": s["workload"].get("theoretical_cache_hit"),
+    }
+    print(
+        f"  {len(df)} requests over {figures['trace_span_s']:.1f} s of (scaled) trace · send time − timestamp: "
+        f"p50 {figures['send_error_ms']['p50']} ms, p99 {figures['send_error_ms']['p99']} ms · cached "
+        f"{figures['cached_tokens_total']} of {figures['prompt_tokens_total']} prompt tokens ({_pct(figures['cached_share'])}; "
+        f"theoretical {_pct(figures['theoretical_cache_hit'])})"
+    )
     return figures
 
 
 def target_part(a: argparse.Namespace, out: Path) -> dict[str, Any]:
-    runs = harness(["-m", "backend=vllm", f"model={a.model}", "workload=shared_prefix", "workload.num_groups=2",
-                    f"workload.prompts_per_group={a.prompts_per_group}", f"workload.system_prompt_len={a.prompt_len - 32}",
-                    "workload.question_len=32", f"workload.output_len={a.output_len}", "workload.concurrency=1",
-                    "workload.target_cache_hit=0.0,0.5,0.9", *vllm_args(a)], out / "target")
+    runs = harness(
+        [
+            "-m",
+            "backend=vllm",
+            f"model={a.model}",
+            "workload=shared_prefix",
+            "workload.num_groups=2",
+            f"workload.prompts_per_group={a.prompts_per_group}",
+            f"workload.system_prompt_len={a.prompt_len - 32}",
+            "workload.question_len=32",
+            f"workload.output_len={a.output_len}",
+            "workload.concurrency=1",
+            "workload.target_cache_hit=0.0,0.5,0.9",
+            *vllm_args(a),
+        ],
+        out / "target",
+    )
     rows = []
     for run in runs:
         s = summary(run)
         wl = s["workload"]
-        rows.append({"target": wl.get("target_cache_hit"), "theoretical": wl.get("theoretical_cache_hit"),
-                     "measured": s["prefix_cache"]["cached_share"], "ttft_mean_ms": round(s["latency"]["ttft_s"]["mean"] * 1000, 1)})
+        rows.append(
+            {
+                "target": wl.get("target_cache_hit"),
+                "theoretical": wl.get("theoretical_cache_hit"),
+                "measured": s["prefix_cache"]["cached_share"],
+                "ttft_mean_ms": round(s["latency"]["ttft_s"]["mean"] * 1000, 1),
+            }
+        )
     rows.sort(key=lambda r: r["target"])
     for r in rows:
-        print(f"  target {_pct(r['target'])} · theoretical {_pct(r['theoretical'])} · measured {_pct(r['measured'])} · "
-              f"TTFT mean {r['ttft_mean_ms']} ms")
+        print(
+            f"  target {_pct(r['target'])} · theoretical {_pct(r['theoretical'])} · measured {_pct(r['measured'])} · "
+            f"TTFT mean {r['ttft_mean_ms']} ms"
+        )
     return {"points": rows}
 
 
@@ -161,7 +229,9 @@ def _pct(v: Any) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", nargs="*", default=["sharegpt", "trace", "target"], choices=["sharegpt", "trace", "target"])
+    p.add_argument(
+        "--parts", nargs="*", default=["sharegpt", "trace", "target"], choices=["sharegpt", "trace", "target"]
+    )
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--out", default=None, help="folder for the runs and figures.json (default: a new one under /tmp)")
     p.add_argument("--sharegpt", default=None, help="a ShareGPT file (else a small generated one)")

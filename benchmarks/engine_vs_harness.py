@@ -10,6 +10,7 @@ loop) costs; 1.0 means nothing. Then the aggregate output tokens/s at several co
     .venv/bin/python benchmarks/engine_vs_harness.py llamacpp
     .venv/bin/python benchmarks/engine_vs_harness.py mlx --model tiny-random
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,15 @@ def bare_llama_loop(prompts: list[list[int]], n: int) -> list[tuple[float, float
         llm.reset()
         llama_cpp.llama_perf_context_reset(llm.ctx)
         stamps = []
-        for _ in llm.generate(ids, reset=True, temp=0.0, top_k=1, min_p=0.0, repeat_penalty=1.0,
-                              logits_processor=llama_cpp.LogitsProcessorList([suppress])):
+        for _ in llm.generate(
+            ids,
+            reset=True,
+            temp=0.0,
+            top_k=1,
+            min_p=0.0,
+            repeat_penalty=1.0,
+            logits_processor=llama_cpp.LogitsProcessorList([suppress]),
+        ):
             stamps.append(time.perf_counter())
             if len(stamps) == n:
                 break
@@ -81,27 +89,43 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="more config overrides, e.g. memory.sample_interval_s=0.2")
     args = parser.parse_args()
     serial_option, engine_rate = ENGINE_RATE[args.backend]
-    common = [f"backend={args.backend}", f"model={args.model}", "workload=synthetic",
-              f"workload.num_requests={args.requests}", f"workload.input_len={args.input_len}",
-              f"workload.output_len={args.output_len}", *args.overrides]
+    common = [
+        f"backend={args.backend}",
+        f"model={args.model}",
+        "workload=synthetic",
+        f"workload.num_requests={args.requests}",
+        f"workload.input_len={args.input_len}",
+        f"workload.output_len={args.output_len}",
+        *args.overrides,
+    ]
 
     _, df, workload = run(common + [serial_option, "workload.concurrency=1"])
     stats = df.engine_stats.map(json.loads)
     harness = df.decode_tps.tolist()
     engine = [engine_rate(s) for s in stats]
     ratios = [h / e for h, e in zip(harness, engine)]
-    print(f"{args.backend} on {args.model}: {args.requests} requests, {args.input_len} in / {args.output_len} out, concurrency 1")
-    print(f"  harness decode tok/s per request: median {statistics.median(harness):.1f} ({min(harness):.1f}-{max(harness):.1f})")
-    print(f"  engine's own decode tok/s:        median {statistics.median(engine):.1f} ({min(engine):.1f}-{max(engine):.1f})")
+    print(
+        f"{args.backend} on {args.model}: {args.requests} requests, {args.input_len} in / {args.output_len} out, concurrency 1"
+    )
+    print(
+        f"  harness decode tok/s per request: median {statistics.median(harness):.1f} ({min(harness):.1f}-{max(harness):.1f})"
+    )
+    print(
+        f"  engine's own decode tok/s:        median {statistics.median(engine):.1f} ({min(engine):.1f}-{max(engine):.1f})"
+    )
     print(f"  ratio harness / engine:           median {statistics.median(ratios):.3f}, min {min(ratios):.3f}")
     if args.backend == "llamacpp":
         prompts = [s["turns"][0]["prompt_token_ids"] for s in workload["sessions"]]
         bare = bare_llama_loop(prompts, args.output_len)
-        print(f"  bare Llama.generate loop, same prompts: median {statistics.median(b for b, _ in bare):.1f} tok/s, "
-              f"ratio to llama.cpp's counters median {statistics.median(b / e for b, e in bare):.3f} "
-              "(what llama-cpp-python's Python sampling path costs without any harness)")
+        print(
+            f"  bare Llama.generate loop, same prompts: median {statistics.median(b for b, _ in bare):.1f} tok/s, "
+            f"ratio to llama.cpp's counters median {statistics.median(b / e for b, e in bare):.3f} "
+            "(what llama-cpp-python's Python sampling path costs without any harness)"
+        )
 
-    batched = args.batched_option or {"llamacpp": "backend.batched=true", "mlx": "backend.batching=continuous"}[args.backend]
+    batched = (
+        args.batched_option or {"llamacpp": "backend.batched=true", "mlx": "backend.batching=continuous"}[args.backend]
+    )
     print("  aggregate output tok/s (Σ n_out / T):")
     for label, option in (("one at a time", serial_option), ("batched", batched)):
         cells = []

@@ -12,6 +12,7 @@ folder (whose ``.hydra``/``overrides.yaml`` must be the winner's).
 ``--harness-root`` runs another checkout's harness (``python -m harness`` in that folder)
 against this tree's server: before/after tables from one command.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,30 @@ from backends.server.launch import free_port  # noqa: E402
 from backends.server.process import ManagedServer  # noqa: E402
 from refserver.faults import FAULTS  # noqa: E402
 
-RUN = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=8",
-       "workload.num_requests=8", "workload.concurrency=4", "workload.warmup_requests=0", "progress=false",
-       "backend.idle_timeout_s=1", "backend.request_timeout_s=60", "backend.max_event_mib=1"]
+RUN = [
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=8",
+    "workload.num_requests=8",
+    "workload.concurrency=4",
+    "workload.warmup_requests=0",
+    "progress=false",
+    "backend.idle_timeout_s=1",
+    "backend.request_timeout_s=60",
+    "backend.max_event_mib=1",
+]
 
 
 def harness(root: Path, out: Path, *args: str) -> tuple[int, str, float]:
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "harness", *args, f"output_root={out}"], cwd=root,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", *args, f"output_root={out}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc.returncode, proc.stderr, time.perf_counter() - t
 
 
@@ -70,10 +86,31 @@ def main() -> None:
         tmp = Path(tmp_name)
         for fault in FAULTS:
             port = free_port()
-            server = ManagedServer([sys.executable, "-m", "refserver", "--port", str(port), "--ttft-ms", "2",
-                                    "--itl-ms", "1", "--error-kind", fault, "--error-rate", "0.5", "--seed", "4",
-                                    "--fault-size-mib", "4"],
-                                   port=port, log_path=tmp / f"{fault}.log", name="reference", health_path="/health")
+            server = ManagedServer(
+                [
+                    sys.executable,
+                    "-m",
+                    "refserver",
+                    "--port",
+                    str(port),
+                    "--ttft-ms",
+                    "2",
+                    "--itl-ms",
+                    "1",
+                    "--error-kind",
+                    fault,
+                    "--error-rate",
+                    "0.5",
+                    "--seed",
+                    "4",
+                    "--fault-size-mib",
+                    "4",
+                ],
+                port=port,
+                log_path=tmp / f"{fault}.log",
+                name="reference",
+                health_path="/health",
+            )
             server.start()
             try:
                 server.wait_healthy(60)
@@ -87,16 +124,33 @@ def main() -> None:
         # a credential in the URL's query: refused, or written to the run folder?
         out = tmp / "credential"
         code, err, _ = harness(root, out, "backend=openai", "backend.url='http://127.0.0.1:9/v1?sig=SECRET-SIG'", *RUN)
-        leaked = [str(f.relative_to(out)) for f in out.rglob("*") if f.is_file() and b"SECRET-SIG" in f.read_bytes()] \
-            if out.exists() else []
+        leaked = (
+            [str(f.relative_to(out)) for f in out.rglob("*") if f.is_file() and b"SECRET-SIG" in f.read_bytes()]
+            if out.exists()
+            else []
+        )
         line = err.strip().splitlines()[-1][:90] if err.strip() else ""
         print(f"| url ?sig=… | {code} | written to: {', '.join(leaked) or 'nothing'} | - | {line} | - | - |")
 
         # two runs on one folder: is the folder's record of its command line the winner's?
         same = tmp / "same"
-        procs = [subprocess.Popen([sys.executable, "-m", "harness", *RUN, "backend=transformers", f"seed={seed}",
-                                   f"hydra.run.dir={same}"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                 for seed in (1, 2)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "harness",
+                    *RUN,
+                    "backend=transformers",
+                    f"seed={seed}",
+                    f"hydra.run.dir={same}",
+                ],
+                cwd=root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for seed in (1, 2)
+        ]
         codes = sorted(proc.wait(600) for proc in procs)
         import yaml
 
@@ -104,8 +158,10 @@ def main() -> None:
         record = same / (".hydra/overrides.yaml" if (same / ".hydra").exists() else "overrides.yaml")
         recorded = yaml.safe_load(record.read_text()) if record.exists() else []
         agrees = f"seed={seed}" in recorded
-        print(f"| two runs, one folder | {codes} | {record.relative_to(same)} | - | "
-              f"{'agrees with' if agrees else 'CONTRADICTS'} config.yaml (seed={seed}, recorded {recorded[-2:]}) | - | - |")
+        print(
+            f"| two runs, one folder | {codes} | {record.relative_to(same)} | - | "
+            f"{'agrees with' if agrees else 'CONTRADICTS'} config.yaml (seed={seed}, recorded {recorded[-2:]}) | - | - |"
+        )
 
 
 if __name__ == "__main__":

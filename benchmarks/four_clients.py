@@ -34,6 +34,7 @@ Models come from the model store (``--model``, its HF folder is the peers' token
 Figures on a shared or small machine mix in CPU contention: the server and the client share
 the cores. Compare clients within one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -60,9 +62,11 @@ PEER_PACKAGES = {"guidellm": "guidellm", "aiperf": "aiperf"}  # venv name: pip r
 CLIENTS = ("harness", "vllm", "guidellm", "aiperf")
 TITLES = {"harness": "harness", "vllm": "vllm bench", "guidellm": "GuideLLM", "aiperf": "AIPerf"}
 RUN_TIMEOUT_S = 900
-VLLM_BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
-              "main(p.parse_args(sys.argv[1:]))")
+VLLM_BENCH = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
+    "main(p.parse_args(sys.argv[1:]))"
+)
 
 
 @dataclass
@@ -110,13 +114,18 @@ def peer_version(name: str) -> Optional[str]:
     python = VENVS / name / "bin" / "python"
     if not python.exists():
         return None
-    proc = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
+        capture_output=True,
+        text=True,
+    )
     return proc.stdout.strip() or None
 
 
 def vllm_version() -> Optional[str]:
-    proc = subprocess.run([sys.executable, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
+    )
     return proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else None
 
 
@@ -130,8 +139,9 @@ class Server:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile(prefix="four-clients-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONPATH": str(REPO)})
+        self.proc = subprocess.Popen(
+            argv, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)}
+        )
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -168,7 +178,7 @@ class Server:
         self.log.close()
         os.unlink(self.log.name)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -179,9 +189,27 @@ def reference_server(args: argparse.Namespace) -> Server:
     from backends.server.launch import free_port
 
     port = free_port()
-    return Server([sys.executable, "-m", "refserver", "--port", str(port), "--dialect", "ollama",
-                   "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--tokens", str(args.tokens),
-                   "--model-name", "m", "--metrics"], port)
+    return Server(
+        [
+            sys.executable,
+            "-m",
+            "refserver",
+            "--port",
+            str(port),
+            "--dialect",
+            "ollama",
+            "--ttft-ms",
+            str(args.ttft_ms),
+            "--itl-ms",
+            str(args.itl_ms),
+            "--tokens",
+            str(args.tokens),
+            "--model-name",
+            "m",
+            "--metrics",
+        ],
+        port,
+    )
 
 
 def parse_server(tokens: int) -> Server:
@@ -200,8 +228,14 @@ def run(argv: list[str], point: Point, name: str, env: Optional[dict] = None, of
     log = point.work / f"{name}.log"
     offline_env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} if offline else {}
     with open(log, "w") as out:
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, cwd=point.work,
-                              env={**os.environ, **offline_env, **(env or {})})
+        proc = subprocess.run(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=RUN_TIMEOUT_S,
+            cwd=point.work,
+            env={**os.environ, **offline_env, **(env or {})},
+        )
     if proc.returncode != 0:
         kept = Path(tempfile.gettempdir()) / f"four-clients-{name}-failed-{int(time.time())}.log"
         shutil.copy(log, kept)
@@ -214,12 +248,32 @@ def harness_client(p: Point) -> list[Request]:
     import pandas as pd
 
     out = p.work / "harness-runs"
-    run([sys.executable, "-m", "harness", "backend=openai", f"backend.url={p.url}/v1", "backend.model_name=m",
-         f"model={MODEL}", "workload=synthetic", f"workload.num_requests={p.requests - p.streams}",
-         f"workload.concurrency={p.streams}", f"workload.warmup_requests={p.streams}",
-         f"workload.input_len={p.input_len}", f"workload.output_len={p.output_len}", "backend.ignore_eos=true",
-         f"output_root={out}", "report=false", "progress=false", "save_output_text=false", *HARNESS_OVERRIDES],
-        p, "harness", env={"PYTHONPATH": str(REPO)})
+    run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "backend=openai",
+            f"backend.url={p.url}/v1",
+            "backend.model_name=m",
+            f"model={MODEL}",
+            "workload=synthetic",
+            f"workload.num_requests={p.requests - p.streams}",
+            f"workload.concurrency={p.streams}",
+            f"workload.warmup_requests={p.streams}",
+            f"workload.input_len={p.input_len}",
+            f"workload.output_len={p.output_len}",
+            "backend.ignore_eos=true",
+            f"output_root={out}",
+            "report=false",
+            "progress=false",
+            "save_output_text=false",
+            *HARNESS_OVERRIDES,
+        ],
+        p,
+        "harness",
+        env={"PYTHONPATH": str(REPO)},
+    )
     (run_dir,) = [d for d in out.iterdir() if (d / "requests.parquet").exists()]
     df = pd.read_parquet(run_dir / "requests.parquet")
     df = df[df.error.isna()]
@@ -230,39 +284,127 @@ def harness_client(p: Point) -> list[Request]:
 
 
 def vllm_client(p: Point) -> list[Request]:
-    run([sys.executable, "-c", VLLM_BENCH, "--backend", "openai-chat", "--base-url", p.url,
-         "--endpoint", "/v1/chat/completions", "--model", "m", "--tokenizer", p.model_dir, "--dataset-name", "random",
-         "--random-input-len", str(p.input_len), "--random-output-len", str(p.output_len),
-         "--num-prompts", str(p.requests), "--max-concurrency", str(p.streams), "--ignore-eos", "--disable-tqdm",
-         "--save-result", "--save-detailed", "--result-dir", str(p.work), "--result-filename", "vllm.json"],
-        p, "vllm")
+    run(
+        [
+            sys.executable,
+            "-c",
+            VLLM_BENCH,
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            p.url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            "m",
+            "--tokenizer",
+            p.model_dir,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(p.input_len),
+            "--random-output-len",
+            str(p.output_len),
+            "--num-prompts",
+            str(p.requests),
+            "--max-concurrency",
+            str(p.streams),
+            "--ignore-eos",
+            "--disable-tqdm",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            str(p.work),
+            "--result-filename",
+            "vllm.json",
+        ],
+        p,
+        "vllm",
+    )
     d = json.loads((p.work / "vllm.json").read_text())
-    return [Request(s, s + lat, ttft, n) for s, lat, ttft, n, err in
-            zip(d["start_times"], d["latencies"], d["ttfts"], d["output_lens"], d["errors"]) if not err]
+    return [
+        Request(s, s + lat, ttft, n)
+        for s, lat, ttft, n, err in zip(d["start_times"], d["latencies"], d["ttfts"], d["output_lens"], d["errors"])
+        if not err
+    ]
 
 
 def guidellm_client(p: Point) -> list[Request]:
     out = p.work / "guidellm.json"
-    run([str(VENVS / "guidellm" / "bin" / "guidellm"), "run",
-         "--backend", f"kind=openai_http,target={p.url},model=m,validate_backend=false",
-         "--profile", f"kind=concurrent,streams={p.streams}",
-         "--constraint", f"kind=max_requests,count={p.requests}",
-         "--tokenizer", f"kind=huggingface_auto,model={p.model_dir}",
-         "--data", f"kind=synthetic_text,prompt_tokens={p.input_len},output_tokens={p.output_len}",
-         "--output", f"kind=json,path={out}", "--disable-console"], p, "guidellm")
+    run(
+        [
+            str(VENVS / "guidellm" / "bin" / "guidellm"),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={p.url},model=m,validate_backend=false",
+            "--profile",
+            f"kind=concurrent,streams={p.streams}",
+            "--constraint",
+            f"kind=max_requests,count={p.requests}",
+            "--tokenizer",
+            f"kind=huggingface_auto,model={p.model_dir}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens={p.input_len},output_tokens={p.output_len}",
+            "--output",
+            f"kind=json,path={out}",
+            "--disable-console",
+        ],
+        p,
+        "guidellm",
+    )
     bench = json.loads(out.read_text())["benchmarks"][0]
-    return [Request(r["request_start_time"], r["request_end_time"], r["time_to_first_token_ms"] / 1e3,
-                    int(r["output_tokens"] or 0)) for r in bench["requests"]["successful"]]
+    return [
+        Request(
+            r["request_start_time"],
+            r["request_end_time"],
+            r["time_to_first_token_ms"] / 1e3,
+            int(r["output_tokens"] or 0),
+        )
+        for r in bench["requests"]["successful"]
+    ]
 
 
 def aiperf_client(p: Point) -> list[Request]:
     out = p.work / "aiperf"
-    run([str(VENVS / "aiperf" / "bin" / "aiperf"), "profile", "-m", "m", "--tokenizer", p.model_dir,
-         "--endpoint-type", "chat", "--streaming", "--url", p.url, "--isl", str(p.input_len), "--isl-stddev", "0",
-         "--osl", str(p.output_len), "--osl-stddev", "0", "--extra-inputs", "ignore_eos:true",
-         "--concurrency", str(p.streams), "--request-count", str(p.requests), "--use-server-token-count",
-         "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry", "--artifact-dir", str(out)], p, "aiperf",
-        offline=False)  # AIPerf 0.13 in HF offline mode takes a local tokenizer folder for a hub id
+    run(
+        [
+            str(VENVS / "aiperf" / "bin" / "aiperf"),
+            "profile",
+            "-m",
+            "m",
+            "--tokenizer",
+            p.model_dir,
+            "--endpoint-type",
+            "chat",
+            "--streaming",
+            "--url",
+            p.url,
+            "--isl",
+            str(p.input_len),
+            "--isl-stddev",
+            "0",
+            "--osl",
+            str(p.output_len),
+            "--osl-stddev",
+            "0",
+            "--extra-inputs",
+            "ignore_eos:true",
+            "--concurrency",
+            str(p.streams),
+            "--request-count",
+            str(p.requests),
+            "--use-server-token-count",
+            "--ui-type",
+            "none",
+            "--no-server-metrics",
+            "--no-gpu-telemetry",
+            "--artifact-dir",
+            str(out),
+        ],
+        p,
+        "aiperf",
+        offline=False,
+    )  # AIPerf 0.13 in HF offline mode takes a local tokenizer folder for a hub id
     rows = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines() if line.strip()]
     requests = []
     for row in rows:
@@ -270,13 +412,22 @@ def aiperf_client(p: Point) -> list[Request]:
         if row.get("error") or "time_to_first_token" not in m:
             continue
         tokens = (m.get("output_token_count") or m.get("usage_completion_tokens") or {}).get("value") or 0
-        requests.append(Request(meta["request_start_ns"] / 1e9, meta["request_end_ns"] / 1e9,
-                                m["time_to_first_token"]["value"] / 1e3, int(tokens)))
+        requests.append(
+            Request(
+                meta["request_start_ns"] / 1e9,
+                meta["request_end_ns"] / 1e9,
+                m["time_to_first_token"]["value"] / 1e3,
+                int(tokens),
+            )
+        )
     return requests
 
 
 CLIENT_RUNS: dict[str, Callable[[Point], list[Request]]] = {
-    "harness": harness_client, "vllm": vllm_client, "guidellm": guidellm_client, "aiperf": aiperf_client,
+    "harness": harness_client,
+    "vllm": vllm_client,
+    "guidellm": guidellm_client,
+    "aiperf": aiperf_client,
 }
 MODEL = "smollm2-135m"
 HARNESS_OVERRIDES: list[str] = []  # --harness-overrides
@@ -305,15 +456,15 @@ def parse_rate_cell(requests: list[Request]) -> str:
 
 
 def table(title: str, streams: list[int], clients: list[str], cells: dict[tuple[int, str], str]) -> str:
-    lines = [title, "", "| streams | " + " | ".join(TITLES[c] for c in clients) + " |",
-             "|---|" + "---|" * len(clients)]
+    lines = [title, "", "| streams | " + " | ".join(TITLES[c] for c in clients) + " |", "|---|" + "---|" * len(clients)]
     for s in streams:
         lines.append(f"| {s} | " + " | ".join(cells.get((s, c), "–") for c in clients) + " |")
     return "\n".join(lines)
 
 
-def measure(kind: str, args: argparse.Namespace, clients: list[str], model_dir: str,
-            work: Path) -> tuple[dict[tuple[int, str], str], list[str]]:
+def measure(
+    kind: str, args: argparse.Namespace, clients: list[str], model_dir: str, work: Path
+) -> tuple[dict[tuple[int, str], str], list[str]]:
     cells: dict[tuple[int, str], str] = {}
     notes: list[str] = []
     streams_list = args.ttft_streams if kind == "ttft" else args.parse_streams
@@ -342,12 +493,17 @@ def measure(kind: str, args: argparse.Namespace, clients: list[str], model_dir: 
             if kind == "ttft":
                 cells[(streams, client)] = ttft_error_cell(requests, args.ttft_ms / 1e3)
                 if server_ttft is not None:
-                    notes.append(f"{streams} streams, {TITLES[client]}: the server's own mean TTFT "
-                                 f"{server_ttft * 1e3:.2f} ms (schedule {args.ttft_ms:g} ms; warm-up included)")
+                    notes.append(
+                        f"{streams} streams, {TITLES[client]}: the server's own mean TTFT "
+                        f"{server_ttft * 1e3:.2f} ms (schedule {args.ttft_ms:g} ms; warm-up included)"
+                    )
             else:
                 cells[(streams, client)] = parse_rate_cell(requests)
-            print(f"  {kind} {streams} streams {client}: {cells[(streams, client)]} over {len(requests)} requests "
-                  f"({time.perf_counter() - t:.0f} s)", flush=True)
+            print(
+                f"  {kind} {streams} streams {client}: {cells[(streams, client)]} over {len(requests)} requests "
+                f"({time.perf_counter() - t:.0f} s)",
+                flush=True,
+            )
     return cells, notes
 
 
@@ -357,7 +513,9 @@ def main() -> None:
     p.add_argument("--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS))
     p.add_argument("--ttft-streams", type=int, nargs="+", default=[1, 32, 128])
     p.add_argument("--parse-streams", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--requests-per-stream", type=int, default=2, help="TTFT: requests kept = max(this × streams, --min-requests)")
+    p.add_argument(
+        "--requests-per-stream", type=int, default=2, help="TTFT: requests kept = max(this × streams, --min-requests)"
+    )
     p.add_argument("--min-requests", type=int, default=32)
     p.add_argument("--parse-requests", type=int, default=32, help="parse rate: requests kept per point")
     p.add_argument("--ttft-ms", type=float, default=50.0)
@@ -368,8 +526,13 @@ def main() -> None:
     p.add_argument("--no-ttft", action="store_true")
     p.add_argument("--no-parse", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the clients' output folders (printed)")
-    p.add_argument("--harness-overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="more Hydra overrides for the harness's runs, e.g. client.workers=2")
+    p.add_argument(
+        "--harness-overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more Hydra overrides for the harness's runs, e.g. client.workers=2",
+    )
     args = p.parse_args()
     HARNESS_OVERRIDES[:] = args.harness_overrides
     if args.setup:
@@ -388,22 +551,39 @@ def main() -> None:
     from harness.run.model_store import resolve_model
 
     model_dir = str(resolve_model(ModelConfig(name=MODEL)).hf_dir)
-    versions = {"harness": "this checkout", "vllm": vllm_version(), "guidellm": peer_version("guidellm"),
-                "aiperf": peer_version("aiperf")}
+    versions = {
+        "harness": "this checkout",
+        "vllm": vllm_version(),
+        "guidellm": peer_version("guidellm"),
+        "aiperf": peer_version("aiperf"),
+    }
     print("clients: " + ", ".join(f"{TITLES[c]} {versions[c]}" for c in clients), flush=True)
     work = Path(tempfile.mkdtemp(prefix="four-clients-"))
     out = []
     try:
         if not args.no_ttft:
             cells, notes = measure("ttft", args, clients, model_dir, work)
-            out.append(table(f"TTFT error (client TTFT − server truth), ms, p50 (p99); first token {args.ttft_ms:g} ms "
-                             f"after the request reaches the server, one every {args.itl_ms:g} ms, {args.tokens} tokens:",
-                             args.ttft_streams, clients, cells))
+            out.append(
+                table(
+                    f"TTFT error (client TTFT − server truth), ms, p50 (p99); first token {args.ttft_ms:g} ms "
+                    f"after the request reaches the server, one every {args.itl_ms:g} ms, {args.tokens} tokens:",
+                    args.ttft_streams,
+                    clients,
+                    cells,
+                )
+            )
             out += [""] + [f"- {n}" for n in notes]
         if not args.no_parse:
             cells, notes = measure("parse", args, clients, model_dir, work)
-            out.append(table(f"\nStreamed tokens parsed per second ({args.parse_tokens}-token responses sent at once, "
-                             f"{args.parse_requests} requests kept per point):", args.parse_streams, clients, cells))
+            out.append(
+                table(
+                    f"\nStreamed tokens parsed per second ({args.parse_tokens}-token responses sent at once, "
+                    f"{args.parse_requests} requests kept per point):",
+                    args.parse_streams,
+                    clients,
+                    cells,
+                )
+            )
             out += [f"- {n}" for n in notes]
     finally:
         if args.keep:

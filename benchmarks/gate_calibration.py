@@ -26,6 +26,7 @@ E2E medians):
   decides (paired t on block log-ratios, Benjamini–Hochberg over the figures, 5 % threshold):
   the share whose 95 % interval excludes no change, and the false regressions, both directions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -81,9 +83,11 @@ def analyse(out: Path, group: int, threshold: float) -> None:
     figures = [parse_figure(f) for f in FIGURES]
     for f in figures:
         vals = [f.of(r.summary) for b in good for r in (b.a, b.b)]
-        print(f"  {f.label}: runs' values {min(vals) * 1000:.2f}–{max(vals) * 1000:.2f} ms "
-              f"(spread ±{(max(vals) / min(vals) - 1) * 50:.1f} %), run-to-run sd of ln "
-              f"{np.std(np.log(vals), ddof=1) * 100:.2f} %")
+        print(
+            f"  {f.label}: runs' values {min(vals) * 1000:.2f}–{max(vals) * 1000:.2f} ms "
+            f"(spread ±{(max(vals) / min(vals) - 1) * 50:.1f} %), run-to-run sd of ln "
+            f"{np.std(np.log(vals), ddof=1) * 100:.2f} %"
+        )
 
     half = n // 2
     # pairs of runs: side by side (the two runs of a block), and apart (block i's A with the B of
@@ -94,9 +98,13 @@ def analyse(out: Path, group: int, threshold: float) -> None:
         size = hi - lo
         apart += [(i, good[i].a, good[lo + (i - lo + size // 2) % size].b) for i in range(lo, hi)]
     for label, pairs in (("side by side", side_by_side), ("apart", apart)):
-        print(f"\nprevious compare, one run against one run, {label} ({len(pairs)} pairs): called significantly different")
+        print(
+            f"\nprevious compare, one run against one run, {label} ({len(pairs)} pairs): called significantly different"
+        )
         for f in figures:
-            called = sum(1 for _, x, y in pairs if _excludes_zero(previous_rule(x.values(f.metric), y.values(f.metric))))
+            called = sum(
+                1 for _, x, y in pairs if _excludes_zero(previous_rule(x.values(f.metric), y.values(f.metric)))
+            )
             print(f"  {f.label}: {called} of {len(pairs)} ({called / len(pairs) * 100:.0f} %)")
     for pct in (10, 5):
         fails = 0
@@ -108,11 +116,15 @@ def analyse(out: Path, group: int, threshold: float) -> None:
         print(f"previous gate at {pct} % (TTFT median): {fails} of {2 * n} false regressions")
 
     # cross-fitted: each half's pairs are judged with the floor of the other half
-    floors = [paired.measure_noise_floor(good[half:], figures, walls),
-              paired.measure_noise_floor(good[:half], figures, walls)]
+    floors = [
+        paired.measure_noise_floor(good[half:], figures, walls),
+        paired.measure_noise_floor(good[:half], figures, walls),
+    ]
     for label, pairs in (("side by side", side_by_side), ("apart", apart)):
-        print(f"\ncompare now, one run against one run, {label} ({len(pairs)} pairs): 'within-run only' without a "
-              "noise floor (no claim); with the floor of the other half of the blocks, called significantly different:")
+        print(
+            f"\ncompare now, one run against one run, {label} ({len(pairs)} pairs): 'within-run only' without a "
+            "noise floor (no claim); with the floor of the other half of the blocks, called significantly different:"
+        )
         counts = {f.name: 0 for f in figures}
         gate_fails = 0
         for i, x, y in pairs:
@@ -126,15 +138,23 @@ def analyse(out: Path, group: int, threshold: float) -> None:
                 gate_fails += bool(comp.regression_lines)
         for f in figures:
             print(f"  {f.label}: {counts[f.name]} of {len(pairs)} ({counts[f.name] / len(pairs) * 100:.0f} %)")
-        print(f"gate now, one run against one run with the floor, {threshold * 100:g} % threshold (TTFT median): "
-              f"{gate_fails} of {2 * len(pairs)} false regressions")
+        print(
+            f"gate now, one run against one run with the floor, {threshold * 100:g} % threshold (TTFT median): "
+            f"{gate_fails} of {2 * len(pairs)} false regressions"
+        )
     for fl, name in ((floors[0], "second half"), (floors[1], "first half")):
-        print(f"  floor used for the {name}: " + ", ".join(
-            f"{k} sd {v.sd_run * 100:.2f} % (apart {v.sd_run_apart * 100:.2f} %)" for k, v in fl.figures.items()))
+        print(
+            f"  floor used for the {name}: "
+            + ", ".join(
+                f"{k} sd {v.sd_run * 100:.2f} % (apart {v.sd_run_apart * 100:.2f} %)" for k, v in fl.figures.items()
+            )
+        )
 
-    groups = [good[i:i + group] for i in range(0, n - group + 1, group)]
-    print(f"\ndecisions now: {len(groups)} disjoint groups of {group} interleaved blocks, paired t, "
-          f"{threshold * 100:g} % threshold")
+    groups = [good[i : i + group] for i in range(0, n - group + 1, group)]
+    print(
+        f"\ndecisions now: {len(groups)} disjoint groups of {group} interleaved blocks, paired t, "
+        f"{threshold * 100:g} % threshold"
+    )
     different = {f.name: 0 for f in figures}
     verdict_counts: dict[str, int] = {}
     for g in groups:
@@ -148,20 +168,26 @@ def analyse(out: Path, group: int, threshold: float) -> None:
     for f in figures:
         print(f"  {f.label}: interval excludes no change in {different[f.name]} of {len(groups)}")
     total = sum(verdict_counts.values())
-    print(f"  gate verdicts over {total} decisions (figures × groups × both directions): "
-          + ", ".join(f"{k} {v}" for k, v in sorted(verdict_counts.items())))
+    print(
+        f"  gate verdicts over {total} decisions (figures × groups × both directions): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(verdict_counts.items()))
+    )
     with_floor: dict[str, int] = {}
     for gi, g in enumerate(groups):
         floor = floors[0] if gi * group < half else floors[1]  # the other half's floor
         folder = Path("/tmp/gate-calibration-floor")
         key, hw = paired.config_key(g[0].a)
-        noise.save(folder, noise.NoiseFloor(key or "unknown", hw, floor.figures, floor.cost_run_s, floor.cost_request_s))
+        noise.save(
+            folder, noise.NoiseFloor(key or "unknown", hw, floor.figures, floor.cost_run_s, floor.cost_request_s)
+        )
         for swap in (False, True):
             blocks = [paired.BlockRuns(b.index, b.b, b.a) if swap else b for b in g]
             for d in paired.evaluate(blocks, figures, threshold, noise_dir=folder).decisions:
                 with_floor[d.verdict] = with_floor.get(d.verdict, 0) + 1
-    print("  the same with the margin raised to 3 × the other half's noise floor: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(with_floor.items())))
+    print(
+        "  the same with the margin raised to 3 × the other half's noise floor: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(with_floor.items()))
+    )
 
 
 def _excludes_zero(r: tuple[float, float, float]) -> bool:
@@ -180,26 +206,62 @@ def run_ab(args: Sequence[str]) -> int:
     return subprocess.call([sys.executable, "-m", "harness.ab", *args], cwd=REPO)
 
 
-def power(decisions: int, b: str, out: Path, common: Sequence[str], blocks: int, max_blocks: int,
-          threshold: float, figures: str) -> None:
+def power(
+    decisions: int,
+    b: str,
+    out: Path,
+    common: Sequence[str],
+    blocks: int,
+    max_blocks: int,
+    threshold: float,
+    figures: str,
+) -> None:
     results = []
     for i in range(decisions):
         dest = out / f"decision{i:02d}"
         start = time.perf_counter()
-        code = run_ab(["--b", b, "--blocks", str(blocks), "--max-blocks", str(max_blocks), "--threshold", str(threshold),
-                       "--figures", figures, "--out", str(dest), "--", *common])
+        code = run_ab(
+            [
+                "--b",
+                b,
+                "--blocks",
+                str(blocks),
+                "--max-blocks",
+                str(max_blocks),
+                "--threshold",
+                str(threshold),
+                "--figures",
+                figures,
+                "--out",
+                str(dest),
+                "--",
+                *common,
+            ]
+        )
         exp = json.loads((dest / "ab.json").read_text())
-        results.append((exp.get("verdict"), len(exp["runs"]), exp["looks"][-1]["blocks"] if exp["looks"] else 0,
-                        time.perf_counter() - start, code))
+        results.append(
+            (
+                exp.get("verdict"),
+                len(exp["runs"]),
+                exp["looks"][-1]["blocks"] if exp["looks"] else 0,
+                time.perf_counter() - start,
+                code,
+            )
+        )
         print(f"decision {i}: {results[-1]}", flush=True)
     verdict_counts: dict[str, int] = {}
     for v, *_ in results:
         verdict_counts[str(v)] = verdict_counts.get(str(v), 0) + 1
     runs = [r[1] for r in results]
     walls = [r[3] for r in results]
-    print(f"\n{out}: {decisions} decisions of arm B ({b}): " + ", ".join(f"{k} {v}" for k, v in sorted(verdict_counts.items())))
-    print(f"runs per decision: mean {np.mean(runs):.1f}, min {min(runs)}, max {max(runs)}; "
-          f"wall time per decision: mean {np.mean(walls):.0f} s, max {max(walls):.0f} s")
+    print(
+        f"\n{out}: {decisions} decisions of arm B ({b}): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(verdict_counts.items()))
+    )
+    print(
+        f"runs per decision: mean {np.mean(runs):.1f}, min {min(runs)}, max {max(runs)}; "
+        f"wall time per decision: mean {np.mean(walls):.0f} s, max {max(walls):.0f} s"
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -224,8 +286,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     pw.add_argument("common", nargs="*")
     a = p.parse_args(argv)
     if a.cmd == "aa":
-        sys.exit(run_ab(["--aa", "--blocks", str(a.blocks), "--out", str(a.out), "--noise-dir", str(a.out / "noise"),
-                         "--", *a.common]))
+        sys.exit(
+            run_ab(
+                [
+                    "--aa",
+                    "--blocks",
+                    str(a.blocks),
+                    "--out",
+                    str(a.out),
+                    "--noise-dir",
+                    str(a.out / "noise"),
+                    "--",
+                    *a.common,
+                ]
+            )
+        )
     if a.cmd == "analyse":
         analyse(a.out, a.group, a.threshold / 100)
     else:

@@ -20,6 +20,7 @@ default run lasts a few tens of seconds.
     .venv/bin/python benchmarks/gpu_energy.py                       # the default run below
     .venv/bin/python benchmarks/gpu_energy.py -- backend=vllm model=smollm2-135m workload.num_requests=200
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,19 @@ from typing import Optional
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_RUN = ["backend=transformers", "backend.device=cuda", "backend.batching=static", "backend.max_batch_size=16",
-               "model=smollm2-135m", "workload=synthetic", "workload.num_requests=128", "workload.concurrency=16",
-               "workload.input_len=256", "workload.output_len=256", "progress=false"]
+DEFAULT_RUN = [
+    "backend=transformers",
+    "backend.device=cuda",
+    "backend.batching=static",
+    "backend.max_batch_size=16",
+    "model=smollm2-135m",
+    "workload=synthetic",
+    "workload.num_requests=128",
+    "workload.concurrency=16",
+    "workload.input_len=256",
+    "workload.output_len=256",
+    "progress=false",
+]
 GPU_QUERY = "timestamp,uuid,power.draw,utilization.gpu,memory.used"
 APPS_QUERY = "timestamp,gpu_uuid,pid,used_memory"
 TOLERANCE = {"energy": 0.15, "power": 0.15, "util_points": 15.0, "memory": 0.05, "memory_abs": 64 * 2**20}
@@ -73,8 +84,12 @@ def smi_gpu_samples(path: Path) -> dict[str, dict[str, np.ndarray]]:
             continue
         d = out.setdefault(row[1].strip(), {"t": [], "power_w": [], "util_pct": [], "used_bytes": []})
         used = number(row[4])
-        for key, value in (("t", t), ("power_w", number(row[2])), ("util_pct", number(row[3])),
-                           ("used_bytes", used * 2**20 if used is not None else None)):
+        for key, value in (
+            ("t", t),
+            ("power_w", number(row[2])),
+            ("util_pct", number(row[3])),
+            ("used_bytes", used * 2**20 if used is not None else None),
+        ):
             d[key].append(np.nan if value is None else value)
     return {u: {k: np.asarray(v, dtype=float) for k, v in d.items()} for u, d in out.items()}
 
@@ -140,27 +155,53 @@ def check(run_dir: Path, gpu_csv: Path, apps_csv: Path) -> int:
 
     smi_energy = [phase_integral(smi[d["uuid"]]["t"], smi[d["uuid"]]["power_w"], t0, t1) for d in devices]
     smi_total = sum(smi_energy) if None not in smi_energy else None
-    add(f"energy ({gpu.get('energy_source')})", gpu.get("energy_j"), smi_total, "J",
-        within(gpu.get("energy_j"), smi_total, TOLERANCE["energy"]))
+    add(
+        f"energy ({gpu.get('energy_source')})",
+        gpu.get("energy_j"),
+        smi_total,
+        "J",
+        within(gpu.get("energy_j"), smi_total, TOLERANCE["energy"]),
+    )
     thr = summary.get("throughput") or {}
     smi_power = smi_total / span if smi_total is not None and span > 0 else None
-    add("mean power", thr.get("gpu_power_w"), smi_power, "W", within(thr.get("gpu_power_w"), smi_power, TOLERANCE["power"]))
+    add(
+        "mean power",
+        thr.get("gpu_power_w"),
+        smi_power,
+        "W",
+        within(thr.get("gpu_power_w"), smi_power, TOLERANCE["power"]),
+    )
     smi_util = [phase_integral(smi[d["uuid"]]["t"], smi[d["uuid"]]["util_pct"], t0, t1) for d in devices]
     smi_util_mean = (sum(smi_util) / len(smi_util) / span) if None not in smi_util and span > 0 else None
     util = thr.get("gpu_util") * 100 if thr.get("gpu_util") is not None else None
     add("mean utilisation", util, smi_util_mean, "%", within(util, smi_util_mean, 0.0, TOLERANCE["util_points"]))
     tokens = (summary.get("tokens") or {}).get("output_total")
-    add("energy per output token", thr.get("energy_per_token_j"), smi_total / tokens if smi_total and tokens else None,
-        "J/token", None)
+    add(
+        "energy per output token",
+        thr.get("energy_per_token_j"),
+        smi_total / tokens if smi_total and tokens else None,
+        "J/token",
+        None,
+    )
     for d in devices:
         used = smi[d["uuid"]]["used_bytes"]
         peak = float(np.nanmax(used)) if np.isfinite(used).any() else None
-        add(f"GPU {d['index']} peak memory used", _mib(d.get("peak_used_bytes")), _mib(peak), "MiB",
-            within(d.get("peak_used_bytes"), peak, TOLERANCE["memory"], TOLERANCE["memory_abs"]))
+        add(
+            f"GPU {d['index']} peak memory used",
+            _mib(d.get("peak_used_bytes")),
+            _mib(peak),
+            "MiB",
+            within(d.get("peak_used_bytes"), peak, TOLERANCE["memory"], TOLERANCE["memory_abs"]),
+        )
     procs = smi_process_peak(apps_csv, {d["uuid"] for d in devices})
     engine = (summary.get("memory") or {}).get("gpu_nvml_peak_process_used_bytes")
-    add("peak memory of the engine's processes", _mib(engine), _mib(procs), "MiB",
-        within(engine, procs, TOLERANCE["memory"], TOLERANCE["memory_abs"]))
+    add(
+        "peak memory of the engine's processes",
+        _mib(engine),
+        _mib(procs),
+        "MiB",
+        within(engine, procs, TOLERANCE["memory"], TOLERANCE["memory_abs"]),
+    )
 
     names = ", ".join(f"GPU {d['index']} ({d['name']})" for d in devices)
     print(f"measured phase: {span:.1f} s on {names}; scope: {gpu.get('scope')}; {gpu.get('samples')} NVML samples")
@@ -182,7 +223,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for the run (after --); default: " + " ".join(DEFAULT_RUN))
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides for the run (after --); default: " + " ".join(DEFAULT_RUN)
+    )
     args = parser.parse_args(argv)
     if shutil.which("nvidia-smi") is None:
         print("nvidia-smi is not on PATH: this check needs an NVIDIA GPU machine", file=sys.stderr)
@@ -193,12 +236,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     overrides = args.overrides or DEFAULT_RUN
     samplers = []
     try:
-        for query, interval_ms, path in ((f"--query-gpu={GPU_QUERY}", 100, gpu_csv),
-                                         (f"--query-compute-apps={APPS_QUERY}", 200, apps_csv)):
+        for query, interval_ms, path in (
+            (f"--query-gpu={GPU_QUERY}", 100, gpu_csv),
+            (f"--query-compute-apps={APPS_QUERY}", 200, apps_csv),
+        ):
             with open(path, "w") as out:  # the child keeps its own copy of the descriptor
-                samplers.append(subprocess.Popen(
-                    ["nvidia-smi", query, "--format=csv,noheader,nounits", f"--loop-ms={interval_ms}"],
-                    stdout=out, stderr=subprocess.DEVNULL))
+                samplers.append(
+                    subprocess.Popen(
+                        ["nvidia-smi", query, "--format=csv,noheader,nounits", f"--loop-ms={interval_ms}"],
+                        stdout=out,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
         proc = subprocess.run([sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"], cwd=REPO)
     finally:
         for sampler in samplers:

@@ -1,5 +1,6 @@
 """Run ``python -m harness`` from a benchmark script: the command and its time printed, its run
 folders returned (the scripts in benchmarks/ share this)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,15 @@ def run_harness(args: list[str], out: Path, *, report: bool = False, exit_on_fai
     first (a sweep with -m writes several; the last is the newest). On a failure the tail of its
     output is printed, then the script exits with the harness's code, or [] is returned when
     ``exit_on_failure`` is false."""
-    cmd = [sys.executable, "-m", "harness", *args, "progress=false", f"output_root={out}",
-           *([] if report else ["report=false"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        *args,
+        "progress=false",
+        f"output_root={out}",
+        *([] if report else ["report=false"]),
+    ]
     print("$ python -m harness", " ".join(args), flush=True)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)

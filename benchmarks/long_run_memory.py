@@ -12,6 +12,7 @@ the bytes per request of the growth (peak − the smallest run's peak) / (reques
 ``--cwd`` and ``--python`` run another checkout (e.g. a ``git worktree`` of an older commit)
 for a before/after. The report is off (``report=false``): it reads the whole requests table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,12 +29,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(n: int, args: argparse.Namespace, out: Path) -> dict:
-    cmd = [args.python, "-m", "harness", "backend=reference", "model=tiny-random", "workload=synthetic",
-           f"workload.num_requests={n}", f"workload.concurrency={args.concurrency}", "workload.input_len=32",
-           f"workload.output_len={args.output_len}", f"workload.warmup_requests={args.concurrency}",
-           *([f"workload.rate={args.rate}", "saturation.enabled=false"] if args.rate else []),
-           f"backend.ttft_ms={args.ttft_ms}", f"backend.itl_ms={args.itl_ms}", "report=false", "progress=false",
-           "machine.enabled=false", f"hydra.run.dir={out}"]
+    cmd = [
+        args.python,
+        "-m",
+        "harness",
+        "backend=reference",
+        "model=tiny-random",
+        "workload=synthetic",
+        f"workload.num_requests={n}",
+        f"workload.concurrency={args.concurrency}",
+        "workload.input_len=32",
+        f"workload.output_len={args.output_len}",
+        f"workload.warmup_requests={args.concurrency}",
+        *([f"workload.rate={args.rate}", "saturation.enabled=false"] if args.rate else []),
+        f"backend.ttft_ms={args.ttft_ms}",
+        f"backend.itl_ms={args.itl_ms}",
+        "report=false",
+        "progress=false",
+        "machine.enabled=false",
+        f"hydra.run.dir={out}",
+    ]
     proc = subprocess.Popen(cmd, cwd=args.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ps = psutil.Process(proc.pid)
     peak = 0
@@ -49,8 +64,13 @@ def run(n: int, args: argparse.Namespace, out: Path) -> dict:
     if proc.returncode != 0:
         sys.exit(f"the run of {n} requests failed ({proc.returncode}): {err.strip().splitlines()[-1:]}")
     summary = json.loads(next(out.rglob("summary.json")).read_text())
-    return {"requests": n, "peak_mib": peak / 2**20, "wall_s": time.perf_counter() - t0,
-            "req_s": summary["throughput"]["requests_per_s"], "itl_sampled": summary["harness"].get("itl_sampled")}
+    return {
+        "requests": n,
+        "peak_mib": peak / 2**20,
+        "wall_s": time.perf_counter() - t0,
+        "req_s": summary["throughput"]["requests_per_s"],
+        "itl_sampled": summary["harness"].get("itl_sampled"),
+    }
 
 
 def main() -> None:
@@ -74,8 +94,11 @@ def main() -> None:
                 base = rows[0]
                 per = (r["peak_mib"] - base["peak_mib"]) * 2**20 / (n - base["requests"])
                 grow = f"  growth {per:,.0f} B/request"
-            print(f"{n:>8,} requests: peak {r['peak_mib']:7.0f} MiB  wall {r['wall_s']:5.0f} s  "
-                  f"{r['req_s']:6.0f} req/s{grow}  itl_sampled={r['itl_sampled']}", flush=True)
+            print(
+                f"{n:>8,} requests: peak {r['peak_mib']:7.0f} MiB  wall {r['wall_s']:5.0f} s  "
+                f"{r['req_s']:6.0f} req/s{grow}  itl_sampled={r['itl_sampled']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ on the context per request) and llama.cpp's llama-server (adapters per request).
 
 Figures depend on the machine: rerun on a quiet one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,11 +45,17 @@ def adapters_override(n: int) -> list[str]:
 
 
 def run_arm(engine: str, arm: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    overrides = [*ENGINES[engine], f"model={args.model}", "workload=synthetic",
-                 f"workload.num_requests={args.requests}",
-                 f"workload.concurrency={args.concurrency}", f"workload.input_len={args.input_len}",
-                 f"workload.output_len={args.output_len}", f"workload.warmup_requests={max(ARMS[arm], 1)}",
-                 *adapters_override(ARMS[arm])]
+    overrides = [
+        *ENGINES[engine],
+        f"model={args.model}",
+        "workload=synthetic",
+        f"workload.num_requests={args.requests}",
+        f"workload.concurrency={args.concurrency}",
+        f"workload.input_len={args.input_len}",
+        f"workload.output_len={args.output_len}",
+        f"workload.warmup_requests={max(ARMS[arm], 1)}",
+        *adapters_override(ARMS[arm]),
+    ]
     run_dir = out / engine / arm
     cmd = [sys.executable, "-m", "harness", *overrides, "progress=false", "report=false", f"hydra.run.dir={run_dir}"]
     t = time.perf_counter()
@@ -59,15 +66,24 @@ def run_arm(engine: str, arm: str, args: argparse.Namespace, out: Path) -> dict[
         print(f"  {engine:13s} {arm:6s} FAILED ({took:.0f} s): {line}", flush=True)
         return {"engine": engine, "arm": arm, "error": line}
     s = json.loads((run_dir / "summary.json").read_text())
-    row = {"engine": engine, "arm": arm, "ok": s["requests"]["completed"], "failed": s["requests"]["failed"],
-           "output_tok_s": s["throughput"].get("output_tokens_per_s"),
-           "ttft_p50_ms": (s["latency"].get("ttft_s") or {}).get("p50", 0) * 1000,
-           "ttft_p90_ms": (s["latency"].get("ttft_s") or {}).get("p90", 0) * 1000,
-           "tpot_p50_ms": (s["latency"].get("tpot_s") or {}).get("p50", 0) * 1000,
-           "adapters": {k: v["completed"] for k, v in (s.get("adapters") or {}).items()}, "wall_s": round(took, 1)}
-    print(f"  {engine:13s} {arm:6s} {row['ok']:3d} ok · {row['output_tok_s']:7.1f} out tok/s · TTFT p50 "
-          f"{row['ttft_p50_ms']:7.1f} ms (p90 {row['ttft_p90_ms']:.1f}) · TPOT p50 {row['tpot_p50_ms']:6.1f} ms · "
-          f"{row['adapters'] or ''} · {took:.0f} s", flush=True)
+    row = {
+        "engine": engine,
+        "arm": arm,
+        "ok": s["requests"]["completed"],
+        "failed": s["requests"]["failed"],
+        "output_tok_s": s["throughput"].get("output_tokens_per_s"),
+        "ttft_p50_ms": (s["latency"].get("ttft_s") or {}).get("p50", 0) * 1000,
+        "ttft_p90_ms": (s["latency"].get("ttft_s") or {}).get("p90", 0) * 1000,
+        "tpot_p50_ms": (s["latency"].get("tpot_s") or {}).get("p50", 0) * 1000,
+        "adapters": {k: v["completed"] for k, v in (s.get("adapters") or {}).items()},
+        "wall_s": round(took, 1),
+    }
+    print(
+        f"  {engine:13s} {arm:6s} {row['ok']:3d} ok · {row['output_tok_s']:7.1f} out tok/s · TTFT p50 "
+        f"{row['ttft_p50_ms']:7.1f} ms (p90 {row['ttft_p90_ms']:.1f}) · TPOT p50 {row['tpot_p50_ms']:6.1f} ms · "
+        f"{row['adapters'] or ''} · {took:.0f} s",
+        flush=True,
+    )
     return row
 
 

@@ -8,6 +8,7 @@ final write, and its peak, for a run against the reference server (in this proce
 Each count runs in a process of its own (the peak is the process's). benchmarks/long_run_memory.py
 measures the same from outside, through the command line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,10 @@ def watch(cls: type, name: str, trace: bool, snapshots: dict) -> None:
         try:
             return inner(*args, **kwargs)
         finally:
-            print(f"  {name}: RSS {before[0]:.0f} → {rss_mib():.0f} MiB, peak {before[1]:.0f} → {peak_mib():.0f} MiB",
-                  flush=True)
+            print(
+                f"  {name}: RSS {before[0]:.0f} → {rss_mib():.0f} MiB, peak {before[1]:.0f} → {peak_mib():.0f} MiB",
+                flush=True,
+            )
 
     setattr(cls, name, wrapped)
 
@@ -60,10 +63,21 @@ def one_run(n: int, trace: bool) -> None:
     watch(point.PointRun, "summary", trace, snapshots)
     watch(RunWriter, "write_tables", trace, snapshots)
     watch(RunWriter, "write_summary", trace, snapshots)
-    cfg = compose_config("progress=false", "backend=reference", "model=tiny-random", "workload=synthetic",
-                         f"workload.num_requests={n}", "workload.concurrency=256", "workload.input_len=32",
-                         "workload.output_len=64", "workload.warmup_requests=256", "backend.ttft_ms=5",
-                         "backend.itl_ms=1", "report=false", "machine.enabled=false")
+    cfg = compose_config(
+        "progress=false",
+        "backend=reference",
+        "model=tiny-random",
+        "workload=synthetic",
+        f"workload.num_requests={n}",
+        "workload.concurrency=256",
+        "workload.input_len=32",
+        "workload.output_len=64",
+        "workload.warmup_requests=256",
+        "backend.ttft_ms=5",
+        "backend.itl_ms=1",
+        "report=false",
+        "machine.enabled=false",
+    )
     print(f"{n:,} requests (RSS before: {rss_mib():.0f} MiB)", flush=True)
     if trace:
         tracemalloc.start(8)

@@ -14,6 +14,7 @@ prints the send error's p50 / p99 / max and the rate achieved.
 On a shared or small machine the error mixes in CPU contention (the server, the client and
 everything else share the cores); the figures that matter come from an idle machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,11 +38,24 @@ def config(rate: float, requests: int, pacing: str, workers: int, args: argparse
     from hydra import compose, initialize_config_dir
 
     overrides = [
-        "backend=reference", f"model={args.model}", "workload=synthetic", "progress=false", "report=false",
-        f"workload.num_requests={requests}", f"workload.rate={rate}", "workload.arrival=constant",
-        "workload.warmup_requests=0", "workload.input_len=48", "workload.output_len=1",
-        "backend.ttft_ms=0", "backend.itl_ms=0", "backend.count_prompt_tokens=false", "backend.metrics=false",
-        "saturation.enabled=false", f"client.pacing={pacing}", f"client.workers={workers}",
+        "backend=reference",
+        f"model={args.model}",
+        "workload=synthetic",
+        "progress=false",
+        "report=false",
+        f"workload.num_requests={requests}",
+        f"workload.rate={rate}",
+        "workload.arrival=constant",
+        "workload.warmup_requests=0",
+        "workload.input_len=48",
+        "workload.output_len=1",
+        "backend.ttft_ms=0",
+        "backend.itl_ms=0",
+        "backend.count_prompt_tokens=false",
+        "backend.metrics=false",
+        "saturation.enabled=false",
+        f"client.pacing={pacing}",
+        f"client.workers={workers}",
         f"client.event_loop={args.event_loop}",
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
@@ -78,9 +92,12 @@ def main() -> None:
                         span = df.start_s.max() - df.start_s.min()
                         lag = outcome.summary.harness.get("loop_lag_s") or {}
                         lag_p99 = f"{lag['p99'] * 1e3:.2f}" if lag.get("p99") is not None else "–"
-                        print(f"| {rate:g} | {pacing} | {workers} | {len(df)} | {np.percentile(late, 50):.3f} | "
-                              f"{np.percentile(late, 99):.3f} | {late.max():.3f} | "
-                              f"{(len(df) - 1) / span if span > 0 else float('nan'):.0f} | {lag_p99} |", flush=True)
+                        print(
+                            f"| {rate:g} | {pacing} | {workers} | {len(df)} | {np.percentile(late, 50):.3f} | "
+                            f"{np.percentile(late, 99):.3f} | {late.max():.3f} | "
+                            f"{(len(df) - 1) / span if span > 0 else float('nan'):.0f} | {lag_p99} |",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Run it from another checkout (``git worktree add /tmp/before HEAD~1``, then
 ``.venv/bin/python /tmp/before/benchmarks/plan_build.py``) for a before/after: it imports the
 checkout it sits in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,20 @@ def main() -> None:
     args = p.parse_args()
     tokenizer = load_tokenizer(resolve_model(ModelConfig(name=args.model)).hf_dir)
     renderer, corpus = PromptRenderer(tokenizer), TokenizedCorpus(tokenizer)
-    print(f"synthetic plans of {args.requests} requests, model {args.model}, seed {args.seed}, "
-          f"checkout {Path(__file__).resolve().parent.parent}")
+    print(
+        f"synthetic plans of {args.requests} requests, model {args.model}, seed {args.seed}, "
+        f"checkout {Path(__file__).resolve().parent.parent}"
+    )
     print("| input_len | build (µs/request) | hash + workload.json (µs/request) | sha256 |")
     print("|---|---|---|---|")
     for input_len in args.input_len:
-        cfg = SyntheticConfig(num_requests=args.requests, input_len=input_len, output_len=64,
-                              input_len_dist="uniform", input_len_spread=0.25)
+        cfg = SyntheticConfig(
+            num_requests=args.requests,
+            input_len=input_len,
+            output_len=64,
+            input_len_dist="uniform",
+            input_len_spread=0.25,
+        )
         t0 = time.perf_counter()
         plan = SyntheticWorkload(cfg).build(renderer, corpus, args.seed)
         t1 = time.perf_counter()

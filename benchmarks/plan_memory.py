@@ -10,6 +10,7 @@ a request.
 
     .venv/bin/python benchmarks/plan_memory.py [--requests 10000 40000 80000] [--input-len 32]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,9 @@ def measure(n: int, input_len: int, model: str, trace: bool) -> dict[str, float]
     rss0 = psutil.Process().memory_info().rss
     if trace:
         tracemalloc.start()
-    plan = SyntheticWorkload(SyntheticConfig(num_requests=n, input_len=input_len, output_len=64)).build(renderer, corpus, 0)
+    plan = SyntheticWorkload(SyntheticConfig(num_requests=n, input_len=input_len, output_len=64)).build(
+        renderer, corpus, 0
+    )
     for _chunk in plan.json_chunks(plan.hashes()):
         pass
     if trace:  # tracemalloc's own tables take memory too: RSS is measured in another process
@@ -70,11 +73,27 @@ def main() -> None:
     for n in args.requests:
         r: dict[str, float] = {}
         for trace in ([], ["--trace"]):
-            out = subprocess.run([sys.executable, __file__, "--one", str(n), "--input-len", str(args.input_len),
-                                  "--model", args.model, *trace], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    str(n),
+                    "--input-len",
+                    str(args.input_len),
+                    "--model",
+                    args.model,
+                    *trace,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             r.update(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"| {n:,} | {r['traced_b']:,.0f} | {r['traced_peak_b']:,.0f} | {r['rss_b']:,.0f} | {r['disk_b']:,.0f} |",
-              flush=True)
+        print(
+            f"| {n:,} | {r['traced_b']:,.0f} | {r['traced_peak_b']:,.0f} | {r['rss_b']:,.0f} | {r['disk_b']:,.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

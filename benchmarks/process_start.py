@@ -7,6 +7,7 @@ transformers' tiny-random model. The test suite starts a few hundred such proces
 Run it with PYTHONDONTWRITEBYTECODE=1 in a venv installed without .pyc files (uv without
 --compile-bytecode) to see what compiling every import costs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
-       "workload.num_requests=3", "progress=false"]
+RUN = [
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=4",
+    "workload.num_requests=3",
+    "progress=false",
+]
 CASES = {
     "import core.tokenizer, load the store's tokenizer": [
-        "-c", "from harness.config import ModelConfig; from harness.run.model_store import resolve_model; "
-              "from core.tokenizer import load_tokenizer; "
-              "load_tokenizer(resolve_model(ModelConfig(name='tiny-random')).hf_dir)"],
+        "-c",
+        "from harness.config import ModelConfig; from harness.run.model_store import resolve_model; "
+        "from core.tokenizer import load_tokenizer; "
+        "load_tokenizer(resolve_model(ModelConfig(name='tiny-random')).hf_dir)",
+    ],
     "import torch and transformers' AutoModel": ["-c", "import torch, transformers.models.auto.auto_factory"],
     "python -m harness backend=reference (3 requests)": ["-m", "harness", "backend=reference", *RUN],
     "python -m harness backend=transformers (3 requests)": ["-m", "harness", "backend=transformers", *RUN],
@@ -33,8 +42,12 @@ CASES = {
 
 def seconds(args: list[str], cwd: Path) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args, f"output_root={cwd}"] if args[0] == "-m" else [sys.executable, *args],
-                          cwd=ROOT if args[0] == "-c" else cwd, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, *args, f"output_root={cwd}"] if args[0] == "-m" else [sys.executable, *args],
+        cwd=ROOT if args[0] == "-c" else cwd,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         sys.exit(f"error: {' '.join(args[:3])} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return time.perf_counter() - start

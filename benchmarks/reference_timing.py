@@ -22,6 +22,7 @@ runner) at each concurrency, and this script prints, over every request and toke
 Goal: |error| within 2 ms at p99 on an idle machine. Numbers from a loaded 2-core machine
 mix in CPU contention (server, client and the rest share the cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,21 @@ def config(concurrency: int, requests: int, args: argparse.Namespace):
     from hydra import compose, initialize_config_dir
 
     overrides = [
-        "backend=reference", f"model={args.model}", "workload=synthetic", "progress=false",
-        f"workload.num_requests={requests}", f"workload.concurrency={concurrency}",
-        f"workload.warmup_requests={concurrency}", "workload.input_len=64",
-        f"workload.output_len={args.tokens}", f"backend.ttft_ms={args.ttft_ms}", f"backend.itl_ms={args.itl_ms}",
-        f"backend.dialect={args.dialect}", f"backend.endpoint={args.endpoint}",
-        f"backend.count_prompt_tokens={args.count_prompt_tokens}", f"memory.sample_interval_s={args.sample_interval_s}",
+        "backend=reference",
+        f"model={args.model}",
+        "workload=synthetic",
+        "progress=false",
+        f"workload.num_requests={requests}",
+        f"workload.concurrency={concurrency}",
+        f"workload.warmup_requests={concurrency}",
+        "workload.input_len=64",
+        f"workload.output_len={args.tokens}",
+        f"backend.ttft_ms={args.ttft_ms}",
+        f"backend.itl_ms={args.itl_ms}",
+        f"backend.dialect={args.dialect}",
+        f"backend.endpoint={args.endpoint}",
+        f"backend.count_prompt_tokens={args.count_prompt_tokens}",
+        f"memory.sample_interval_s={args.sample_interval_s}",
         f"machine.enabled={args.machine_state == 'on'}",
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
@@ -71,11 +81,18 @@ def main() -> None:
     p.add_argument("--dialect", default="openai")
     p.add_argument("--endpoint", default="chat")
     p.add_argument("--model", default="tiny-random")
-    p.add_argument("--count-prompt-tokens", action="store_true",
-                   help="let the server count prompt tokens with the chat template (costs it CPU time)")
+    p.add_argument(
+        "--count-prompt-tokens",
+        action="store_true",
+        help="let the server count prompt tokens with the chat template (costs it CPU time)",
+    )
     p.add_argument("--sample-interval-s", type=float, default=0.05, help="the harness's memory sampling period")
-    p.add_argument("--machine-state", choices=("on", "off"), default="on",
-                   help="sample the machine's state during the run (machine.json): on, as a run does by default")
+    p.add_argument(
+        "--machine-state",
+        choices=("on", "off"),
+        default="on",
+        help="sample the machine's state during the run (machine.json): on, as a run does by default",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     register_everything()
@@ -95,17 +112,23 @@ def main() -> None:
         print(f"  TTFT error  (measured − {args.ttft_ms:g} ms): {ms(ok.ttft_s - ttft)}")
         print(f"  gap error   (measured − {args.itl_ms:g} ms): {ms(np.asarray(gaps) - itl)}")
         if lateness:
-            print(f"  server lateness (write − due, bucket estimates): mean {lateness['mean'] * 1e3:.3f} ms  "
-                  f"p50 ≈ {lateness['p50'] * 1e3:.3f}  p99 ≈ {lateness['p99'] * 1e3:.3f} ms")
+            print(
+                f"  server lateness (write − due, bucket estimates): mean {lateness['mean'] * 1e3:.3f} ms  "
+                f"p50 ≈ {lateness['p50'] * 1e3:.3f}  p99 ≈ {lateness['p99'] * 1e3:.3f} ms"
+            )
         if key.get("ttft_s"):
             overhead = ok.ttft_s.mean() - key["ttft_s"]["mean"]
             print(f"  overhead: mean client TTFT − mean server TTFT = {overhead * 1e3:.3f} ms")
         lag = summary["harness"]["delivery_lag_max_s"]
         if lag["count"]:
-            print(f"  delivery lag (runner receipt − chunk stamp, worst per request): "
-                  f"p50 {lag['p50'] * 1e3:.3f} ms  p99 {lag['p99'] * 1e3:.3f} ms  max {lag['max'] * 1e3:.3f} ms")
+            print(
+                f"  delivery lag (runner receipt − chunk stamp, worst per request): "
+                f"p50 {lag['p50'] * 1e3:.3f} ms  p99 {lag['p99'] * 1e3:.3f} ms  max {lag['max'] * 1e3:.3f} ms"
+            )
         tp = summary["throughput"]
-        print(f"  throughput: {tp['output_tokens_per_s']:.0f} tok/s  (schedule allows {concurrency / itl:.0f} tok/s in decode)")
+        print(
+            f"  throughput: {tp['output_tokens_per_s']:.0f} tok/s  (schedule allows {concurrency / itl:.0f} tok/s in decode)"
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ share of prompt tokens per turn (the server's own count: llama-server sends
 
     .venv/bin/python benchmarks/replicas.py [--sessions 24] [--turns 3] [--concurrency 8] [--server llama-server]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,10 +62,23 @@ def main() -> None:
     p.add_argument("overrides", nargs="*")
     a = p.parse_intermixed_args()
     load = [f"workload.concurrency={a.concurrency}"] + ([f"workload.rate={a.rate}"] if a.rate else [])
-    base = ["backend=llamacpp", "backend.mode=server", f"backend.server={a.server}", f"backend.max_batch_size={a.slots}",
-            "backend.n_ctx=2048", "workload=chat", f"workload.sessions={a.sessions}", f"workload.turns={a.turns}",
-            f"workload.output_len={a.output_len}", f"workload.system_prompt_len={a.system_prompt_len}",
-            "workload.warmup_requests=2", "workload.exact_output_len=true", "progress=false", *load, *a.overrides]
+    base = [
+        "backend=llamacpp",
+        "backend.mode=server",
+        f"backend.server={a.server}",
+        f"backend.max_batch_size={a.slots}",
+        "backend.n_ctx=2048",
+        "workload=chat",
+        f"workload.sessions={a.sessions}",
+        f"workload.turns={a.turns}",
+        f"workload.output_len={a.output_len}",
+        f"workload.system_prompt_len={a.system_prompt_len}",
+        "workload.warmup_requests=2",
+        "workload.exact_output_len=true",
+        "progress=false",
+        *load,
+        *a.overrides,
+    ]
     cores = len(os.sched_getaffinity(0))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,18 +89,43 @@ def main() -> None:
             s = load_summary(run_dir)
             ttft = s["latency"]["ttft_s"]
             turns = " / ".join(fmt(t.get("cached_share"), 100, 0) for t in s["per_turn"])
-            served = " / ".join(str(e["requests"]) for e in (s.get("endpoints") or {}).values()) or str(s["requests"]["sent"])
-            rows.append([name, f"{s['requests']['completed']}/{s['requests']['sent']}",
-                         fmt(s["throughput"]["output_tokens_per_s"]), fmt(s["throughput"]["requests_per_s"], digits=2),
-                         fmt(ttft["p50"], 1000, 0), fmt(ttft["p90"], 1000, 0), turns,
-                         fmt(s["prefix_cache"].get("cached_share"), 100, 0), served])
-    head = ["arm", "ok/sent", "out tok/s", "req/s", "TTFT p50 ms", "TTFT p90 ms", "cached % per turn",
-            "cached % all", "requests per endpoint"]
+            served = " / ".join(str(e["requests"]) for e in (s.get("endpoints") or {}).values()) or str(
+                s["requests"]["sent"]
+            )
+            rows.append(
+                [
+                    name,
+                    f"{s['requests']['completed']}/{s['requests']['sent']}",
+                    fmt(s["throughput"]["output_tokens_per_s"]),
+                    fmt(s["throughput"]["requests_per_s"], digits=2),
+                    fmt(ttft["p50"], 1000, 0),
+                    fmt(ttft["p90"], 1000, 0),
+                    turns,
+                    fmt(s["prefix_cache"].get("cached_share"), 100, 0),
+                    served,
+                ]
+            )
+    head = [
+        "arm",
+        "ok/sent",
+        "out tok/s",
+        "req/s",
+        "TTFT p50 ms",
+        "TTFT p90 ms",
+        "cached % per turn",
+        "cached % all",
+        "requests per endpoint",
+    ]
     widths = [max(len(str(r[k])) for r in [head, *rows]) for k in range(len(head))]
-    offered = f"open loop, {a.rate} sessions/s (at most {a.concurrency} in flight)" if a.rate else \
-        f"closed loop, {a.concurrency} sessions in flight"
-    print(f"\n{a.sessions} sessions x {a.turns} turns, {a.output_len} output tokens, system prompt "
-          f"{a.system_prompt_len} tokens, {offered}; {a.server}, {a.slots} slots per server, {cores} cores\n")
+    offered = (
+        f"open loop, {a.rate} sessions/s (at most {a.concurrency} in flight)"
+        if a.rate
+        else f"closed loop, {a.concurrency} sessions in flight"
+    )
+    print(
+        f"\n{a.sessions} sessions x {a.turns} turns, {a.output_len} output tokens, system prompt "
+        f"{a.system_prompt_len} tokens, {offered}; {a.server}, {a.slots} slots per server, {cores} cores\n"
+    )
     for r in [head, *rows]:
         print("  ".join(str(c).ljust(w) if k == 0 else str(c).rjust(w) for k, (c, w) in enumerate(zip(r, widths))))
 

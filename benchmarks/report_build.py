@@ -7,6 +7,7 @@ importing plotly; the others are the steady state.
 
     .venv/bin/python benchmarks/report_build.py [--run results/RUN] [--repeats 3] [--out /tmp/report-bench]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 OVERRIDES = [
-    "model=tiny-random", "workload=synthetic", "workload.num_requests=1000", "workload.output_len=8",
-    "workload.input_len=40", "workload.concurrency=8", "backend.batching=static", "report=false",
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.num_requests=1000",
+    "workload.output_len=8",
+    "workload.input_len=40",
+    "workload.concurrency=8",
+    "backend.batching=static",
+    "report=false",
 ]
 
 
@@ -33,8 +40,10 @@ def make_run(out: Path) -> Path:
     run_dir = out / "run-1000"
     t = time.perf_counter()
     outcome = run_benchmark(make_config(*OVERRIDES), run_dir, progress=False)
-    print(f"run: {outcome.summary.requests['completed']} requests completed in {time.perf_counter() - t:.1f} s "
-          f"(measured phase {outcome.summary.duration_s:.1f} s) → {run_dir}")
+    print(
+        f"run: {outcome.summary.requests['completed']} requests completed in {time.perf_counter() - t:.1f} s "
+        f"(measured phase {outcome.summary.duration_s:.1f} s) → {run_dir}"
+    )
     return run_dir
 
 
@@ -63,9 +72,13 @@ def main() -> None:
     js = len(get_plotlyjs().encode())
     print(f"report: {path}")
     print(f"requests: {n}")
-    print(f"size: {size / 2**20:.2f} MiB ({size:,} bytes; plotly.js {js / 2**20:.2f} MiB, the run's data and page {(size - js) / 2**10:.0f} KiB)")
-    print(f"build time: first {times[0]:.2f} s (imports plotly), then "
-          f"{statistics.median(times[1:]) if len(times) > 1 else times[0]:.2f} s (median of {max(1, len(times) - 1)})")
+    print(
+        f"size: {size / 2**20:.2f} MiB ({size:,} bytes; plotly.js {js / 2**20:.2f} MiB, the run's data and page {(size - js) / 2**10:.0f} KiB)"
+    )
+    print(
+        f"build time: first {times[0]:.2f} s (imports plotly), then "
+        f"{statistics.median(times[1:]) if len(times) > 1 else times[0]:.2f} s (median of {max(1, len(times) - 1)})"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ waiting queue grows through the run and its KV-cache use (reply tokens reserved 
 runs) join the compare. The pages are opened in headless Chromium (tests/browser.py) and
 saved as PNG: OUT/report-queue.png, OUT/compare.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,20 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from browser import Chromium, chromium_binary  # noqa: E402
 
-COMMON = ["model=tiny-random", "backend=reference", "backend.ttft_ms=30", "backend.itl_ms=10", "workload=synthetic",
-          "workload.input_len=48", "workload.output_len=32", "workload.num_requests=60", "workload.rate=12",
-          "workload.warmup_requests=0", "server_metrics.interval_s=0.25", "progress=false"]
+COMMON = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=30",
+    "backend.itl_ms=10",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=32",
+    "workload.num_requests=60",
+    "workload.rate=12",
+    "workload.warmup_requests=0",
+    "server_metrics.interval_s=0.25",
+    "progress=false",
+]
 RUNS = {
     "keeps-up": [],
     "queue": ["backend.max_running=2", "backend.kv_capacity_tokens=64"],
@@ -56,8 +68,10 @@ def main() -> None:
         sys.exit("chromium is not installed: the pages are written, the screenshots are not")
     browser = Chromium(binary)
     try:
-        for page, png in ((runs[1] / "report.html", args.out / "report-queue.png"),
-                          (compare_dir / "compare.html", args.out / "compare.png")):
+        for page, png in (
+            (runs[1] / "report.html", args.out / "report-queue.png"),
+            (compare_dir / "compare.html", args.out / "compare.png"),
+        ):
             result = browser.open(page, screenshot=png)
             print(f"screenshot: {result.screenshot} ({len(result.plots)} plots, errors: {result.errors or 'none'})")
     finally:

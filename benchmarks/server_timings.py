@@ -19,6 +19,7 @@ and from the requests (``spec_*`` in engine_stats) are printed side by side.
     .venv/bin/python benchmarks/server_timings.py vllm --ngram 3   # n-gram speculation, K draft tokens
     .venv/bin/python benchmarks/server_timings.py reference
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,12 +52,15 @@ def ratios(df: pd.DataFrame) -> dict[str, np.ndarray]:
             n = s.get("llama_server_predicted_n", 0)
             if n > 1 and row.tpot_s and s.get("llama_server_predicted_ms"):
                 out.setdefault("TPOT / (predicted_ms / (n - 1))", []).append(
-                    row.tpot_s * 1e3 / (s["llama_server_predicted_ms"] / (n - 1)))
+                    row.tpot_s * 1e3 / (s["llama_server_predicted_ms"] / (n - 1))
+                )
         if "vllm_prefill_s" in s:
             engine_ttft = s["vllm_prefill_s"] + s.get("vllm_queue_s", 0.0)
             out.setdefault("TTFT / (queue + time_to_first_token)", []).append(row.ttft_s / engine_ttft)
             if s.get("vllm_decode_s"):
-                out.setdefault("(E2E - TTFT) / generation_time", []).append((row.e2e_s - row.ttft_s) / s["vllm_decode_s"])
+                out.setdefault("(E2E - TTFT) / generation_time", []).append(
+                    (row.e2e_s - row.ttft_s) / s["vllm_decode_s"]
+                )
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -68,14 +72,25 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--draft", default=None, help="llama-server: backend.draft_model (a GGUF path, or 'same')")
-    p.add_argument("--ngram", type=int, default=None,
-                   help="vllm: n-gram speculation with this many draft tokens (backend.speculative_config)")
+    p.add_argument(
+        "--ngram",
+        type=int,
+        default=None,
+        help="vllm: n-gram speculation with this many draft tokens (backend.speculative_config)",
+    )
     p.add_argument("--out", default=None, help="keep the run folder here")
     p.add_argument("overrides", nargs="*")
     a = p.parse_intermixed_args()
-    overrides = [*ENGINES[a.engine], "workload=synthetic", f"workload.num_requests={a.requests}",
-                 f"workload.concurrency={a.concurrency}", f"workload.input_len={a.input_len}",
-                 f"workload.output_len={a.output_len}", "progress=false", *a.overrides]
+    overrides = [
+        *ENGINES[a.engine],
+        "workload=synthetic",
+        f"workload.num_requests={a.requests}",
+        f"workload.concurrency={a.concurrency}",
+        f"workload.input_len={a.input_len}",
+        f"workload.output_len={a.output_len}",
+        "progress=false",
+        *a.overrides,
+    ]
     if a.draft:
         overrides.append(f"backend.draft_model={a.draft}")
     if a.ngram:
@@ -88,7 +103,9 @@ def main() -> None:
         summary = outcome.summary.to_dict()
     print(f"{a.engine}: {len(df)} requests, concurrency {a.concurrency}, {a.input_len} → {a.output_len} tokens")
     for name, values in ratios(df).items():
-        print(f"  {name:40s} p50 {np.percentile(values, 50):.3f}  p90 {np.percentile(values, 90):.3f}  (n={len(values)})")
+        print(
+            f"  {name:40s} p50 {np.percentile(values, 50):.3f}  p90 {np.percentile(values, 90):.3f}  (n={len(values)})"
+        )
     spec = (summary.get("server_metrics") or {}).get("speculative") or {}
     if spec:
         print(f"  speculative, from the counters: {json.dumps(spec)}")
@@ -96,8 +113,10 @@ def main() -> None:
     drafted = sum(s.get("spec_num_draft_tokens", 0) for s in stats)
     accepted = sum(s.get("spec_num_accepted_tokens", 0) for s in stats)
     if drafted:
-        print(f"  speculative, from the requests: {accepted:.0f} of {drafted:.0f} draft tokens accepted "
-              f"({accepted / drafted:.1%})")
+        print(
+            f"  speculative, from the requests: {accepted:.0f} of {drafted:.0f} draft tokens accepted "
+            f"({accepted / drafted:.1%})"
+        )
 
 
 if __name__ == "__main__":

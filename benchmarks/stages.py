@@ -18,6 +18,7 @@ from the run's summary.json and requests.parquet:
     .venv/bin/python benchmarks/stages.py [--rates 1 2 4] [--stage-s 60] [--window] [--ramp 1 8] [--screenshots DIR] \\
         [-- backend=vllm backend.mode=server model=smollm2-135m]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,13 +32,21 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from browser import Chromium, chromium_binary  # noqa: E402
+
 from harness.cli import compose_config  # noqa: E402
 from harness.results.store import load_requests  # noqa: E402
 from harness.run.point import run_benchmark  # noqa: E402
-from browser import Chromium, chromium_binary  # noqa: E402
 
-DEFAULTS = ["backend=reference", "model=tiny-random", "workload=synthetic", "workload.input_len=64",
-            "workload.output_len=32", "workload.arrival=poisson", "progress=false"]
+DEFAULTS = [
+    "backend=reference",
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=64",
+    "workload.output_len=32",
+    "workload.arrival=poisson",
+    "progress=false",
+]
 
 
 def stages_override(rates: list[float], stage_s: float) -> str:
@@ -58,8 +67,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", type=float, nargs="+", default=[1.0, 2.0, 4.0])
     ap.add_argument("--stage-s", type=float, default=60.0)
     ap.add_argument("--window", action="store_true", help="also run with a steady-state window and compare TTFT")
-    ap.add_argument("--ramp", type=float, nargs=2, metavar=("FROM", "TO"), default=None,
-                    help="also run a linear rate ramp FROM → TO req/s over the stages' total time")
+    ap.add_argument(
+        "--ramp",
+        type=float,
+        nargs=2,
+        metavar=("FROM", "TO"),
+        default=None,
+        help="also run a linear rate ramp FROM → TO req/s over the stages' total time",
+    )
     ap.add_argument("--warmup-s", type=float, default=None)
     ap.add_argument("--cooldown-s", type=float, default=None)
     ap.add_argument("--out", type=Path, default=None, help="where the run folders go (default: a temporary folder)")
@@ -72,16 +87,20 @@ def main(argv=None) -> int:
     s = outcome.summary
     df = load_requests(root / "stages")
     print(f"run: {root / 'stages'} ({s.status}, {s.requests['sent']} requests, {s.duration_s:.1f} s)")
-    print(f"{'stage':>5} {'s':>11} {'rate':>6} {'reqs':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} "
-          f"{'out tok/s':>9} {'req/s':>6} {'send err p50':>12} {'p99 (ms)':>9}")
+    print(
+        f"{'stage':>5} {'s':>11} {'rate':>6} {'reqs':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} "
+        f"{'out tok/s':>9} {'req/s':>6} {'send err p50':>12} {'p99 (ms)':>9}"
+    )
     for st in s.stages or []:
         lat, thr = st["latency"], st["throughput"]
         rows = df[df["stage"] == st["index"]]
         err = (rows["start_s"] - rows["scheduled_s"]).dropna().to_numpy(float)
-        p50, p99 = (np.percentile(err, [50, 99]) if err.size else (None, None))
-        print(f"{st['index']:>5} {st['start_s']:>5g}–{st['end_s']:<5g} {st.get('rate'):>6g} {st['requests']['completed']:>5} "
-              f"{ms(lat['ttft_s']['p50']):>9} {ms(lat['ttft_s']['p99']):>9} {ms(lat['tpot_s']['p50']):>9} "
-              f"{(thr['output_tokens_per_s'] or 0):>9.1f} {(thr['requests_per_s'] or 0):>6.2f} {ms(p50):>12} {ms(p99):>9}")
+        p50, p99 = np.percentile(err, [50, 99]) if err.size else (None, None)
+        print(
+            f"{st['index']:>5} {st['start_s']:>5g}–{st['end_s']:<5g} {st.get('rate'):>6g} {st['requests']['completed']:>5} "
+            f"{ms(lat['ttft_s']['p50']):>9} {ms(lat['ttft_s']['p99']):>9} {ms(lat['tpot_s']['p50']):>9} "
+            f"{(thr['output_tokens_per_s'] or 0):>9.1f} {(thr['requests_per_s'] or 0):>6.2f} {ms(p50):>12} {ms(p99):>9}"
+        )
     if args.ramp:
         start, end = args.ramp
         length = args.stage_s * len(args.rates)
@@ -90,8 +109,10 @@ def main(argv=None) -> int:
         rows = load_requests(root / "ramp")
         err = (rows["start_s"] - rows["scheduled_s"]).to_numpy(float)
         half = rows["scheduled_s"].to_numpy(float) < length / 2
-        print(f"\nramp {start:g} → {end:g} req/s over {length:g} s ({root / 'ramp'}, {r.requests['sent']} requests): "
-              "send-time error start_s − scheduled_s")
+        print(
+            f"\nramp {start:g} → {end:g} req/s over {length:g} s ({root / 'ramp'}, {r.requests['sent']} requests): "
+            "send-time error start_s − scheduled_s"
+        )
         for label, part in (("all", err), ("first half", err[half]), ("second half", err[~half])):
             part = part[np.isfinite(part)]
             p50, p99 = np.percentile(part, [50, 99]) if part.size else (None, None)
@@ -101,11 +122,17 @@ def main(argv=None) -> int:
         cool = args.cooldown_s if args.cooldown_s is not None else args.stage_s / 4
         w = run([*base, f"workload.warmup_s={warm:g}", f"workload.cooldown_s={cool:g}"], root / "window").summary
         whole, win = w.whole_run or {}, w.window or {}
-        print(f"\nsteady-state window [{win.get('start_s'):g}, {win.get('end_s'):g}] s of a second run ({root / 'window'}):")
-        for label, lat, req in (("whole run", whole.get("latency", {}), whole.get("requests", {})),
-                                ("window", w.latency, win.get("requests", {}))):
+        print(
+            f"\nsteady-state window [{win.get('start_s'):g}, {win.get('end_s'):g}] s of a second run ({root / 'window'}):"
+        )
+        for label, lat, req in (
+            ("whole run", whole.get("latency", {}), whole.get("requests", {})),
+            ("window", w.latency, win.get("requests", {})),
+        ):
             t = lat.get("ttft_s") or {}
-            print(f"  {label:<10} {req.get('completed', 0):>5} requests  TTFT p50 {ms(t.get('p50'))} ms  p99 {ms(t.get('p99'))} ms")
+            print(
+                f"  {label:<10} {req.get('completed', 0):>5} requests  TTFT p50 {ms(t.get('p50'))} ms  p99 {ms(t.get('p99'))} ms"
+            )
     if args.screenshots:
         screenshot_reports(root, args.screenshots)
     return 0

@@ -10,6 +10,7 @@ maximum output, no constraint: its replies are not checked). Each arm is one ``p
 run, so each loads its engine (load time is not in the figures). Figures depend on the machine:
 rerun on a quiet one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ ARMS = {"free": ["workload.response_format=null"], "json_schema": []}
 def row(engine: str, arm: str, s: dict[str, Any]) -> dict[str, Any]:
     structured = s.get("structured") or {}
     return {
-        "engine": engine, "arm": arm, "requests": s["requests"]["completed"],
+        "engine": engine,
+        "arm": arm,
+        "requests": s["requests"]["completed"],
         "output_tok_s": s["throughput"].get("output_tokens_per_s"),
         "ttft_p50_ms": (s["latency"].get("ttft_s") or {}).get("p50", 0) * 1000,
         "tpot_p50_ms": ((s["latency"].get("tpot_s") or {}).get("p50") or 0) * 1000,
@@ -54,8 +57,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows = []
     for engine in a.engines.split(","):
         for arm, extra in ARMS.items():
-            args = [*ENGINES[engine], f"model={a.model}", "workload=structured", f"workload.num_requests={a.requests}",
-                    f"workload.concurrency={a.concurrency}", f"workload.output_len={a.output_len}", *extra]
+            args = [
+                *ENGINES[engine],
+                f"model={a.model}",
+                "workload=structured",
+                f"workload.num_requests={a.requests}",
+                f"workload.concurrency={a.concurrency}",
+                f"workload.output_len={a.output_len}",
+                *extra,
+            ]
             found = run_harness(args, out / engine / arm, exit_on_failure=False)
             s = read_summary(found[-1]) if found else None
             if s is not None:

@@ -14,6 +14,7 @@ The ideal is 1.0: the sweep takes one load and its measured phases. What is left
 Python start-up, model resolution, warm-up requests, writing results and reports, and (with
 --no-reuse) every extra load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,32 @@ def main() -> int:
     parser.add_argument("--backend", default="vllm")
     parser.add_argument("--mode", default="inprocess", choices=["inprocess", "server"])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--no-reuse", action="store_true", help="sweep.reuse_engine=false: load the engine at every point")
+    parser.add_argument(
+        "--no-reuse", action="store_true", help="sweep.reuse_engine=false: load the engine at every point"
+    )
     parser.add_argument("--concurrency", default="1,2,4,8")
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides, e.g. backend.batched=true")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
-        cmd = [sys.executable, "-m", "harness", "-m", f"backend={args.backend}", f"backend.mode={args.mode}",
-               f"model={args.model}", "workload=synthetic", "workload.num_requests=8", "workload.input_len=64",
-               "workload.output_len=32", f"workload.concurrency={args.concurrency}", "progress=false",
-               f"sweep.reuse_engine={'false' if args.no_reuse else 'true'}", f"output_root={tmp}", *args.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness",
+            "-m",
+            f"backend={args.backend}",
+            f"backend.mode={args.mode}",
+            f"model={args.model}",
+            "workload=synthetic",
+            "workload.num_requests=8",
+            "workload.input_len=64",
+            "workload.output_len=32",
+            f"workload.concurrency={args.concurrency}",
+            "progress=false",
+            f"sweep.reuse_engine={'false' if args.no_reuse else 'true'}",
+            f"output_root={tmp}",
+            *args.extra,
+        ]
         print("$", " ".join(cmd[1:]), flush=True)
         t = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -58,9 +75,13 @@ def main() -> int:
                 loads.append(summary["load_s"])
         one_load = loads[0]
         ratio = wall / (one_load + measured)
-        print(f"points: {len(sweep['points'])} · engine loads: {sweep['engine_loads']} ({', '.join(f'{s:.1f}' for s in loads)} s)")
-        print(f"wall {wall:.1f} s · one load {one_load:.1f} s · Σ measured phases {measured:.1f} s · "
-              f"all loads {sum(loads):.1f} s")
+        print(
+            f"points: {len(sweep['points'])} · engine loads: {sweep['engine_loads']} ({', '.join(f'{s:.1f}' for s in loads)} s)"
+        )
+        print(
+            f"wall {wall:.1f} s · one load {one_load:.1f} s · Σ measured phases {measured:.1f} s · "
+            f"all loads {sum(loads):.1f} s"
+        )
         print(f"ratio wall / (one load + Σ measured) = {ratio:.2f}")
     return 0
 

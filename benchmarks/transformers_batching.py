@@ -16,6 +16,7 @@ and no ``batch_wait_s``; continuous uses ``backend.max_batch_size=8`` requests p
 On a CPU shared with other work, pass ``--extra backend.num_threads=1``: two torch threads
 that wait on each other's time slices made a decode step ~10x slower on such a machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,25 @@ REPO = Path(__file__).resolve().parent.parent
 
 def sweep(mode: str, args: argparse.Namespace, root: Path) -> list[dict]:
     out = root / mode
-    cmd = [sys.executable, "-m", "harness", "-m", "backend=transformers", f"backend.batching={mode}",
-           "backend.max_batch_size=8", f"model={args.model}", "workload=synthetic",
-           f"workload.num_requests={args.num_requests}", f"workload.input_len={args.input_len}",
-           f"workload.output_len={args.output_len}", f"workload.concurrency={args.concurrency}",
-           "progress=false", "report=false", f"output_root={out}", *args.extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "-m",
+        "backend=transformers",
+        f"backend.batching={mode}",
+        "backend.max_batch_size=8",
+        f"model={args.model}",
+        "workload=synthetic",
+        f"workload.num_requests={args.num_requests}",
+        f"workload.input_len={args.input_len}",
+        f"workload.output_len={args.output_len}",
+        f"workload.concurrency={args.concurrency}",
+        "progress=false",
+        "report=false",
+        f"output_root={out}",
+        *args.extra,
+    ]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -43,15 +58,17 @@ def sweep(mode: str, args: argparse.Namespace, root: Path) -> list[dict]:
     rows = []
     for summary_path in sorted(out.glob("**/summary.json")):
         summary = json.loads(summary_path.read_text())
-        rows.append({
-            "mode": mode,
-            "concurrency": summary["workload"].get("concurrency"),
-            "status": summary["status"],
-            "completed": summary["requests"]["completed"],
-            "output_tokens_per_s": summary["throughput"].get("output_tokens_per_s"),
-            "ttft_ms": _mean_ms(summary, "ttft_s"),
-            "tpot_ms": _mean_ms(summary, "tpot_s"),
-        })
+        rows.append(
+            {
+                "mode": mode,
+                "concurrency": summary["workload"].get("concurrency"),
+                "status": summary["status"],
+                "completed": summary["requests"]["completed"],
+                "output_tokens_per_s": summary["throughput"].get("output_tokens_per_s"),
+                "ttft_ms": _mean_ms(summary, "ttft_s"),
+                "tpot_ms": _mean_ms(summary, "tpot_s"),
+            }
+        )
     return sorted(rows, key=lambda r: r["concurrency"] or 0)
 
 
@@ -79,8 +96,10 @@ def main() -> int:
     print(f"\n{'mode':<11} {'conc':>4} {'done':>5} {'out tok/s':>10} {'TTFT ms':>9} {'TPOT ms':>9}")
     for r in rows:
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
-        print(f"{r['mode']:<11} {r['concurrency']!s:>4} {r['completed']:>5} {fmt(r['output_tokens_per_s'], '10.1f')} "
-              f"{fmt(r['ttft_ms'], '9.0f')} {fmt(r['tpot_ms'], '9.0f')}")
+        print(
+            f"{r['mode']:<11} {r['concurrency']!s:>4} {r['completed']:>5} {fmt(r['output_tokens_per_s'], '10.1f')} "
+            f"{fmt(r['ttft_ms'], '9.0f')} {fmt(r['tpot_ms'], '9.0f')}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -7,6 +7,7 @@ the difference is the decode time of n − 1 tokens.
 
     .venv/bin/python benchmarks/transformers_overhead.py [--model smollm2-135m] [--output-len 64] [--repeats 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ def bare_decode_tps(model, ids: list[int], n: int, eos: list[int]) -> float:
         model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=1, min_new_tokens=1, **common)
         prefill = time.perf_counter() - t
         t = time.perf_counter()
-        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=n, min_new_tokens=n, **common)
+        out = model.generate(
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=n, min_new_tokens=n, **common
+        )
         full = time.perf_counter() - t
     assert out.shape[1] - len(ids) == n
     return (n - 1) / (full - prefill)
@@ -74,7 +77,9 @@ def main() -> None:
         ours.append(harness_decode_tps(backend, ids, args.output_len))
     backend.close()
     b, h = statistics.median(bare), statistics.median(ours)
-    print(f"model {args.model}, prompt {len(ids)} tokens, {args.output_len} output tokens, {args.repeats} repeats, torch threads {torch.get_num_threads()}")
+    print(
+        f"model {args.model}, prompt {len(ids)} tokens, {args.output_len} output tokens, {args.repeats} repeats, torch threads {torch.get_num_threads()}"
+    )
     print(f"bare model.generate decode: {b:.1f} tok/s (median; runs {', '.join(f'{v:.1f}' for v in bare)})")
     print(f"harness transformers decode: {h:.1f} tok/s (median; runs {', '.join(f'{v:.1f}' for v in ours)})")
     print(f"ratio harness / bare: {h / b:.3f}")

@@ -12,6 +12,7 @@ OUT/trend-change.png and OUT/trend-no-change.png (with their trend.html beside t
 OVERRIDEs go to every run (e.g. ``machine.enabled=false`` on a machine other jobs keep busy:
 its runs are tainted otherwise, drawn grey and left out of the change points).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,20 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from browser import Chromium, chromium_binary  # noqa: E402
 
-RUN = ["model=tiny-random", "backend=reference", "backend.ttft_ms=20", "backend.jitter_ms=1", "workload=synthetic",
-       "workload.input_len=32", "workload.output_len=24", "workload.num_requests=8", "workload.concurrency=2",
-       "workload.warmup_requests=1", "progress=false", "report=false"]
+RUN = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=20",
+    "backend.jitter_ms=1",
+    "workload=synthetic",
+    "workload.input_len=32",
+    "workload.output_len=24",
+    "workload.num_requests=8",
+    "workload.concurrency=2",
+    "workload.warmup_requests=1",
+    "progress=false",
+    "report=false",
+]
 
 
 def harness(*args: str) -> subprocess.CompletedProcess:
@@ -44,7 +56,15 @@ def make_history(out: Path, name: str, itl_ms: list[float], runs_per_value: int,
     shutil.rmtree(results, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
     values = ",".join(str(v) for v in itl_ms)
-    harness("harness", "-m", *RUN, *overrides, f"backend.itl_ms={values}", f"repeat={runs_per_value}", f"output_root={results}")
+    harness(
+        "harness",
+        "-m",
+        *RUN,
+        *overrides,
+        f"backend.itl_ms={values}",
+        f"repeat={runs_per_value}",
+        f"output_root={results}",
+    )
     sweep = next(results.glob("sweep-*"))
     added = harness("harness.history", "add", str(root), str(sweep)).stdout
     print(f"{name}: {added.count('added: ')} runs added to {root}")
@@ -63,8 +83,10 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     half = args.runs // 2
-    pages = {"change": make_history(args.out, "change", [10.0, 11.5], half, args.overrides),
-             "no-change": make_history(args.out, "no-change", [10.0], 2 * half, args.overrides)}
+    pages = {
+        "change": make_history(args.out, "change", [10.0, 11.5], half, args.overrides),
+        "no-change": make_history(args.out, "no-change", [10.0], 2 * half, args.overrides),
+    }
     binary = chromium_binary()
     if binary is None:
         sys.exit("chromium is not installed: the pages are written, the screenshots are not")

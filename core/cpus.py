@@ -1,4 +1,5 @@
 """The cores this process may run on."""
+
 from __future__ import annotations
 
 import os

@@ -1,13 +1,15 @@
 """Ctrl-C held off while a step that must finish runs (the last writes of a run, ending workers),
 and an entry module ended by it while it starts."""
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 
 @contextmanager

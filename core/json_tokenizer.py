@@ -13,12 +13,14 @@ part (a list of named templates, a template using transformers' own ``generation
 tokenizer that cleans up spaces after decoding), which then goes through transformers.
 tests/core/test_tokenizer.py checks the two give the same ids and text for the store's models.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 # the tokens a template sees by name, in the order transformers lists them as special
 NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -51,8 +53,13 @@ def _environment() -> Any:
 
         raise TemplateError(message)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
-               separators: Optional[Sequence[str]] = None, sort_keys: bool = False) -> str:
+    def tojson(
+        value: Any,
+        ensure_ascii: bool = False,
+        indent: Optional[int] = None,
+        separators: Optional[Sequence[str]] = None,
+        sort_keys: bool = False,
+    ) -> str:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
@@ -107,15 +114,17 @@ class JsonTokenizer:
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[Optional[str]]:
         return [self.backend_tokenizer.id_to_token(i) for i in ids]
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tokenize: bool = True,
-                            add_generation_prompt: bool = False, **kwargs: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], tokenize: bool = True, add_generation_prompt: bool = False, **kwargs: Any
+    ) -> str:
         """The rendered text (``tokenize=False``, the only form the harness asks for)."""
         if tokenize:
             raise NotImplementedError("JsonTokenizer.apply_chat_template renders text: pass tokenize=False")
         if self._compiled is None:
             raise ValueError("the model's tokenizer has no chat template")
-        return self._compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     **{**self.special_tokens_map, **kwargs})
+        return self._compiled.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **{**self.special_tokens_map, **kwargs}
+        )
 
 
 def read_config(folder: Path) -> dict[str, Any]:

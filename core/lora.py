@@ -5,6 +5,7 @@
 and hangs them on the model (``ModelFiles.adapters``), so each engine loads them with the base
 model; each request names its adapter (``GenerationRequest.adapter``; None: the base model).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,19 +32,28 @@ class LoraAdapter:
 
     def require_hf_dir(self) -> Path:
         if self.hf_dir is None:
-            raise ModelError(f"adapter {self.name} ({self.source}) has no PEFT folder (adapter_config.json): "
-                             "this engine loads Hugging Face adapters; give a folder, or store:adapter-N")
+            raise ModelError(
+                f"adapter {self.name} ({self.source}) has no PEFT folder (adapter_config.json): "
+                "this engine loads Hugging Face adapters; give a folder, or store:adapter-N"
+            )
         return self.hf_dir
 
     def require_gguf(self) -> Path:
         if self.gguf_file is None:
-            raise ModelError(f"adapter {self.name} ({self.source}) has no GGUF LoRA file: llama.cpp loads GGUF "
-                             "adapters; give a .gguf path, or store:adapter-N")
+            raise ModelError(
+                f"adapter {self.name} ({self.source}) has no GGUF LoRA file: llama.cpp loads GGUF "
+                "adapters; give a .gguf path, or store:adapter-N"
+            )
         return self.gguf_file
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "source": self.source, "hf_dir": str(self.hf_dir) if self.hf_dir else None,
-                "gguf_file": str(self.gguf_file) if self.gguf_file else None, "rank": self.rank}
+        return {
+            "name": self.name,
+            "source": self.source,
+            "hf_dir": str(self.hf_dir) if self.hf_dir else None,
+            "gguf_file": str(self.gguf_file) if self.gguf_file else None,
+            "rank": self.rank,
+        }
 
 
 def max_rank(adapters: list[LoraAdapter], default: int = 8) -> int:

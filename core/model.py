@@ -1,11 +1,13 @@
 """Where a model's files are, and where the harness caches what it builds."""
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from core.errors import ModelError
 from core.lora import LoraAdapter
@@ -43,9 +45,7 @@ class ModelFiles:
 
     def require_gguf(self) -> Path:
         if self.gguf_file is None:
-            raise ModelError(
-                f"model {self.name} has no GGUF file: pass model.path=/path/to/model.gguf"
-            )
+            raise ModelError(f"model {self.name} has no GGUF file: pass model.path=/path/to/model.gguf")
         return self.gguf_file
 
     def hf_config(self) -> dict[str, Any]:
@@ -82,8 +82,23 @@ class ModelFiles:
 
 # llama.cpp's LLAMA_FTYPE_* (general.file_type in a GGUF header): the common ones
 GGUF_FILE_TYPES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16",
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    32: "BF16",
 }
 _GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 

@@ -1,12 +1,13 @@
 """A child process's tie to its parent: a signal from the kernel when the parent dies (Linux), the
 signals a forked child leaves to its parent, and forking with a tokenizer loaded."""
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 
 def take_back_ctrl_c() -> None:
@@ -32,10 +33,12 @@ def signal_when_parent_dies(sig: signal.Signals) -> None:
 def die_with(parent_pid: int, sig: signal.Signals = signal.SIGTERM) -> Callable[[], None]:
     """A ``preexec_fn`` for a child that must not outlive ``parent_pid`` (this process): ``sig``
     when it dies, even by SIGKILL, and at once when it died before the child was told."""
+
     def preexec() -> None:
         signal_when_parent_dies(sig)
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), sig)
+
     return preexec
 
 

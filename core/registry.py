@@ -5,12 +5,14 @@ config dataclass in Hydra's ConfigStore as ``<group>/<name>_schema``, so the YAM
 ``conf/<group>/<name>.yaml`` can extend it. Modules of a registry's package are imported by
 :meth:`Registry.discover`, so adding an entry is one module and one config file.
 """
+
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from core.errors import ConfigError
 
@@ -39,9 +41,7 @@ class Registry(Generic[T]):
             if config_cls is not None and self.config_group is not None:
                 from hydra.core.config_store import ConfigStore
 
-                ConfigStore.instance().store(
-                    group=self.config_group, name=f"{name}_schema", node=config_cls
-                )
+                ConfigStore.instance().store(group=self.config_group, name=f"{name}_schema", node=config_cls)
             return cls
 
         return decorator
@@ -65,9 +65,7 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise ConfigError(
-                f"unknown {self.kind} '{name}': choose one of {', '.join(self.names())}"
-            ) from None
+            raise ConfigError(f"unknown {self.kind} '{name}': choose one of {', '.join(self.names())}") from None
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:
         return self.get(name).cls(*args, **kwargs)

@@ -1,7 +1,8 @@
 """Small helpers on token-id sequences and token counts, shared by backends, workloads and the harness."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def common_prefix(a: Sequence, b: Sequence) -> int:
@@ -39,6 +40,6 @@ def reconcile_counts(counts: Sequence[int], total: int) -> list[int]:
         weights, weight_sum = [1] * n, n
     shares = [spare * w / weight_sum for w in weights]
     scaled = [f + int(share) for f, share in zip(floor, shares)]
-    for i in sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)[:total - sum(scaled)]:
+    for i in sorted(range(n), key=lambda i: shares[i] - int(shares[i]), reverse=True)[: total - sum(scaled)]:
         scaled[i] += 1
     return scaled

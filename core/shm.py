@@ -11,11 +11,12 @@ An engine records :func:`segments` before it loads and, after it is closed, pass
 appeared since to :func:`remove_orphans`, which removes only segments of this user that no
 live process has open or mapped.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 SHM_DIR = Path("/dev/shm")
 PREFIX = "psm_"
@@ -26,8 +27,7 @@ def segments(folder: Path = SHM_DIR) -> frozenset[str]:
     uid = os.getuid()
     try:
         with os.scandir(folder) as entries:
-            return frozenset(e.name for e in entries
-                             if e.name.startswith(PREFIX) and _owner(e) == uid)
+            return frozenset(e.name for e in entries if e.name.startswith(PREFIX) and _owner(e) == uid)
     except OSError:  # no /dev/shm (macOS)
         return frozenset()
 

@@ -25,6 +25,7 @@ else with the small validator below, which knows ``type`` (one or a list), ``enu
 (``$ref``, formats…): a reply it passes may still fail the full standard. :func:`validator_name`
 says which one ran; the summary keeps it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,9 @@ import importlib.metadata
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 from core.errors import ConfigError
 
@@ -63,17 +65,23 @@ def normalize_response_format(value: Any, key: str = "workload.response_format")
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{key} must be a mapping {{type: json_schema, schema: {{...}}}} or "
-                          f"{{type: regex, pattern: '...'}} (got {value!r})")
+        raise ConfigError(
+            f"{key} must be a mapping {{type: json_schema, schema: {{...}}}} or "
+            f"{{type: regex, pattern: '...'}} (got {value!r})"
+        )
     kind = value.get("type")
     allowed = FORMAT_KEYS.get(kind)
     # keys of the other type are ignored: a Hydra override of the type merges into the default's keys
     unknown = sorted(str(k) for k in value if allowed is not None and k not in set().union(*FORMAT_KEYS.values()))
     if unknown:
-        hint = " (write the schema itself under schema: the harness wraps it as each engine needs)" \
-            if kind == JSON_SCHEMA and "json_schema" in unknown else ""
-        raise ConfigError(f"{key} has unknown keys {', '.join(unknown)}: a {kind} format takes "
-                          f"{', '.join(allowed)}{hint}")
+        hint = (
+            " (write the schema itself under schema: the harness wraps it as each engine needs)"
+            if kind == JSON_SCHEMA and "json_schema" in unknown
+            else ""
+        )
+        raise ConfigError(
+            f"{key} has unknown keys {', '.join(unknown)}: a {kind} format takes {', '.join(allowed)}{hint}"
+        )
     if kind == JSON_SCHEMA:
         schema = value.get("schema")
         if not isinstance(schema, Mapping) or not schema:
@@ -101,8 +109,10 @@ def normalize_tools(value: Any, key: str = "workload.tools") -> Optional[list[di
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
-        raise ConfigError(f"{key} must be a non-empty list of tool definitions "
-                          "[{type: function, function: {name, parameters}}] (or null)")
+        raise ConfigError(
+            f"{key} must be a non-empty list of tool definitions "
+            "[{type: function, function: {name, parameters}}] (or null)"
+        )
     tools, names = [], set()
     for i, raw in enumerate(value):
         tool = json.loads(json.dumps(dict(raw))) if isinstance(raw, Mapping) else None
@@ -162,14 +172,21 @@ def constraint_kind(response_format: Optional[dict[str, Any]], tool_choice: Opti
 def tool_call_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The JSON schema an in-process engine decodes a required tool call under:
     ``{"name": <a tool>, "arguments": <its parameters>}``, one branch per tool."""
-    branches = [{"type": "object",
-                 "properties": {"name": {"const": t["function"]["name"]}, "arguments": t["function"]["parameters"]},
-                 "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+    branches = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t["function"]["name"]}, "arguments": t["function"]["parameters"]},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
-def decoding_constraint(response_format: Optional[dict[str, Any]], tools: Optional[Sequence[dict[str, Any]]],
-                        tool_choice: Optional[str]) -> Optional[tuple[str, Any]]:
+def decoding_constraint(
+    response_format: Optional[dict[str, Any]], tools: Optional[Sequence[dict[str, Any]]], tool_choice: Optional[str]
+) -> Optional[tuple[str, Any]]:
     """What an in-process engine constrains decoding to: ("json_schema", schema) or
     ("regex", pattern); a required tool call is a JSON schema (:func:`tool_call_schema`). None:
     free text (no constraint, or tools with ``auto``, which an engine without a tool parser
@@ -204,9 +221,14 @@ def describe_constraint(structured: Optional[dict[str, Any]]) -> Optional[str]:
 # --- the check of one reply -------------------------------------------------------------------
 
 
-def check_reply(text: Optional[str], tool_calls: Optional[list[dict[str, Any]]],
-                response_format: Optional[dict[str, Any]], tools: Optional[Sequence[dict[str, Any]]],
-                tool_choice: Optional[str], finish_reason: Optional[str] = None) -> Optional[OutputCheck]:
+def check_reply(
+    text: Optional[str],
+    tool_calls: Optional[list[dict[str, Any]]],
+    response_format: Optional[dict[str, Any]],
+    tools: Optional[Sequence[dict[str, Any]]],
+    tool_choice: Optional[str],
+    finish_reason: Optional[str] = None,
+) -> Optional[OutputCheck]:
     """Check one completed reply against its request's constraint; None when it had none.
 
     ``tool_calls``: the server's calls ([{name, arguments}], arguments a JSON string), or None
@@ -217,8 +239,9 @@ def check_reply(text: Optional[str], tool_calls: Optional[list[dict[str, Any]]],
         if tool_calls is None and tool_choice == REQUIRED:
             tool_calls = tool_calls_from_text(text)
             if tool_calls is None:
-                return OutputCheck(TOOL_CALL, False, _short(f"no tool call: the reply is not a JSON object "
-                                                            f"{{name, arguments}}{cut}"))
+                return OutputCheck(
+                    TOOL_CALL, False, _short(f"no tool call: the reply is not a JSON object {{name, arguments}}{cut}")
+                )
         if not tool_calls:
             return OutputCheck(TOOL_CALL, False, "no tool call: the request required one")
         for call in tool_calls:
@@ -274,7 +297,7 @@ def tool_calls_from_text(text: str) -> Optional[list[dict[str, Any]]]:
 
 def _short(text: str) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1] + "…"
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
 # --- JSON schema validation -----------------------------------------------------------------
@@ -377,8 +400,10 @@ def subset_error(value: Any, schema: Any, path: str = "") -> Optional[str]:
                     return error
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", math.inf):
-            return f"{at}a string of {len(value)} characters, outside [{schema.get('minLength', 0)}, " \
-                   f"{schema.get('maxLength', '∞')}]"
+            return (
+                f"{at}a string of {len(value)} characters, outside [{schema.get('minLength', 0)}, "
+                f"{schema.get('maxLength', '∞')}]"
+            )
         if "pattern" in schema and re.search(schema["pattern"], value) is None:
             return f"{at}{value[:40]!r} does not match {schema['pattern']!r}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):

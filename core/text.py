@@ -1,4 +1,5 @@
 """Text that came from outside (a server's reply, error body or finish reason) made safe to write."""
+
 from __future__ import annotations
 
 

@@ -8,6 +8,7 @@ client of a server, llama.cpp, the reference server). A folder saved as a fast t
 where that cannot answer for it, by transformers' generic fast class directly: the class
 AutoTokenizer would pick, so the same token ids. Any other folder goes through AutoTokenizer.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

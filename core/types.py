@@ -1,4 +1,5 @@
 """The types that cross the Backend interface: a request in, a stream of events out."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ class TokenChunk:
     # (then ``n_tokens == chunks``). In-process engines send one event per chunk.
     chunks: int = 1
 
-    def split(self) -> list["TokenChunk"]:
+    def split(self) -> list[TokenChunk]:
         """One event per server chunk."""
         if self.chunks == 1:
             return [self]

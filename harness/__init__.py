@@ -13,6 +13,7 @@ keeps it so):
 - ``harness.config`` — the run's configuration;
 - ``backends`` (engines behind one interface), ``workloads``, then ``core`` and ``refserver``.
 """
+
 import importlib.metadata
 
 try:

@@ -1,4 +1,5 @@
 """``python -m harness.ab``: see :mod:`harness.run.ab`."""
+
 import sys
 
 from core.interrupts import exit_interrupted_at_start

@@ -1,4 +1,5 @@
 """``python -m harness.agree``: cross-engine token agreement, run and compared (harness/run/agree.py)."""
+
 import sys
 
 from core.interrupts import exit_interrupted_at_start

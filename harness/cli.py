@@ -8,6 +8,7 @@
 The packages below are imported where a command needs them, not at the top: ``--help``, a
 misspelled config group or a bad value answer before pandas, torch and the engines load.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -29,6 +30,7 @@ from omegaconf import DictConfig
 from core.errors import HarnessError
 from core.parent import take_back_ctrl_c
 from harness.preflight import CONF_DIR, GROUPS, check_group_choices, check_overrides, group_choices
+
 EXIT_POINT_FAILED = 1
 _exit_code = 0  # set by the sweep callback: non-zero when a point of the sweep failed
 _job_started = ""  # "run" or "sweep" once Hydra has made the folder and called the job: what Ctrl-C says
@@ -54,8 +56,12 @@ def register_help() -> None:
 
     choices = "\n".join(f"  {group}: {', '.join(group_choices(group))}" for group in GROUPS)
     template = HELP.replace("CHOICES", choices)
-    ConfigStore.instance().store(group="hydra/help", name="harness", provider="harness",
-                                 node={"app_name": "harness", "header": "", "footer": "", "template": template})
+    ConfigStore.instance().store(
+        group="hydra/help",
+        name="harness",
+        provider="harness",
+        node={"app_name": "harness", "header": "", "footer": "", "template": template},
+    )
 
 
 # string.Template text: Hydra puts the composed config in for $CONFIG ($$ is a dollar sign)
@@ -127,11 +133,11 @@ def hydra_main(cfg: DictConfig) -> None:
 
 def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     try:
+        from harness.config import to_run_config
         from harness.reports.console import format_summary, format_sweep
         from harness.results.schema import RunSummary
         from harness.results.store import load_summary
         from harness.results.sweep_file import read_sweep
-        from harness.config import to_run_config
         from harness.run.sweep import run_sweep_point
 
         run_cfg = to_run_config(cfg)
@@ -168,17 +174,20 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
 
 def _measured(run_dir: Path) -> bool:
     """Whether the run (a repeat, a probe) wrote a summary or a request."""
-    return any(p.name == "summary.json" or p.stat().st_size > 0
-               for pattern in ("**/summary.json", "**/requests.jsonl") for p in run_dir.glob(pattern))
+    return any(
+        p.name == "summary.json" or p.stat().st_size > 0
+        for pattern in ("**/summary.json", "**/requests.jsonl")
+        for p in run_dir.glob(pattern)
+    )
 
 
 def _sweep_point(cfg: DictConfig, hc: Any) -> None:
     """One point of a multirun: a failure is recorded and printed in one line, the sweep goes on."""
+    from harness.config import to_run_config
     from harness.reports.console import format_summary
     from harness.results.schema import RunSummary
     from harness.results.store import is_run_dir, load_summary
     from harness.results.sweep_file import new_entry, record_point
-    from harness.config import to_run_config
     from harness.run.sweep import run_sweep_point
 
     run_dir, sweep_dir = Path(hc.runtime.output_dir), Path(hc.sweep.dir)
@@ -197,7 +206,9 @@ def _sweep_point(cfg: DictConfig, hc: Any) -> None:
     for d in entry["run_dirs"]:
         if is_run_dir(Path(d)):
             print(format_summary(RunSummary.from_dict(load_summary(Path(d)))))
-    print(f"point {index} ({' '.join(overrides) or 'no overrides'}): {entry['status']} · results: {run_dir}", flush=True)
+    print(
+        f"point {index} ({' '.join(overrides) or 'no overrides'}): {entry['status']} · results: {run_dir}", flush=True
+    )
 
 
 def _basic_launcher(launcher: Any) -> bool:

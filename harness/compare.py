@@ -1,4 +1,5 @@
 """``python -m harness.compare RUN…``: compare run folders (harness/reports/compare/cli.py)."""
+
 import sys
 
 from harness.reports.compare.cli import main

@@ -3,6 +3,7 @@
 The backend and workload sections are typed by the entry chosen from their registries
 (``backend=…``, ``workload=…``); the sections below are common to every run.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,13 +47,17 @@ class CostConfig:
 
     def validate(self) -> None:
         if self.usd_per_hour is not None and self.usd_per_accelerator_hour is not None:
-            raise ConfigError("set cost.usd_per_hour (the machine) or cost.usd_per_accelerator_hour "
-                              "(with cost.accelerators), not both")
+            raise ConfigError(
+                "set cost.usd_per_hour (the machine) or cost.usd_per_accelerator_hour "
+                "(with cost.accelerators), not both"
+            )
         for key in ("usd_per_hour", "usd_per_accelerator_hour"):
             value = getattr(self, key)
             if value is not None and not 0 < value <= MAX_USD_PER_HOUR:
-                raise ConfigError(f"cost.{key} must be > 0 and at most {MAX_USD_PER_HOUR:,.0f} US dollars per hour "
-                                  f"(got {value}); give the price of one hour of the machine")
+                raise ConfigError(
+                    f"cost.{key} must be > 0 and at most {MAX_USD_PER_HOUR:,.0f} US dollars per hour "
+                    f"(got {value}); give the price of one hour of the machine"
+                )
         if self.accelerators < 1:
             raise ConfigError(f"cost.accelerators must be >= 1 (got {self.accelerators})")
 
@@ -164,7 +169,8 @@ class SaturationConfig:
         _number("saturation.min_s", self.min_s, ">= 0", lambda v: v >= 0)
         _number("saturation.window_s", self.window_s, "> 0", lambda v: 0 < v < math.inf)
         _number(
-            "saturation.sample_interval_s", self.sample_interval_s,
+            "saturation.sample_interval_s",
+            self.sample_interval_s,
             f"> 0 and <= window_s / {MIN_POINTS} ({self.window_s / MIN_POINTS:g})",
             lambda v: 0 < v <= self.window_s / MIN_POINTS,
         )
@@ -230,11 +236,20 @@ class ClientConfig:
             import importlib.util
 
             if importlib.util.find_spec("uvloop") is None:
-                raise ConfigError("client.event_loop=uvloop needs uvloop, which is not installed: "
-                                  "pip install -e '.[client]' (or pip install uvloop)")
-        if self.workers is not None and self.workers > 1 and backend_mode is not None and backend_mode not in HTTP_MODES:
-            raise ConfigError(f"client.workers={self.workers} needs an HTTP backend (backend.mode=server or "
-                              "backend=openai): an in-process engine runs in the harness's own process")
+                raise ConfigError(
+                    "client.event_loop=uvloop needs uvloop, which is not installed: "
+                    "pip install -e '.[client]' (or pip install uvloop)"
+                )
+        if (
+            self.workers is not None
+            and self.workers > 1
+            and backend_mode is not None
+            and backend_mode not in HTTP_MODES
+        ):
+            raise ConfigError(
+                f"client.workers={self.workers} needs an HTTP backend (backend.mode=server or "
+                "backend=openai): an in-process engine runs in the harness's own process"
+            )
 
 
 SEARCH_OVER = ("rate", "concurrency")
@@ -259,7 +274,7 @@ class SLOSearchConfig:
     tolerance: float = 0.1
     attainment: float = 0.99
 
-    def validate(self, slo: "SLOConfig") -> None:
+    def validate(self, slo: SLOConfig) -> None:
         if not self.enabled:
             return
         if self.over not in SEARCH_OVER:
@@ -307,8 +322,18 @@ class RunConfig:
             raise ConfigError(f"seed must be >= 0 (got {self.seed})")
         if self.repeat < 1:
             raise ConfigError(f"repeat must be >= 1 (got {self.repeat})")
-        for section in (self.backend, self.model, self.workload, self.slo, self.cost, self.memory, self.machine, self.saturation,
-                        self.sweep, self.server_metrics):
+        for section in (
+            self.backend,
+            self.model,
+            self.workload,
+            self.slo,
+            self.cost,
+            self.memory,
+            self.machine,
+            self.saturation,
+            self.sweep,
+            self.server_metrics,
+        ):
             section.validate()
         self.slo_search.validate(self.slo)
         self.client.validate(getattr(self.backend, "mode", None))
@@ -331,8 +356,18 @@ def check_finite(node: Any, path: str = "") -> None:
 
 
 # Keys that change how a run is shown or stored, not what it measures: not in config_sha256.
-PRESENTATION_KEYS = ("output_root", "progress", "report", "resume", "save_output_text", "sweep", "machine", "history",
-                     "server_metrics", "cost")
+PRESENTATION_KEYS = (
+    "output_root",
+    "progress",
+    "report",
+    "resume",
+    "save_output_text",
+    "sweep",
+    "machine",
+    "history",
+    "server_metrics",
+    "cost",
+)
 
 
 # Workload keys that enter config_sha256 only when set (value when unset): time-shaped load and
@@ -355,8 +390,10 @@ def config_sha256(cfg: RunConfig) -> str:
 
 def engine_key(cfg: RunConfig) -> str:
     """What makes two points able to share one loaded engine: the backend's and the model's settings."""
-    body = {"backend": OmegaConf.to_container(OmegaConf.structured(cfg.backend), resolve=True),
-            "model": OmegaConf.to_container(OmegaConf.structured(cfg.model), resolve=True)}
+    body = {
+        "backend": OmegaConf.to_container(OmegaConf.structured(cfg.backend), resolve=True),
+        "model": OmegaConf.to_container(OmegaConf.structured(cfg.model), resolve=True),
+    }
     adapters = getattr(getattr(cfg.workload, "lora", None), "adapters", None)
     if adapters:  # LoRA adapters load with the engine (their shares do not); absent without: keys stay what they were
         body["lora"] = [{k: v for k, v in a.items() if k != "share"} if hasattr(a, "items") else a for a in adapters]
@@ -386,8 +423,10 @@ def check_no_unknown_keys(node: Any, path: str = "") -> None:
         unknown = sorted(str(k) for k in node.keys() if k not in known)
         if unknown:
             where = f"{path}." if path else ""
-            raise ConfigError(f"{', '.join(where + k for k in unknown)}: no such setting (check the spelling; "
-                              f"{path or 'the config'} has {', '.join(sorted(known))})")
+            raise ConfigError(
+                f"{', '.join(where + k for k in unknown)}: no such setting (check the spelling; "
+                f"{path or 'the config'} has {', '.join(sorted(known))})"
+            )
     for key, child in node.items_ex(resolve=False):  # unresolved: an interpolation may need what is not set yet
         if isinstance(child, DictConfig):
             check_no_unknown_keys(child, f"{path}.{key}" if path else str(key))

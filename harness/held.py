@@ -6,6 +6,7 @@ Everything else the process and its engine write goes to stderr: stdout carries 
 alone. SIGTERM and SIGHUP end it as SIGINT does, and on Linux it gets SIGTERM when the process
 that started it dies (a killed experiment leaves no engine loaded).
 """
+
 from __future__ import annotations
 
 import logging

@@ -8,6 +8,7 @@ there is tried with other values of the other keys (up to 32 points): when one o
 the fault is that combination's, and stays the point's own failure, recorded in sweep.json while
 the other points run. A value no point accepts stops the sweep before it starts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -67,8 +68,13 @@ def check_overrides(args: list[str]) -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         raise HarnessError(hydra_error_line(exc)) from None
     folders = {"output_root": str(output_root or "")}
-    folders.update({key: value for key, _, value in (a.partition("=") for a in args)
-                    if key in ("hydra.run.dir", "hydra.sweep.dir")})
+    folders.update(
+        {
+            key: value
+            for key, _, value in (a.partition("=") for a in args)
+            if key in ("hydra.run.dir", "hydra.sweep.dir")
+        }
+    )
     for key, folder in folders.items():
         if folder and "$" not in folder:
             check_folder_path(key, Path(folder).expanduser())
@@ -79,14 +85,19 @@ def check_sweep_values(job: list[str], args: list[str]) -> object:
     time); HarnessError names the point's overrides. Returns the first point's output_root."""
     parser = OverridesParser.create()
     parsed = parser.parse_overrides(job)
-    if any(o.is_sweep_override() and (not o.is_discrete_sweep() or o.value_type == ValueType.GLOB_CHOICE_SWEEP)
-           for o in parsed):
+    if any(
+        o.is_sweep_override() and (not o.is_discrete_sweep() or o.value_type == ValueType.GLOB_CHOICE_SWEEP)
+        for o in parsed
+    ):
         return None  # an interval (another sweeper's) or a glob over a group's files: Hydra's to expand
-    firsts = [next(iter(o.sweep_string_iterator()), None) if o.is_sweep_override() else arg for o, arg in zip(parsed, job)]
+    firsts = [
+        next(iter(o.sweep_string_iterator()), None) if o.is_sweep_override() else arg for o, arg in zip(parsed, job)
+    ]
     if None in firsts:
         return None  # an empty sweep (range(5, 1)): Hydra runs no point
-    first = [f"{o.get_key_element()}={value}" if o.is_sweep_override() else arg
-             for o, value, arg in zip(parsed, firsts, job)]
+    first = [
+        f"{o.get_key_element()}={value}" if o.is_sweep_override() else arg for o, value, arg in zip(parsed, firsts, job)
+    ]
     cfg = compose(config_name="config", overrides=first, return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     if sweeper.get("_target_") != BASIC_SWEEPER or any(a.startswith(("hydra/sweeper", "hydra.sweeper")) for a in args):
@@ -97,8 +108,11 @@ def check_sweep_values(job: list[str], args: list[str]) -> object:
         key = override.get_key_element()
         if override.is_sweep_override() and not override.is_discrete_sweep():
             return cfg.get("output_root")  # an interval in the preset: Hydra's basic sweeper refuses it
-        values[key] = ([f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override()
-                       else [f"{key}={override.get_value_element_as_str()}"])
+        values[key] = (
+            [f"{key}={v}" for v in override.sweep_string_iterator()]
+            if override.is_sweep_override()
+            else [f"{key}={override.get_value_element_as_str()}"]
+        )
     if any(not choices for choices in values.values()):
         return cfg.get("output_root")
     choices = list(values.values())
@@ -116,7 +130,7 @@ def check_sweep_values(job: list[str], args: list[str]) -> object:
         for value in options:
             # the value with the first of every other key, then (refused there) with others: a value
             # some point accepts leaves the refusal to that combination's point, recorded as it runs
-            point = (*base[:i], value, *base[i + 1:])
+            point = (*base[:i], value, *base[i + 1 :])
             if (error := error_of(point)) is None:
                 continue
             others = itertools.product(*[options if j != i else [value] for j, options in enumerate(choices)])
@@ -148,16 +162,21 @@ def check_folder_path(key: str, folder: Path) -> None:
                 try:  # a real try: write access says nothing of /proc, /sys or a read-only mount as root
                     os.rmdir(tempfile.mkdtemp(prefix=".harness-check-", dir=parent))
                 except OSError as exc:
-                    raise HarnessError(f"{key}={folder}: cannot make folders in {parent} ({exc.strerror}); "
-                                       "give a folder path you can write to") from None
+                    raise HarnessError(
+                        f"{key}={folder}: cannot make folders in {parent} ({exc.strerror}); "
+                        "give a folder path you can write to"
+                    ) from None
             return
 
 
 def hydra_error_line(exc: BaseException) -> str:
     """A Hydra or OmegaConf error on one line: its message (less Hydra's advice to append a key
     with +, which would only make Hydra ignore a misspelt one) and the first line of its cause."""
-    lines = [line.strip() for line in str(exc).splitlines()
-             if line.strip() and not line.strip().startswith("To append to your config use")]
+    lines = [
+        line.strip()
+        for line in str(exc).splitlines()
+        if line.strip() and not line.strip().startswith("To append to your config use")
+    ]
     text = "; ".join(lines) or type(exc).__name__
     cause = exc.__cause__
     if cause is not None and str(cause).strip():

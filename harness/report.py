@@ -1,4 +1,5 @@
 """``python -m harness.report RUN_DIR…``: (re)build report.html (harness/reports/run_report.py)."""
+
 import sys
 
 from harness.reports.run_report import main

@@ -36,6 +36,7 @@ Authorization header came), never a key.
 served (``sglang:`` names for ``--dialect sglang``), plus
 ``reference:token_lateness_seconds`` (write time − due time: the server's own error).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,10 +49,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.tokenizer import load_tokenizer
-from refserver.dialects import DIALECTS, word
 from refserver import faults
-from refserver.http11 import Request, Response, StreamResponse, json_response
 from refserver.constrained import ConstrainedReply, constrained_reply
+from refserver.dialects import DIALECTS, word
+from refserver.http11 import Request, Response, StreamResponse, json_response
 from refserver.metrics import ServedMetrics
 from refserver.stream import StreamedReply
 from refserver.timers import LoopTimer, PreciseTimer
@@ -104,8 +105,12 @@ class ReferenceServer:
         self.requests = 0
         self.started = time.perf_counter()
         self.dialect = DIALECTS[settings.dialect]
-        self.metrics = ServedMetrics(self.dialect.metrics_prefix, settings.kv_capacity_tokens,
-                                     settings.spec_draft_tokens, settings.spec_acceptance)
+        self.metrics = ServedMetrics(
+            self.dialect.metrics_prefix,
+            settings.kv_capacity_tokens,
+            settings.spec_draft_tokens,
+            settings.spec_acceptance,
+        )
         self._slots = asyncio.Semaphore(settings.max_running) if settings.max_running > 0 else None
         self.timer: Any = None
         self._tokenizer = None
@@ -167,8 +172,14 @@ class ReferenceServer:
         return json_response(self.received)
 
     def _log(self, request: Request) -> None:
-        self.received.append({"method": request.method, "path": request.path, "host": request.host,
-                              "authorization": "Authorization" in request.headers})
+        self.received.append(
+            {
+                "method": request.method,
+                "path": request.path,
+                "host": request.host,
+                "authorization": "Authorization" in request.headers,
+            }
+        )
 
     async def prometheus(self, request: Request) -> Any:
         if self.s.metrics_drip_s > 0:
@@ -232,8 +243,20 @@ class ReferenceServer:
         self.metrics.kv_tokens += n
         try:
             if body.get("stream"):
-                return await self._stream(request, body, chat, index, n, due, prompt_tokens, arrival, fault,
-                                          request.arrival, finish, constrained)
+                return await self._stream(
+                    request,
+                    body,
+                    chat,
+                    index,
+                    n,
+                    due,
+                    prompt_tokens,
+                    arrival,
+                    fault,
+                    request.arrival,
+                    finish,
+                    constrained,
+                )
             return await self._whole(body, chat, index, n, due, prompt_tokens, arrival, finish, constrained)
         finally:
             self.metrics.running -= 1
@@ -313,45 +336,87 @@ class ReferenceServer:
     def _finish_reason(self, body: dict, n: int) -> str:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
-    async def _stream(self, request: Request, body: dict, chat: bool, index: int, n: int, due: list[float],
-                      prompt_tokens: asyncio.Future, arrival: float, fault: Optional[str],
-                      queued: Optional[float] = None, finish: Optional[str] = None,
-                      constrained: Optional[ConstrainedReply] = None) -> StreamResponse:
+    async def _stream(
+        self,
+        request: Request,
+        body: dict,
+        chat: bool,
+        index: int,
+        n: int,
+        due: list[float],
+        prompt_tokens: asyncio.Future,
+        arrival: float,
+        fault: Optional[str],
+        queued: Optional[float] = None,
+        finish: Optional[str] = None,
+        constrained: Optional[ConstrainedReply] = None,
+    ) -> StreamResponse:
         response = StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        reply = StreamedReply(self.dialect.on(chat), chat, body, self.s.model_name, n,
-                              finish or self._finish_reason(body, n), fault, reasoning_tokens=self.s.reasoning_tokens,
-                              per_request_metrics=self.s.per_request_metrics,
-                              spec=(self.s.spec_draft_tokens, self.s.spec_acceptance), queued=queued,
-                              constrained=constrained)
-        if await reply.send(request, response, index, self.s.chunk_tokens, due, prompt_tokens, self.timer,
-                            self.s.fault_size_mib, self.metrics, arrival):
+        reply = StreamedReply(
+            self.dialect.on(chat),
+            chat,
+            body,
+            self.s.model_name,
+            n,
+            finish or self._finish_reason(body, n),
+            fault,
+            reasoning_tokens=self.s.reasoning_tokens,
+            per_request_metrics=self.s.per_request_metrics,
+            spec=(self.s.spec_draft_tokens, self.s.spec_acceptance),
+            queued=queued,
+            constrained=constrained,
+        )
+        if await reply.send(
+            request,
+            response,
+            index,
+            self.s.chunk_tokens,
+            due,
+            prompt_tokens,
+            self.timer,
+            self.s.fault_size_mib,
+            self.metrics,
+            arrival,
+        ):
             self.metrics.served(arrival, reply.last_t, await prompt_tokens, n)
         return response
 
-    async def _whole(self, body, chat, index, n, due, prompt_tokens, arrival, finish=None,
-                     constrained=None) -> Response:
+    async def _whole(
+        self, body, chat, index, n, due, prompt_tokens, arrival, finish=None, constrained=None
+    ) -> Response:
         if due:
             await self.timer.sleep_until(due[-1])
         text = "".join(constrained.pieces[:n] if constrained else (word(index, k) for k in range(n)))
         n_prompt = await prompt_tokens
         finish = finish or self._finish_reason(body, n)
         if chat and constrained is not None and constrained.tool:
-            call = {"id": f"call_{index}", "type": "function",
-                    "function": {"name": constrained.tool, "arguments": text}}
-            choice = {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
-                      "finish_reason": finish}
+            call = {
+                "id": f"call_{index}",
+                "type": "function",
+                "function": {"name": constrained.tool, "arguments": text},
+            }
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": finish,
+            }
         elif chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
         t = time.perf_counter()
         self.metrics.served(arrival, t if n else None, n_prompt, n)
-        return json_response({
-            "id": f"cmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": body.get("model") or self.s.model_name, "choices": [choice],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n},
-        })
+        return json_response(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex[:16]}",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.s.model_name,
+                "choices": [choice],
+                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n},
+            }
+        )
 
     def _error(self, status: int, message: str, kind: str) -> Response:
         """An error body in the dialect's form."""
@@ -367,4 +432,3 @@ class ReferenceServer:
         if self._expected_key is None:
             return True
         return request.headers.get("Authorization", "") == f"Bearer {self._expected_key}"
-

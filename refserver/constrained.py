@@ -20,6 +20,7 @@ The reply is cut into pieces (a word, a run of spaces, or one punctuation charac
 token each: ``usage.completion_tokens`` counts them. ``--ignore-constraints`` makes a lying engine:
 it reads none of this and answers in plain words, so the harness must catch every such reply.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 try:  # Python 3.11+: the parser moved
-    import re._parser as sre_parse  # type: ignore[import-not-found]
     import re._constants as sre_constants  # type: ignore[import-not-found]
+    import re._parser as sre_parse  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
@@ -125,7 +126,7 @@ def sample_json(schema: Any, index: int = 0) -> Any:
         text = WORDS[index % len(WORDS)]
         low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
         text = text + "x" * max(0, low - len(text))
-        return text[:int(high)] if high is not None else text
+        return text[: int(high)] if high is not None else text
     if kind in ("integer", "number"):
         low, high = schema.get("minimum"), schema.get("maximum")
         value = 7 + index % 5

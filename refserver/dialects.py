@@ -1,4 +1,5 @@
 """How each engine's server streams (:data:`DIALECTS`), and the words the reference server sends."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ class Dialect:
     # draft_n, draft_n_accepted) on the last chunk: the usage chunk, else the finish chunk
     timings: bool = False
 
-    def on(self, chat: bool) -> "Dialect":
+    def on(self, chat: bool) -> Dialect:
         """The dialect of one endpoint."""
         return self if chat or not self.completions else replace(self, **dict(self.completions))
 
@@ -51,8 +52,18 @@ DIALECTS: dict[str, Dialect] = {
     # TGI's router (router/src/chat.rs, server.rs): role in every delta, axum's ":" keep-alives,
     # errors {"error": "…", "error_type": "…"}; /v1/completions: finish_reason "" until the last
     # chunk, which carries "eos_token" (or "length") and the usage, asked for or not
-    "tgi": Dialect("every", "chunk", True, "empty", "/health", None, "vllm", False, errors="flat",
-                   completions=(("usage", "final"), ("stop_finish", "eos_token"), ("open_finish", ""))),
+    "tgi": Dialect(
+        "every",
+        "chunk",
+        True,
+        "empty",
+        "/health",
+        None,
+        "vllm",
+        False,
+        errors="flat",
+        completions=(("usage", "final"), ("stop_finish", "eos_token"), ("open_finish", "")),
+    ),
     # trtllm-serve (tensorrt_llm/serve/postprocess_handlers.py): a role-only first chunk, chat
     # choices without null fields, reasoning_content "" in each delta, stop_reason, cached_tokens
     "tensorrt_llm": Dialect("bare", "chunk", True, None, "/health", "stop_reason", "vllm", True, errors="object"),
@@ -61,8 +72,17 @@ DIALECTS: dict[str, Dialect] = {
     # Ollama's OpenAI layer (openai/openai.go, middleware/openai.go): role in the first token's
     # delta, finish_reason in a chunk of its own with delta {}; /v1/completions: finish_reason on
     # the last token, and a zeroed usage on every chunk before the real one
-    "ollama": Dialect("first", "chunk", False, None, "/api/version", None, "vllm", False,
-                      completions=(("finish_on_last_token", True), ("usage", "zeroed"))),
+    "ollama": Dialect(
+        "first",
+        "chunk",
+        False,
+        None,
+        "/api/version",
+        None,
+        "vllm",
+        False,
+        completions=(("finish_on_last_token", True), ("usage", "zeroed")),
+    ),
 }
 
 # Each is one token, with its leading space, for SmolLM2's tokenizer (tests check this).

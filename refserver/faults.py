@@ -4,10 +4,12 @@ The faults come in families, one function each: refusals (an error status or a p
 event stream, in place of the reply), usage that lies, corrupted text or finish_reason, a
 stream broken half-way, and delivery (byte by byte, or no ``[DONE]``).
 """
+
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from refserver.http11 import Request, Response, StreamResponse
 
@@ -42,8 +44,9 @@ USAGE_LIES = {"negative-usage", "absurd-usage", "fractional-usage"}
 FOREVER_S = 3600.0  # "never" for a stalled or held stream: the client's time-out ends it first
 
 
-def refusal(fault: Optional[str], size_mib: float, request: Request,
-            error: Callable[[int, str, str], Response]) -> Optional[Response]:
+def refusal(
+    fault: Optional[str], size_mib: float, request: Request, error: Callable[[int, str, str], Response]
+) -> Optional[Response]:
     """The answer of a refusing fault instead of the reply; None when the fault is of another family
     (or the redirect already came to the other origin)."""
     if fault == "status":
@@ -93,7 +96,7 @@ async def write(response: StreamResponse, data: bytes, fault: Optional[str]) -> 
     """Write an event at once, or one byte at a time (byte-drip)."""
     if fault == "byte-drip":
         for i in range(len(data)):
-            await response.write(data[i:i + 1])
+            await response.write(data[i : i + 1])
     else:
         await response.write(data)
 
@@ -104,8 +107,9 @@ async def hold_before_done(fault: Optional[str]) -> None:
         await asyncio.sleep(FOREVER_S)
 
 
-async def mid_stream(fault: str, request: Request, response: StreamResponse, size_mib: float,
-                     event: Callable[[str], bytes]) -> bool:
+async def mid_stream(
+    fault: str, request: Request, response: StreamResponse, size_mib: float, event: Callable[[str], bytes]
+) -> bool:
     """One mid-stream fault, half-way through the reply; True when the stream ends with it.
     ``event(text)`` is a token event of the stream's dialect."""
     if fault == "drop":
@@ -138,7 +142,7 @@ async def drip(request: Request, body: bytes, interval_s: float, content_type: s
         for i in range(len(body)):
             if request.transport.is_closing():
                 return response
-            await response.write(body[i:i + 1])
+            await response.write(body[i : i + 1])
             await asyncio.sleep(interval_s)
         await response.write_eof()
     except ConnectionError:  # the reader gave up

@@ -14,6 +14,7 @@ and pipelining (one request at a time per connection, in order), ``Expect: 100-c
 replies with a Content-Length body, and streamed replies in chunked encoding with flow
 control. A closed connection cancels the handler of its request.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,9 @@ import struct
 import sys
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 256 * 2**20
@@ -52,8 +54,17 @@ class Headers(dict):
 
 
 class Request:
-    def __init__(self, method: str, target: str, headers: Headers, body: bytes, arrival: float,
-                 transport: "_Socket", keep_alive: bool = True, version: str = "HTTP/1.1"):
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        headers: Headers,
+        body: bytes,
+        arrival: float,
+        transport: _Socket,
+        keep_alive: bool = True,
+        version: str = "HTTP/1.1",
+    ):
         self.method = method
         self.path_qs = target
         self.path = target.split("?", 1)[0]
@@ -74,8 +85,14 @@ class Request:
 class Response:
     """A whole reply, written with a Content-Length."""
 
-    def __init__(self, status: int = 200, body: Union[bytes, str] = b"", content_type: Optional[str] = None,
-                 headers: Optional[dict[str, str]] = None, text: Optional[str] = None):
+    def __init__(
+        self,
+        status: int = 200,
+        body: Union[bytes, str] = b"",
+        content_type: Optional[str] = None,
+        headers: Optional[dict[str, str]] = None,
+        text: Optional[str] = None,
+    ):
         self.status = status
         self.body = text if text is not None else body
         if isinstance(self.body, str):
@@ -148,7 +165,7 @@ class _Socket:
     """One accepted connection's socket, read with the kernel's receive stamps: the transport
     under a :class:`_Connection` (``write``, ``close`` once written, ``abort``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: "_Connection"):
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol: _Connection):
         self._loop, self._sock, self._protocol = loop, sock, protocol
         self._fd = sock.fileno()
         self._out = bytearray()  # what the kernel has not taken yet
@@ -349,7 +366,7 @@ class _Connection:
                         self._refuse(431, "the request head is too large")
                     return
                 head = bytes(self._buffer[:end]).decode("latin-1")
-                del self._buffer[:end + 4]
+                del self._buffer[: end + 4]
                 try:
                     self._head = self._read_head(head)
                 except ValueError as exc:
@@ -358,8 +375,9 @@ class _Connection:
                 self._continued = False
             method, target, headers, length, keep_alive, version = self._head
             if len(self._buffer) < length:
-                if (headers.get("expect", "").lower() == "100-continue" and not self._continued
-                        and not self._answering):  # never inside the reply to an earlier request
+                if (
+                    headers.get("expect", "").lower() == "100-continue" and not self._continued and not self._answering
+                ):  # never inside the reply to an earlier request
                     self._continued = True
                     self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return
@@ -430,8 +448,9 @@ class _Connection:
                 if self.reply_started:  # too late for a status: the client sees the stream cut
                     self._transport.abort()  # type: ignore[union-attr]
                     return
-                reply = json_response({"error": {"message": f"reference server: {type(exc).__name__}: {exc}",
-                                                 "code": 500}}, 500)
+                reply = json_response(
+                    {"error": {"message": f"reference server: {type(exc).__name__}: {exc}", "code": 500}}, 500
+                )
             try:
                 if isinstance(reply, StreamResponse):
                     await reply.write_eof()
@@ -472,8 +491,11 @@ class Server:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # e.g. out of file descriptors: the connection waits in the backlog
-                print(f"http server: accept failed ({exc}); trying again in {ACCEPT_RETRY_S:g} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"http server: accept failed ({exc}); trying again in {ACCEPT_RETRY_S:g} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self._loop.remove_reader(self._sock.fileno())
                 self._loop.call_later(ACCEPT_RETRY_S, self._watch)
                 return

@@ -10,6 +10,7 @@ accepted ones at its first positions), in vLLM's ``spec_decode_*`` counters, or 
 ``--dialect sglang`` in SGLang's gauges ``spec_accept_rate`` and ``spec_accept_length`` (over the
 whole run so far).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -64,8 +65,9 @@ SPEC_AS_GAUGES = {"sglang"}
 class ServedMetrics:
     """What the server served, in the names vLLM (or SGLang) uses."""
 
-    def __init__(self, prefix: str, kv_capacity_tokens: int = 16384, spec_draft_tokens: int = 0,
-                 spec_acceptance: float = 0.0):
+    def __init__(
+        self, prefix: str, kv_capacity_tokens: int = 16384, spec_draft_tokens: int = 0, spec_acceptance: float = 0.0
+    ):
         p = prefix
         self.ttft = PromHistogram(f"{p}:time_to_first_token_seconds", "Time to first token (server side)", TTFT_BUCKETS)
         self.itl = PromHistogram(f"{p}:inter_token_latency_seconds", "Gap between tokens written", ITL_BUCKETS)
@@ -120,8 +122,11 @@ class ServedMetrics:
         lines: list[str] = []
         for h in (self.ttft, self.itl, self.e2e, self.queue, self.lateness):
             lines += h.render()
-        for name, value in ((f"{p}:prompt_tokens", self.prompt_tokens), (f"{p}:generation_tokens", self.generation_tokens),
-                            (f"{p}:request_success", self.requests_ok)):
+        for name, value in (
+            (f"{p}:prompt_tokens", self.prompt_tokens),
+            (f"{p}:generation_tokens", self.generation_tokens),
+            (f"{p}:request_success", self.requests_ok),
+        ):
             lines += [f"# TYPE {name} counter", f'{name}_total{{model_name="reference"}} {value}']
         running, waiting, kv = GAUGE_NAMES.get(p, GAUGE_NAMES["vllm"])
         kv_use = min(1.0, self.kv_tokens / self.kv_capacity_tokens)
@@ -133,11 +138,15 @@ class ServedMetrics:
             for name, value in ((f"{p}:spec_accept_rate", rate), (f"{p}:spec_accept_length", length)):
                 lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
         elif self.spec_k:
-            for name, value in ((f"{p}:spec_decode_num_drafts", self.spec_drafts),
-                                (f"{p}:spec_decode_num_draft_tokens", self.spec_draft_tokens),
-                                (f"{p}:spec_decode_num_accepted_tokens", self.spec_accepted)):
+            for name, value in (
+                (f"{p}:spec_decode_num_drafts", self.spec_drafts),
+                (f"{p}:spec_decode_num_draft_tokens", self.spec_draft_tokens),
+                (f"{p}:spec_decode_num_accepted_tokens", self.spec_accepted),
+            ):
                 lines += [f"# TYPE {name} counter", f'{name}_total{{model_name="reference"}} {value}']
             name = f"{p}:spec_decode_num_accepted_tokens_per_pos"
             lines.append(f"# TYPE {name} counter")
-            lines += [f'{name}_total{{model_name="reference",position="{i}"}} {n}' for i, n in enumerate(self.spec_per_pos)]
+            lines += [
+                f'{name}_total{{model_name="reference",position="{i}"}} {n}' for i, n in enumerate(self.spec_per_pos)
+            ]
         return "\n".join(lines) + "\n"

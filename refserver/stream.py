@@ -11,6 +11,7 @@ reasoning field (vLLM's ``reasoning``, the others' ``reasoning_content``), the r
 on the usage chunk (``--per-request-metrics``: queue = slot − arrival, first token from the
 slot, generation = first → last token written) and llama-server's ``timings`` on the last chunk.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,10 +30,22 @@ from refserver.metrics import ServedMetrics
 class StreamedReply:
     """The events of one reply in ``dialect`` (already the endpoint's: ``Dialect.on(chat)``)."""
 
-    def __init__(self, dialect: Dialect, chat: bool, body: dict[str, Any], model_name: str, n: int,
-                 finish: str, fault: Optional[str], *, reasoning_tokens: int = 0, per_request_metrics: bool = False,
-                 spec: tuple[int, float] = (0, 0.0), queued: Optional[float] = None,
-                 constrained: Optional[ConstrainedReply] = None):
+    def __init__(
+        self,
+        dialect: Dialect,
+        chat: bool,
+        body: dict[str, Any],
+        model_name: str,
+        n: int,
+        finish: str,
+        fault: Optional[str],
+        *,
+        reasoning_tokens: int = 0,
+        per_request_metrics: bool = False,
+        spec: tuple[int, float] = (0, 0.0),
+        queued: Optional[float] = None,
+        constrained: Optional[ConstrainedReply] = None,
+    ):
         self.dialect, self.chat, self.n, self.fault = dialect, chat, n, fault
         # a constrained reply (refserver/constrained.py): its pieces are the tokens; a tool call's
         # go out as delta.tool_calls arguments, the first with the call's id and function name
@@ -46,22 +59,30 @@ class StreamedReply:
         self.arrival: Optional[float] = None
         self.first_t: Optional[float] = None  # when the first token was written
         self.chunks_written = 0
-        self.base = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}",
-                     "object": "chat.completion.chunk" if chat else "text_completion",
-                     "created": int(time.time()), "model": body.get("model") or model_name}
+        self.base = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model") or model_name,
+        }
         self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.messages = len(body.get("messages") or [])
         self.trtllm = dialect.extras == "stop_reason"
         self.finish = faults.corrupt_finish_reason(fault, dialect.stop_finish if finish == "stop" else finish)
         self.last_t: Optional[float] = None  # when the last token was written
         # with a zeroed usage on every chunk before the real one (Ollama's completions)
-        self.zeroed = ({"usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
-                       if self.include_usage and dialect.usage == "zeroed" else {})
+        self.zeroed = (
+            {"usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+            if self.include_usage and dialect.usage == "zeroed"
+            else {}
+        )
 
     # --- events -----------------------------------------------------------------------------
 
     def event(self, choices: list, **extra: Any) -> bytes:
-        return b"data: " + json.dumps({**self.base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
+        return (
+            b"data: " + json.dumps({**self.base, "choices": choices, **extra}, separators=(",", ":")).encode() + b"\n\n"
+        )
 
     def choice(self, text: Optional[str], reason: Any, role: bool = False, reasoning: bool = False) -> dict[str, Any]:
         if not self.chat:
@@ -95,8 +116,12 @@ class StreamedReply:
         if self.tool_started:
             return {"index": 0, "function": {"arguments": arguments}}
         self.tool_started = True
-        return {"index": 0, "id": f"call_{self.base['id'][-8:]}", "type": "function",
-                "function": {"name": self.tool, "arguments": arguments}}
+        return {
+            "index": 0,
+            "id": f"call_{self.base['id'][-8:]}",
+            "type": "function",
+            "function": {"name": self.tool, "arguments": arguments},
+        }
 
     def token_text(self, index: int, group: list[int]) -> str:
         """The text of the tokens ``group``: the constrained reply's pieces, else the words."""
@@ -105,7 +130,11 @@ class StreamedReply:
         return "".join(word(index, k) for k in group)
 
     def usage(self, n_prompt: int) -> dict[str, Any]:
-        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": self.n, "total_tokens": n_prompt + self.n}
+        usage: dict[str, Any] = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": self.n,
+            "total_tokens": n_prompt + self.n,
+        }
         if self.trtllm:
             usage["prompt_tokens_details"] = {"cached_tokens": 0}
         return faults.lie_about_usage(self.fault, usage)
@@ -120,9 +149,19 @@ class StreamedReply:
 
     # --- the stream -------------------------------------------------------------------------
 
-    async def send(self, request: Request, response: StreamResponse, index: int, chunk_tokens: int,
-                   due: list[float], prompt_tokens: asyncio.Future, timer: Any, size_mib: float,
-                   metrics: ServedMetrics, arrival: float) -> bool:
+    async def send(
+        self,
+        request: Request,
+        response: StreamResponse,
+        index: int,
+        chunk_tokens: int,
+        due: list[float],
+        prompt_tokens: asyncio.Future,
+        timer: Any,
+        size_mib: float,
+        metrics: ServedMetrics,
+        arrival: float,
+    ) -> bool:
         """Write the reply; False when a fault cut it short (the stream ends with the fault).
         ``last_t`` is then when the last token was written (None: no token)."""
         self.arrival = arrival
@@ -206,18 +245,28 @@ class StreamedReply:
     def vllm_metrics(self) -> dict[str, Any]:
         """vLLM's per-request ``metrics`` object (--enable-per-request-metrics)."""
         queue_ms, first_ms, generation_ms = self._spans()
-        return {"queue_time_ms": round(queue_ms, 3), "time_to_first_token_ms": round(first_ms, 3),
-                "generation_time_ms": round(generation_ms, 3),
-                "mean_itl_ms": round(generation_ms / (self.n - 1), 3) if self.n > 1 else 0.0,
-                "tokens_per_second": round(self.n / ((first_ms + generation_ms) / 1e3), 3) if first_ms + generation_ms else 0.0}
+        return {
+            "queue_time_ms": round(queue_ms, 3),
+            "time_to_first_token_ms": round(first_ms, 3),
+            "generation_time_ms": round(generation_ms, 3),
+            "mean_itl_ms": round(generation_ms / (self.n - 1), 3) if self.n > 1 else 0.0,
+            "tokens_per_second": round(self.n / ((first_ms + generation_ms) / 1e3), 3)
+            if first_ms + generation_ms
+            else 0.0,
+        }
 
     def timings(self, n_prompt: int, last_due: Optional[float] = None) -> dict[str, Any]:
         """llama-server's ``timings`` (its slot has no queue: the prompt's time is from the slot)."""
         _, prompt_ms, predicted_ms = self._spans(last_due)
-        out: dict[str, Any] = {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": round(prompt_ms, 3),
-                               "prompt_per_token_ms": round(prompt_ms / n_prompt, 3) if n_prompt else 0.0,
-                               "predicted_n": self.n, "predicted_ms": round(predicted_ms, 3),
-                               "predicted_per_token_ms": round(predicted_ms / self.n, 3) if self.n else 0.0}
+        out: dict[str, Any] = {
+            "cache_n": 0,
+            "prompt_n": n_prompt,
+            "prompt_ms": round(prompt_ms, 3),
+            "prompt_per_token_ms": round(prompt_ms / n_prompt, 3) if n_prompt else 0.0,
+            "predicted_n": self.n,
+            "predicted_ms": round(predicted_ms, 3),
+            "predicted_per_token_ms": round(predicted_ms / self.n, 3) if self.n else 0.0,
+        }
         k, p = self.spec
         if k:
             drafted = k * max(self.chunks_written, 1)

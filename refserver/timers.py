@@ -1,4 +1,5 @@
 """Waking at absolute ``perf_counter`` deadlines: a timer thread (sub-millisecond), or the event loop's own."""
+
 from __future__ import annotations
 
 import asyncio

@@ -6,6 +6,7 @@ Each input file is one Weka trace (one job); a directory converts every *.json i
 Then: ``python -m harness workload=agentic workload.trace_path=agent_trace.jsonl``.
 The mapping is in workloads/weka_trace.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"convert_weka_trace: {exc}", file=sys.stderr)
         return 2
     args.output.write_text("".join(json.dumps(line) + "\n" for line in out.lines), encoding="utf-8")
-    print(f"{len(files)} traces → {len(out.lines)} calls in {args.output}"
-          + (f" ({out.skipped} sub-agent markers skipped)" if out.skipped else ""))
+    print(
+        f"{len(files)} traces → {len(out.lines)} calls in {args.output}"
+        + (f" ({out.skipped} sub-agent markers skipped)" if out.skipped else "")
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ fresh tab; console errors, uncaught exceptions, failed loads and JavaScript dial
 ``alert`` that should never run) are collected. Under ``CI=true`` a missing Chromium fails
 the tests that need it; elsewhere they skip.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,10 +22,20 @@ from typing import Any, Optional
 import pytest
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
-    "--window-size=1400,1000", "--remote-debugging-port=0",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--window-size=1400,1000",
+    "--remote-debugging-port=0",
 )
 
 # per plot wrapper: is there a plotly graph with an SVG and traces in it?
@@ -72,7 +83,9 @@ class Chromium:
         scratch.mkdir()
         self.proc = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(scratch)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(scratch)},
         )
         self.port = self._wait_for_port()
 
@@ -95,13 +108,24 @@ class Chromium:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/version", timeout=10) as r:
             return json.loads(r.read())["webSocketDebuggerUrl"]
 
-    def open(self, path: Path, screenshot: Optional[Path] = None, evaluate: Optional[dict[str, str]] = None,
-             timeout: float = 60, settle_s: float = 0.5) -> PageResult:
+    def open(
+        self,
+        path: Path,
+        screenshot: Optional[Path] = None,
+        evaluate: Optional[dict[str, str]] = None,
+        timeout: float = 60,
+        settle_s: float = 0.5,
+    ) -> PageResult:
         """Load a file, wait for every plot to draw, collect errors, evaluate expressions, save a full-page PNG."""
-        browser = _Session(self._ws_mod.create_connection(self._browser_ws_url(), timeout=timeout, suppress_origin=True))
+        browser = _Session(
+            self._ws_mod.create_connection(self._browser_ws_url(), timeout=timeout, suppress_origin=True)
+        )
         target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        page = _Session(self._ws_mod.create_connection(
-            f"ws://127.0.0.1:{self.port}/devtools/page/{target}", timeout=timeout, suppress_origin=True))
+        page = _Session(
+            self._ws_mod.create_connection(
+                f"ws://127.0.0.1:{self.port}/devtools/page/{target}", timeout=timeout, suppress_origin=True
+            )
+        )
         result = PageResult(url=Path(path).resolve().as_uri())
         page.on_event = lambda m: _collect(page, m, result)
         try:
@@ -127,10 +151,13 @@ class Chromium:
             browser.close()
         return result
 
-    def _screenshot(self, page: "_Session", out: Path) -> Path:
+    def _screenshot(self, page: _Session, out: Path) -> Path:
         size = page.call("Page.getLayoutMetrics")["cssContentSize"]
         width, height = 1400, min(int(size["height"]) + 1, 16000)
-        page.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         time.sleep(0.8)  # plotly's responsive resize
         shot = page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,8 +237,11 @@ def _collect(page: _Session, message: dict, result: PageResult) -> None:
             result.errors.append(f"log: {entry.get('text')} {entry.get('url', '')}")
     elif method == "Page.javascriptDialogOpening":
         result.dialogs.append(f"{params.get('type')}: {params.get('message')}")
-        page.ws.send(json.dumps({"id": 10**6 + len(result.dialogs), "method": "Page.handleJavaScriptDialog",
-                                 "params": {"accept": True}}))
+        page.ws.send(
+            json.dumps(
+                {"id": 10**6 + len(result.dialogs), "method": "Page.handleJavaScriptDialog", "params": {"accept": True}}
+            )
+        )
 
 
 @pytest.fixture(scope="session")

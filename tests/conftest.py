@@ -1,4 +1,5 @@
 """Shared fixtures: configs composed exactly as the CLI composes them, and the store models."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from browser import chromium  # noqa: F401 - the fixture: defined here once, one browser for the whole session
+from process_state import unchanged_process_state  # noqa: F401 - the autouse fixture, around every test
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,10 +37,15 @@ def run_warnings(warnings: list[str]) -> list[str]:
     return [w for w in warnings if not w.startswith("The client may be the bottleneck")]
 
 
-def run_harness_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_harness_cli(
+    *args: str, cwd: Path, env: dict | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
 
@@ -68,8 +74,12 @@ def real_tokenizer(real_model):
 
 
 # vLLM's settings in every test that loads it: small enough for this machine, prefix caching on
-VLLM = ("backend=vllm", "backend.max_model_len=1024", "backend.cpu_kvcache_space_gib=1",
-        "backend.enable_prefix_caching=true")
+VLLM = (
+    "backend=vllm",
+    "backend.max_model_len=1024",
+    "backend.cpu_kvcache_space_gib=1",
+    "backend.enable_prefix_caching=true",
+)
 
 
 def shared_session(tmp_path_factory, *overrides: str):

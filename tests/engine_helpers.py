@@ -1,9 +1,11 @@
 """Helpers shared by the engine tests: build a backend, make a request, read its stream."""
+
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from backends import GenerationRequest, SamplingParams, TokenChunk
 from backends.registry import backend_registry
@@ -21,8 +23,15 @@ def make_backend(name: str, model, load: bool = True, **overrides):
 
 
 def request(i, ids, n, exact=True, sampling=SamplingParams(), session=0, turn=0) -> GenerationRequest:
-    return GenerationRequest(request_id=i, prompt_token_ids=ids, max_new_tokens=n, exact_output_len=exact,
-                             sampling=sampling, session_id=session, turn=turn)
+    return GenerationRequest(
+        request_id=i,
+        prompt_token_ids=ids,
+        max_new_tokens=n,
+        exact_output_len=exact,
+        sampling=sampling,
+        session_id=session,
+        turn=turn,
+    )
 
 
 async def collect(backend, req: GenerationRequest):
@@ -38,7 +47,11 @@ async def collect(backend, req: GenerationRequest):
 
 def ask(tokenizer_or_renderer, text: str) -> list[int]:
     """A one-message chat, rendered with the model's template (a tokenizer or a PromptRenderer)."""
-    renderer = tokenizer_or_renderer if isinstance(tokenizer_or_renderer, PromptRenderer) else PromptRenderer(tokenizer_or_renderer)
+    renderer = (
+        tokenizer_or_renderer
+        if isinstance(tokenizer_or_renderer, PromptRenderer)
+        else PromptRenderer(tokenizer_or_renderer)
+    )
     return renderer.render([{"role": "user", "content": text}])
 
 

@@ -4,13 +4,15 @@ reasons (throttling), violation counters, temperature and modes a test sets. The
 power over the fake's clock (power changes count from the last reading on), so a test knows
 the energy of any interval. Install it with ``monkeypatch.setitem(sys.modules, "pynvml", fake)``.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 GIB = 2**30
 
@@ -106,7 +108,10 @@ class FakeNVML(types.ModuleType):
         return gpu.clocks_event_reasons
 
     def nvmlDeviceGetViolationStatus(self, gpu: FakeGpu, policy: int) -> types.SimpleNamespace:
-        ns = {self.NVML_PERF_POLICY_POWER: gpu.violation_power_ns, self.NVML_PERF_POLICY_THERMAL: gpu.violation_thermal_ns}
+        ns = {
+            self.NVML_PERF_POLICY_POWER: gpu.violation_power_ns,
+            self.NVML_PERF_POLICY_THERMAL: gpu.violation_thermal_ns,
+        }
         return types.SimpleNamespace(referenceTime=int(self.clock() * 1e6), violationTime=ns[policy])
 
     def nvmlDeviceGetTemperature(self, gpu: FakeGpu, sensor: int) -> int:

@@ -1,29 +1,39 @@
 """Helpers to run the reference server (refserver/app.py) inside tests."""
+
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from backends.base import GenerationRequest
-from core.types import RequestDone, SamplingParams, TokenChunk
-from backends.server.process import ManagedServer
 from backends.server.launch import free_port
+from backends.server.process import ManagedServer
+from core.types import RequestDone, SamplingParams, TokenChunk
 from workloads.prompts import PromptRenderer
 
 
 @contextmanager
-def reference_server(log_dir: Path, *args: str, env: Optional[dict[str, str]] = None,
-                     health_path: str = "/health") -> Iterator[ManagedServer]:
+def reference_server(
+    log_dir: Path, *args: str, env: Optional[dict[str, str]] = None, health_path: str = "/health"
+) -> Iterator[ManagedServer]:
     """A reference server on a free port, healthy, stopped (with its process group) after."""
     port = free_port()
     argv = [sys.executable, "-m", "refserver", "--port", str(port), *args]
-    server = ManagedServer(argv, port=port, log_path=Path(log_dir) / f"reference-{port}.log", env=env,
-                           health_path=health_path, name="reference", stop_grace_s=5)
+    server = ManagedServer(
+        argv,
+        port=port,
+        log_path=Path(log_dir) / f"reference-{port}.log",
+        env=env,
+        health_path=health_path,
+        name="reference",
+        stop_grace_s=5,
+    )
     server.start()
     try:
         server.wait_healthy(60)
@@ -32,10 +42,16 @@ def reference_server(log_dir: Path, *args: str, env: Optional[dict[str, str]] = 
         server.stop()
 
 
-def chat_request(i: int, n: int, exact: bool = True, text: str = "hello there", prompt_ids: Optional[list[int]] = None) -> GenerationRequest:
+def chat_request(
+    i: int, n: int, exact: bool = True, text: str = "hello there", prompt_ids: Optional[list[int]] = None
+) -> GenerationRequest:
     return GenerationRequest(
-        request_id=i, prompt_token_ids=prompt_ids or [1, 2, 3], max_new_tokens=n, exact_output_len=exact,
-        sampling=SamplingParams(), messages=[{"role": "user", "content": text}],
+        request_id=i,
+        prompt_token_ids=prompt_ids or [1, 2, 3],
+        max_new_tokens=n,
+        exact_output_len=exact,
+        sampling=SamplingParams(),
+        messages=[{"role": "user", "content": text}],
     )
 
 
@@ -63,9 +79,15 @@ def run(coro: Any) -> Any:
 
 def chat_over_http(url: str, tokens: int) -> None:
     """One streamed chat request of exactly ``tokens`` tokens, read to its end (plain urllib)."""
-    body = {"model": "reference", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens,
-            "ignore_eos": True, "stream": True}
-    req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": "reference",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    req = urllib.request.Request(
+        f"{url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         r.read()

@@ -1,6 +1,7 @@
 """The CI: workflows checked by actionlint, and the benchmark job's scripts (scripts/ci/) run end
 to end here, with the reference server as the engine: sweep, baseline absent and found, the
 gate passing and failing, the job summary, the teardown."""
+
 import json
 import os
 import shutil
@@ -18,8 +19,15 @@ CI = REPO / "scripts" / "ci"
 BIN = Path(sys.executable).parent
 # the reference server as the engine: a known TTFT, so a slower "engine" is a sure regression
 # two repeats a point: the gate's interval comes from the runs
-SWEEP = ["model=tiny-random", "backend.count_prompt_tokens=false", "backend.itl_ms=2", "workload.num_requests=4",
-         "repeat=2", "machine.enabled=false", "workload.warmup_requests=0"]
+SWEEP = [
+    "model=tiny-random",
+    "backend.count_prompt_tokens=false",
+    "backend.itl_ms=2",
+    "workload.num_requests=4",
+    "repeat=2",
+    "machine.enabled=false",
+    "workload.warmup_requests=0",
+]
 
 
 def env_with(**extra):
@@ -30,8 +38,9 @@ def env_with(**extra):
 
 
 def script(*args, env=None, cwd=REPO, timeout=600):
-    return subprocess.run([str(a) for a in args], cwd=cwd, env=env or env_with(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env or env_with(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_workflows_pass_actionlint():
@@ -44,8 +53,16 @@ def test_workflows_pass_actionlint():
 
 
 def test_shell_scripts_pass_shellcheck():
-    proc = subprocess.run([shutil.which("shellcheck", path=str(BIN)), *sorted(CI.glob("*.sh")),
-                           REPO / "scripts" / "setup.sh", REPO / "scripts" / "test.sh"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            shutil.which("shellcheck", path=str(BIN)),
+            *sorted(CI.glob("*.sh")),
+            REPO / "scripts" / "setup.sh",
+            REPO / "scripts" / "test.sh",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout
 
 
@@ -92,8 +109,20 @@ def sweep(out, ttft_ms):
 
 def gate(tmp_path, current, baseline, name):
     summary = tmp_path / f"summary-{name}.md"
-    proc = script(sys.executable, CI / "gate.py", "--current", current, "--baseline", baseline,
-                  "--out", tmp_path / f"compare-{name}", "--fail-on-regression", "25", "--summary", summary)
+    proc = script(
+        sys.executable,
+        CI / "gate.py",
+        "--current",
+        current,
+        "--baseline",
+        baseline,
+        "--out",
+        tmp_path / f"compare-{name}",
+        "--fail-on-regression",
+        "25",
+        "--summary",
+        summary,
+    )
     return proc, summary.read_text() if summary.exists() else ""
 
 
@@ -142,7 +171,9 @@ def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(
 
 def test_gate_without_a_sweep_is_one_line(tmp_path):
     proc = script(sys.executable, CI / "gate.py", "--current", tmp_path, "--out", tmp_path / "c")
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"error: no sweep.json under {tmp_path}: did the sweep run?"]
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: no sweep.json under {tmp_path}: did the sweep run?"
+    ]
 
 
 @pytest.mark.parametrize("module", ["refserver", "harness.reference_server"])
@@ -150,8 +181,12 @@ def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
     marker = f"teardown-{uuid.uuid4().hex[:8]}"
     proc = script(sys.executable, CI / "teardown.py", "--only", marker)
     assert proc.returncode == 0 and "clean" in proc.stdout
-    stray = subprocess.Popen([sys.executable, "-m", module, "--port", "0", "--model-name", marker],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    stray = subprocess.Popen(
+        [sys.executable, "-m", module, "--port", "0", "--model-name", marker],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         time.sleep(1)
         proc = script(sys.executable, CI / "teardown.py", "--only", marker)
@@ -166,9 +201,19 @@ def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
 
 def test_the_pull_request_ab_gate_interleaves_two_checkouts(tmp_path):
     summary = tmp_path / "summary.md"
-    proc = script(CI / "ab-gate.sh", "reference", REPO, REPO, tmp_path / "ab", "workload=synthetic", *SWEEP[:4],
-                  "machine.enabled=false", "workload.concurrency=2", "workload.warmup_requests=0",
-                  env=env_with(AB_BLOCKS="2", AB_MAX_BLOCKS="2", GITHUB_STEP_SUMMARY=str(summary), NOISE_DIR=str(tmp_path)))
+    proc = script(
+        CI / "ab-gate.sh",
+        "reference",
+        REPO,
+        REPO,
+        tmp_path / "ab",
+        "workload=synthetic",
+        *SWEEP[:4],
+        "machine.enabled=false",
+        "workload.concurrency=2",
+        "workload.warmup_requests=0",
+        env=env_with(AB_BLOCKS="2", AB_MAX_BLOCKS="2", GITHUB_STEP_SUMMARY=str(summary), NOISE_DIR=str(tmp_path)),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # the same code: never a regression
     exp = json.loads((tmp_path / "ab" / "ab.json").read_text())
     assert exp["arms"]["A"]["cwd"] == str(REPO) and len(exp["runs"]) == 4 and exp["verdict"] in ("pass", "inconclusive")
@@ -185,14 +230,27 @@ def test_the_nightly_history_lives_on_a_data_branch(tmp_path, smoke_sweeps):
     subprocess.run([*git, "remote", "add", "origin", remote], check=True)
     env = env_with(HISTORY_PUSH="1", GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
     for n, results in enumerate([smoke_sweeps["base"], smoke_sweeps["same"]], start=1):
-        proc = subprocess.run(["bash", CI / "history.sh", results, tmp_path / f"history{n}", tmp_path / f"trend{n}.html"],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            ["bash", CI / "history.sh", results, tmp_path / f"history{n}", tmp_path / f"trend{n}.html"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]  # no change: no alert
         assert (tmp_path / f"trend{n}.html").is_file()
-    files = subprocess.run(["git", "--git-dir", remote, "ls-tree", "-r", "--name-only", "bench-history"],
-                           capture_output=True, text=True, check=True).stdout.split()
-    assert len(files) == 2 * 2 * 2 and all(f.startswith("history/runs/engine=") and f.endswith(".parquet") for f in files)
-    log = subprocess.run(["git", "--git-dir", remote, "log", "--oneline", "bench-history"], capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "--git-dir", remote, "ls-tree", "-r", "--name-only", "bench-history"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert len(files) == 2 * 2 * 2 and all(
+        f.startswith("history/runs/engine=") and f.endswith(".parquet") for f in files
+    )
+    log = subprocess.run(
+        ["git", "--git-dir", remote, "log", "--oneline", "bench-history"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert len(log) == 2  # one commit a night, appended: nothing rewritten
     assert "history" in (tmp_path / "summary.md").read_text().lower()

@@ -16,24 +16,26 @@ GPU are driven through their preset against the reference server speaking their 
 (their HTTP path, not their numerics). ``python benchmarks/conformance_table.py`` runs this
 module and prints the engine × mode × case table.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Optional
 
 import pytest
-
-from backends import RequestDone, TokenChunk
-from backends.registry import backend_registry
-from backends.factory import create_backend
-from backends.base import GenerationRequest
-from core.types import SamplingParams
-from backends.server.backend import ServerBackend
 from engine_helpers import loaded_backend, require_llama_server
 from reference_fixtures import reply_ids
+
+from backends import RequestDone, TokenChunk
+from backends.base import GenerationRequest
+from backends.factory import create_backend
+from backends.registry import backend_registry
+from backends.server.backend import ServerBackend
+from core.types import SamplingParams
 from workloads.prompts import PromptRenderer
 
 # SmolLM2 answers in 11 tokens ("The answer to this classic math problem is 4."), then <|im_end|>,
@@ -66,28 +68,77 @@ class Target:
 
 SCRIPTED = {"batched_equals_serial": "the reference server's words depend on arrival order, not on the prompt"}
 TARGETS = [
-    Target("transformers-inprocess", "transformers", "inprocess", dict(batching="static", max_batch_size=4, batch_wait_s=0.05),
-           notes={"prompt_tokens": "the engine is handed the ids and reports no count of its own"}),
+    Target(
+        "transformers-inprocess",
+        "transformers",
+        "inprocess",
+        dict(batching="static", max_batch_size=4, batch_wait_s=0.05),
+        notes={"prompt_tokens": "the engine is handed the ids and reports no count of its own"},
+    ),
     Target("transformers-server", "transformers", "server", dict(startup_timeout_s=240)),
     Target("vllm-inprocess", "vllm", "inprocess", shared="vllm_inprocess"),
     Target("vllm-server", "vllm", "server", server_ids=True, shared="vllm_server"),
-    Target("llamacpp-inprocess", "llamacpp", "inprocess", dict(batched=True, max_batch_size=4, n_ctx=1024),
-           notes={"prompt_tokens": "batched, llama.cpp's counters belong to the context the sequences share "
-                                   "(every batched step counts as prompt eval): no per-request prompt count"}),
-    Target("llamacpp-server", "llamacpp", "server", dict(startup_timeout_s=120),
-           notes={"prompt_tokens": "llama_cpp.server sends no usage"}),
-    Target("llama-server", "llamacpp", "server", dict(server="llama-server", max_batch_size=4, n_ctx=1024,
-                                                       startup_timeout_s=120), needs=require_llama_server),
+    Target(
+        "llamacpp-inprocess",
+        "llamacpp",
+        "inprocess",
+        dict(batched=True, max_batch_size=4, n_ctx=1024),
+        notes={
+            "prompt_tokens": "batched, llama.cpp's counters belong to the context the sequences share "
+            "(every batched step counts as prompt eval): no per-request prompt count"
+        },
+    ),
+    Target(
+        "llamacpp-server",
+        "llamacpp",
+        "server",
+        dict(startup_timeout_s=120),
+        notes={"prompt_tokens": "llama_cpp.server sends no usage"},
+    ),
+    Target(
+        "llama-server",
+        "llamacpp",
+        "server",
+        dict(server="llama-server", max_batch_size=4, n_ctx=1024, startup_timeout_s=120),
+        needs=require_llama_server,
+    ),
     # MLX's CPU kernels run at ~2 GFLOP/s here (5 tokens/s): short replies, a short cancelled one, two in a batch
-    Target("mlx-inprocess", "mlx", "inprocess", {}, n=4, exact_n=14, eos_budget=16, long=30, batch=2,
-           notes={"prompt_tokens": "mlx-lm's BatchGenerator reports no per-request prompt count (its serial mode does)"}),
-    Target("mlx-server", "mlx", "server", dict(startup_timeout_s=120), n=4, exact_n=14, eos_budget=16, long=30,
-           batch=2),
-    Target("reference-server", "reference", "server", dict(ttft_ms=5, itl_ms=20, tokens=8),
-           model_reply=False, notes=SCRIPTED),
+    Target(
+        "mlx-inprocess",
+        "mlx",
+        "inprocess",
+        {},
+        n=4,
+        exact_n=14,
+        eos_budget=16,
+        long=30,
+        batch=2,
+        notes={"prompt_tokens": "mlx-lm's BatchGenerator reports no per-request prompt count (its serial mode does)"},
+    ),
+    Target(
+        "mlx-server", "mlx", "server", dict(startup_timeout_s=120), n=4, exact_n=14, eos_budget=16, long=30, batch=2
+    ),
+    Target(
+        "reference-server",
+        "reference",
+        "server",
+        dict(ttft_ms=5, itl_ms=20, tokens=8),
+        model_reply=False,
+        notes=SCRIPTED,
+    ),
     Target("sglang-server", "sglang", "server", {}, dialect_of="sglang", model_reply=False, notes=SCRIPTED),
-    Target("tgi-server", "tgi", "server", {}, dialect_of="tgi", model_reply=False, notes={
-        **SCRIPTED, "exact_length": "TGI's OpenAI layer has no ignore_eos or min_tokens: it cannot be asked for exact lengths"}),
+    Target(
+        "tgi-server",
+        "tgi",
+        "server",
+        {},
+        dialect_of="tgi",
+        model_reply=False,
+        notes={
+            **SCRIPTED,
+            "exact_length": "TGI's OpenAI layer has no ignore_eos or min_tokens: it cannot be asked for exact lengths",
+        },
+    ),
 ]
 
 
@@ -101,24 +152,52 @@ class Engine:
 
     def request(self, i: int, text: str, n: int, exact: bool = True) -> GenerationRequest:
         messages = [{"role": "user", "content": text}]
-        return GenerationRequest(request_id=i, prompt_token_ids=self.renderer.render(messages), max_new_tokens=n,
-                                 exact_output_len=exact, sampling=SamplingParams(), messages=messages)
+        return GenerationRequest(
+            request_id=i,
+            prompt_token_ids=self.renderer.render(messages),
+            max_new_tokens=n,
+            exact_output_len=exact,
+            sampling=SamplingParams(),
+            messages=messages,
+        )
 
 
 def _config(target: Target, model):
     if target.dialect_of:  # the engine's own preset, its server replaced by the reference server
-        command = ["{python}", "-m", "refserver", "--host", "{host}", "--port", "{port}", "--dialect",
-                   target.dialect_of, "--tokens", "8", "--ttft-ms", "5", "--itl-ms", "20", "--tokenizer", "{model}",
-                   "--model-name", "whatever"]
-        return backend_registry.get(target.backend).config_cls(mode="server", startup_timeout_s=60,
-                                                               server_command=command, **target.overrides)
+        command = [
+            "{python}",
+            "-m",
+            "refserver",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--dialect",
+            target.dialect_of,
+            "--tokens",
+            "8",
+            "--ttft-ms",
+            "5",
+            "--itl-ms",
+            "20",
+            "--tokenizer",
+            "{model}",
+            "--model-name",
+            "whatever",
+        ]
+        return backend_registry.get(target.backend).config_cls(
+            mode="server", startup_timeout_s=60, server_command=command, **target.overrides
+        )
     return backend_registry.get(target.backend).config_cls(mode=target.mode, **target.overrides)
 
 
 @pytest.fixture(scope="module", params=TARGETS, ids=[t.id for t in TARGETS])
 def engine(request, real_model, real_tokenizer, tmp_path_factory):
     target: Target = request.param
-    ids = {real_tokenizer.eos_token_id, *(real_tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>"))}
+    ids = {
+        real_tokenizer.eos_token_id,
+        *(real_tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>")),
+    }
     renderer = PromptRenderer(real_tokenizer)
     if target.shared:  # an engine session other tests use too, loaded once (tests/conftest.py)
         session = request.getfixturevalue(target.shared)
@@ -211,7 +290,7 @@ def test_stop_at_end_of_sequence(engine):
 def test_batched_equals_serial(engine):
     applies(engine, "batched_equals_serial")
     n = engine.target.n
-    reqs = [engine.request(10 + i, text, n) for i, text in enumerate(PROMPTS[:engine.target.batch])]
+    reqs = [engine.request(10 + i, text, n) for i, text in enumerate(PROMPTS[: engine.target.batch])]
     serial = [engine.run(read(engine.backend, r)) for r in reqs]
 
     async def together():

@@ -6,6 +6,7 @@
 - Signal drills: Ctrl-C, SIGTERM, SIGHUP (and SIGKILL in server mode) on a run in progress.
 - An engine that dies mid-run; two runs started together on one folder.
 """
+
 import json
 import math
 import signal
@@ -17,15 +18,15 @@ import urllib.request
 import pandas as pd
 import psutil
 import pytest
+from conftest import as_foreground_job, make_config, run_harness_cli
+from reference_fixtures import chat_request, collect, reference_server, run
 
 from backends.http.client import HTTPStatusError, OpenAIClient
 from backends.http.probe import check_server
-from conftest import as_foreground_job, make_config, run_harness_cli
 from core.errors import HarnessError
-from refserver.faults import FAULTS
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
-from reference_fixtures import chat_request, collect, reference_server, run
+from refserver.faults import FAULTS
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4", "progress=false"]
 REF = ["backend=reference", "backend.ttft_ms=2", "backend.itl_ms=1", "backend.count_prompt_tokens=false"]
@@ -63,10 +64,22 @@ def test_every_fault_has_a_case():
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_a_misbehaving_server_never_loses_the_run(tmp_path, fault):
-    cfg = make_config(*REF, *FAST, f"backend.error_kind={fault}", "backend.error_rate=0.5", "backend.seed=4",
-                      "backend.idle_timeout_s=1", "backend.request_timeout_s=60", "backend.max_event_mib=1",
-                      "backend.fault_size_mib=4", f"workload.num_requests={N_REQUESTS}", "workload.concurrency=4",
-                      f"workload.output_len={OUTPUT_LEN}", "workload.warmup_requests=0", "report=true")
+    cfg = make_config(
+        *REF,
+        *FAST,
+        f"backend.error_kind={fault}",
+        "backend.error_rate=0.5",
+        "backend.seed=4",
+        "backend.idle_timeout_s=1",
+        "backend.request_timeout_s=60",
+        "backend.max_event_mib=1",
+        "backend.fault_size_mib=4",
+        f"workload.num_requests={N_REQUESTS}",
+        "workload.concurrency=4",
+        f"workload.output_len={OUTPUT_LEN}",
+        "workload.warmup_requests=0",
+        "report=true",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     for name in ("summary.json", "requests.parquet", "report.html", "config.yaml"):
         assert (tmp_path / name).is_file(), name
@@ -101,18 +114,34 @@ def test_the_api_key_never_follows_a_redirect_to_another_origin(tmp_path, tiny_m
 
     env = {"REF_FAULT_KEY": "sk-fault-secret"}
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # loopback must not go through it
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-kind", "redirect", "--error-rate", "1",
-                          "--api-key-env", "REF_FAULT_KEY", env=env) as srv:
+    with reference_server(
+        tmp_path,
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+        "--error-kind",
+        "redirect",
+        "--error-rate",
+        "1",
+        "--api-key-env",
+        "REF_FAULT_KEY",
+        env=env,
+    ) as srv:
         base = srv.url_root + "/v1"
         with pytest.raises(HarnessError, match="refused the API key"):  # the redirected GET came without it
             check_server(base, "sk-fault-secret", "REF_FAULT_KEY")
-        client = OpenAIClient(base, model_name="m", api_key="sk-fault-secret",
-                              tokenizer=AutoTokenizer.from_pretrained(tiny_model.hf_dir))
+        client = OpenAIClient(
+            base, model_name="m", api_key="sk-fault-secret", tokenizer=AutoTokenizer.from_pretrained(tiny_model.hf_dir)
+        )
         with pytest.raises(HTTPStatusError, match="HTTP 307"):  # a streaming POST follows no redirect
             run(collect(client.stream(chat_request(0, 4))))
         seen = _received(srv)
     assert [(r["method"], r["host"].split(":")[0], r["authorization"]) for r in seen] == [
-        ("GET", "127.0.0.1", True), ("GET", "localhost", False), ("POST", "127.0.0.1", True)]
+        ("GET", "127.0.0.1", True),
+        ("GET", "localhost", False),
+        ("POST", "127.0.0.1", True),
+    ]
     assert "sk-fault-secret" not in srv.log_path.read_text()
 
 
@@ -120,9 +149,14 @@ def test_the_api_key_never_follows_a_redirect_to_another_origin(tmp_path, tiny_m
 
 
 def _start_and_wait_for_rows(tmp_path, args, rows, preexec_fn=None):
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=preexec_fn or as_foreground_job)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec_fn or as_foreground_job,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         found = list(tmp_path.glob("*/requests.jsonl"))
@@ -155,10 +189,17 @@ def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
     must still end the run and keep what it measured."""
     # llama.cpp in-process: an engine in the harness's own process that starts in about a second
     # (transformers' import alone is 5 s)
-    args = ["backend=llamacpp", "backend.n_ctx=256", "workload=synthetic", "workload.num_requests=400",
-            "workload.input_len=48", "workload.output_len=16", "progress=false", f"output_root={tmp_path}"]
-    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3,
-                                             _as_background_job if started == "background" else None)
+    args = [
+        "backend=llamacpp",
+        "backend.n_ctx=256",
+        "workload=synthetic",
+        "workload.num_requests=400",
+        "workload.input_len=48",
+        "workload.output_len=16",
+        "progress=false",
+        f"output_root={tmp_path}",
+    ]
+    proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 3, _as_background_job if started == "background" else None)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -181,9 +222,14 @@ def test_a_ctrl_c_while_the_harness_starts_is_not_lost(tmp_path):
     """A background job starts with SIGINT ignored; the harness takes it back before its imports,
     so a SIGINT during them ends the command at once (it was ignored until the config was checked,
     and a run went on to its end). The bad value shows where it stopped: the check never ran."""
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=abc",
-                             f"output_root={tmp_path}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_as_background_job)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=abc", f"output_root={tmp_path}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_background_job,
+    )
     deadline = time.monotonic() + 60
     while proc.poll() is None and _ignores_sigint(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -197,8 +243,14 @@ def test_a_ctrl_c_while_the_harness_starts_is_not_lost(tmp_path):
 def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_it_ran(tmp_path):
     """Stages and the steady-state window end where the run ended, not where the schedule would
     have: a stage's throughput over the schedule's 30 s read a third of the real rate."""
-    args = [*REF, *FAST, "workload.stages=[{duration_s: 1, rate: 10}, {duration_s: 30, rate: 10}]",
-            "workload.warmup_s=0.5", "workload.cooldown_s=1", f"output_root={tmp_path}"]
+    args = [
+        *REF,
+        *FAST,
+        "workload.stages=[{duration_s: 1, rate: 10}, {duration_s: 30, rate: 10}]",
+        "workload.warmup_s=0.5",
+        "workload.cooldown_s=1",
+        f"output_root={tmp_path}",
+    ]
     proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 22)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -217,11 +269,27 @@ def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_i
 def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
     """What the probes so far say is kept apart (best_so_far): a search stopped after its first
     probe passed must not read as the highest load that meets the SLO."""
-    args = [*REF, "backend.itl_ms=10", *FAST, "workload.output_len=20", "workload.num_requests=30",
-            "slo_search.enabled=true", "slo_search.over=concurrency", "slo_search.low=1", "slo.e2e_s=10",
-            f"hydra.run.dir={tmp_path / 'search'}"]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    args = [
+        *REF,
+        "backend.itl_ms=10",
+        *FAST,
+        "workload.output_len=20",
+        "workload.num_requests=30",
+        "slo_search.enabled=true",
+        "slo_search.over=concurrency",
+        "slo_search.low=1",
+        "slo.e2e_s=10",
+        f"hydra.run.dir={tmp_path / 'search'}",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
+
     def probes_written() -> int:
         try:
             return len(json.loads((tmp_path / "search" / "sweep.json").read_text())["slo_search"]["probes"])
@@ -242,9 +310,14 @@ def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
 
 def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
     slow = "backend.server_command=['{python}','-m','refserver','--port','{port}','--startup-delay-s','60']"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=4", slow,
-                             f"output_root={tmp_path}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=4", slow, f"output_root={tmp_path}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob("*/server.log")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -253,8 +326,10 @@ def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     (run_dir,) = tmp_path.iterdir()
-    assert err.strip().splitlines()[-1] == \
-        f"interrupted before the run started: nothing was measured (the engine's log is kept in {run_dir})"
+    assert (
+        err.strip().splitlines()[-1]
+        == f"interrupted before the run started: nothing was measured (the engine's log is kept in {run_dir})"
+    )
     assert not list(run_dir.glob("requests.*")) and not (run_dir / "summary.json").exists()
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
@@ -262,10 +337,26 @@ def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
 
 def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "-m", *REF, "backend.itl_ms=20", *FAST,
-                             "workload.output_len=20", "workload.num_requests=100", "workload.concurrency=4,1",
-                             f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "-m",
+            *REF,
+            "backend.itl_ms=20",
+            *FAST,
+            "workload.output_len=20",
+            "workload.num_requests=100",
+            "workload.concurrency=4,1",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         rows = list(sweep.glob("1-*/requests.jsonl"))
@@ -285,9 +376,19 @@ def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures
 def test_a_run_interrupted_while_nothing_is_in_flight_runs_to_the_interrupt(tmp_path):
     """Chats in their think time when Ctrl-C comes: T runs to the interrupt, not to the last
     request's end (which read a throughput many times the real one)."""
-    args = [*REF, "model=tiny-random", "workload=chat", "workload.output_len=4", "workload.sessions=2",
-            "workload.turns=3", "workload.concurrency=2", "workload.think_time_s=30", "workload.warmup_requests=0",
-            "progress=false", f"output_root={tmp_path}"]
+    args = [
+        *REF,
+        "model=tiny-random",
+        "workload=chat",
+        "workload.output_len=4",
+        "workload.sessions=2",
+        "workload.turns=3",
+        "workload.concurrency=2",
+        "workload.think_time_s=30",
+        "workload.warmup_requests=0",
+        "progress=false",
+        f"output_root={tmp_path}",
+    ]
     proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 2)
     time.sleep(2.0)
     proc.send_signal(signal.SIGINT)
@@ -307,8 +408,14 @@ def _under_nohup():
 def test_a_run_under_nohup_outlives_a_hangup(tmp_path):
     """nohup starts the harness with SIGHUP ignored: a closed terminal must not end the run
     (SIGTERM still does)."""
-    args = [*REF, "backend.itl_ms=20", *FAST, "workload.output_len=50", "workload.num_requests=200",
-            f"output_root={tmp_path}"]
+    args = [
+        *REF,
+        "backend.itl_ms=20",
+        *FAST,
+        "workload.output_len=50",
+        "workload.num_requests=200",
+        f"output_root={tmp_path}",
+    ]
     proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 2, _under_nohup)
     proc.send_signal(signal.SIGHUP)
     time.sleep(2)
@@ -319,11 +426,19 @@ def test_a_run_under_nohup_outlives_a_hangup(tmp_path):
     assert load_summary(run_dir)["status"] == "interrupted"
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, 130), (signal.SIGKILL, -9)])
+@pytest.mark.parametrize(
+    "sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, 130), (signal.SIGKILL, -9)]
+)
 def test_server_run_stops_its_server(tmp_path, sig, code):
     """SIGKILL runs no clean-up in the harness: the server's watchdog stops it."""
-    args = [*REF, "backend.itl_ms=20", *FAST, "workload.output_len=50", "workload.num_requests=200",
-            f"output_root={tmp_path}"]
+    args = [
+        *REF,
+        "backend.itl_ms=20",
+        *FAST,
+        "workload.output_len=50",
+        "workload.num_requests=200",
+        f"output_root={tmp_path}",
+    ]
     proc, run_dir = _start_and_wait_for_rows(tmp_path, args, 2)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children, "the server should be a child of the harness"
@@ -349,12 +464,23 @@ def test_server_run_stops_its_server(tmp_path, sig, code):
 
 
 def test_a_server_that_dies_mid_run(tmp_path):
-    proc = run_harness_cli(*REF, *FAST, "backend.exit_after=3", "workload.warmup_requests=0", "workload.num_requests=8",
-                           "workload.concurrency=1", f"output_root={tmp_path}", cwd=tmp_path, timeout=300)
+    proc = run_harness_cli(
+        *REF,
+        *FAST,
+        "backend.exit_after=3",
+        "workload.warmup_requests=0",
+        "workload.num_requests=8",
+        "workload.concurrency=1",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 2
     lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert len(lines) == 1
-    assert "the reference server exited with code 3" in lines[0] and "during the run; 5 of 8 requests failed" in lines[0]
+    assert (
+        "the reference server exited with code 3" in lines[0] and "during the run; 5 of 8 requests failed" in lines[0]
+    )
     run_dir = next(tmp_path.iterdir())
     assert str(run_dir) in lines[0]
     df = load_requests(run_dir)
@@ -369,10 +495,25 @@ def test_two_runs_started_together_do_not_share_a_folder(tmp_path):
     import yaml
 
     same = tmp_path / "same"
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", *REF, *FAST, "workload.num_requests=3", f"seed={seed}",
-                               f"hydra.run.dir={same}"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for seed in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                *REF,
+                *FAST,
+                "workload.num_requests=3",
+                f"seed={seed}",
+                f"hydra.run.dir={same}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert sorted(code for code, _ in results) == [0, 2], results
     refused = next(err for code, err in results if code == 2).strip().splitlines()

@@ -13,14 +13,16 @@ import may go down to a lower layer, or stay inside its own component; the test 
 
 Run it alone to see the layers: ``python tests/test_layers.py``.
 """
+
 from __future__ import annotations
 
 import ast
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "backends", "workloads", "core", "refserver")
@@ -30,8 +32,14 @@ PACKAGES = ("harness", "backends", "workloads", "core", "refserver")
 # import each other.
 LAYERS: list[list[tuple[str, ...]]] = [
     # entry points: python -m harness, and the thin modules behind the other commands
-    [("=harness", "harness.__main__", "harness.cli", "harness.preflight", "=harness.held"), ("=harness.compare",),
-     ("=harness.report",), ("=harness.agree",), ("=harness.reference_server",), ("=harness.ab",)],
+    [
+        ("=harness", "harness.__main__", "harness.cli", "harness.preflight", "=harness.held"),
+        ("=harness.compare",),
+        ("=harness.report",),
+        ("=harness.agree",),
+        ("=harness.reference_server",),
+        ("=harness.ab",),
+    ],
     [("harness.run",)],  # an engine session × a load point → a run folder; sweeps, SLO search, agree
     [("harness.history",)],  # the history of runs: Parquet files, DuckDB, change points, trend, check
     [("harness.reports",)],  # pages and text rendered from run folders: report, compare
@@ -118,8 +126,13 @@ def edges(files: dict[str, Path]) -> tuple[list[Edge], list[str]]:
                         if _is_private(alias.name) and target != source:
                             private.append(f"{source}:{node.lineno} imports {alias.name} from {target}")
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and _is_private(node.attr) and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases and aliases[node.value.id] != source):
+            if (
+                isinstance(node, ast.Attribute)
+                and _is_private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and aliases[node.value.id] != source
+            ):
                 private.append(f"{source}:{node.lineno} uses {node.value.id}.{node.attr} of {aliases[node.value.id]}")
     return found, private
 

@@ -1,4 +1,5 @@
 """Workloads: what requests to send, with what lengths, arriving when."""
+
 from core.registry import Registry
 from workloads.base import SessionSpec, TurnSpec, Workload, WorkloadConfig, WorkloadPlan
 

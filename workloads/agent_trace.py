@@ -29,6 +29,7 @@ session id where a trace has one (``workload=trace`` replays them). AIPerf's Wek
 coding traces (kv-cache-tester; one JSON object per job with ``requests`` of ``t``, ``type``,
 ``in``, ``out``, ``hash_ids``) map onto this format with scripts/convert_weka_trace.py (workloads/weka_trace.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ from core.errors import ConfigError
 from workloads.agent_tree import Agent, AgentCall, Job
 from workloads.datafiles import positive_int, read_records
 
-HINT = ('an agent trace is JSON Lines of {"job_id", "call_id", "agent_id", "parent_call_id", "output_length", '
-        'and one of "text", "token_ids", "new_tokens", "input_length"} (docs/metrics.md, trace replay)')
+HINT = (
+    'an agent trace is JSON Lines of {"job_id", "call_id", "agent_id", "parent_call_id", "output_length", '
+    'and one of "text", "token_ids", "new_tokens", "input_length"} (docs/metrics.md, trace replay)'
+)
 CONTENT_KEYS = ("text", "token_ids", "new_tokens", "input_length")
 
 
@@ -68,8 +71,9 @@ def read_agent_trace(path_text: str, time_scale: float = 1.0) -> AgentTrace:
         job, call_id = str(r["job_id"]), str(r["call_id"])
         agent_key = (job, str(r.get("agent_id", "main")))
         if (job, call_id) in calls:
-            raise ConfigError(f"{where}: call_id {call_id!r} appears twice in job {job!r}; "
-                              "call ids are unique in a job")
+            raise ConfigError(
+                f"{where}: call_id {call_id!r} appears twice in job {job!r}; call ids are unique in a job"
+            )
         call = _call(r, where, time_scale)
         parent = r.get("parent_call_id")
         agent = agents.get(agent_key)
@@ -77,8 +81,10 @@ def read_agent_trace(path_text: str, time_scale: float = 1.0) -> AgentTrace:
             agent = agents[agent_key] = Agent([])
             if parent is None:
                 if job in jobs:
-                    raise ConfigError(f"{where}: job {job!r} already has a main agent; a sub-agent's first call "
-                                      "names the call it forks after in parent_call_id")
+                    raise ConfigError(
+                        f"{where}: job {job!r} already has a main agent; a sub-agent's first call "
+                        "names the call it forks after in parent_call_id"
+                    )
                 start = r.get("start_s")
                 if start is not None and not (isinstance(start, (int, float)) and start >= 0):
                     raise ConfigError(f"{where}: start_s must be a number >= 0 seconds (got {start!r})")
@@ -86,18 +92,22 @@ def read_agent_trace(path_text: str, time_scale: float = 1.0) -> AgentTrace:
             else:
                 forked = calls.get((job, str(parent)))
                 if forked is None:
-                    raise ConfigError(f"{where}: parent_call_id {parent!r} is not a call of job {job!r} on an "
-                                      "earlier line")
+                    raise ConfigError(
+                        f"{where}: parent_call_id {parent!r} is not a call of job {job!r} on an earlier line"
+                    )
                 forked[1].forks.append(agent)
         elif parent is not None and calls.get((job, str(parent)), (None, None))[1] is not agent.calls[-1]:
-            raise ConfigError(f"{where}: parent_call_id {parent!r} is not the previous call of agent "
-                              f"{agent_key[1]!r}; an agent's calls are sequential")
+            raise ConfigError(
+                f"{where}: parent_call_id {parent!r} is not the previous call of agent "
+                f"{agent_key[1]!r}; an agent's calls are sequential"
+            )
         agent.calls.append(call)
         calls[(job, call_id)] = (agent_key, call)
     orphans = sorted({job for job, _ in agents} - set(jobs))
     if orphans:
-        raise ConfigError(f"workload.trace_path={path}: job {orphans[0]!r} has no main agent (a first call with "
-                          "parent_call_id null)")
+        raise ConfigError(
+            f"workload.trace_path={path}: job {orphans[0]!r} has no main agent (a first call with parent_call_id null)"
+        )
     return AgentTrace(path, list(jobs.values()), len(records))
 
 
@@ -130,12 +140,24 @@ def _call(r: dict[str, Any], where: str, time_scale: float) -> AgentCall:
     return call
 
 
-def trace_line(job_id: Any, call_id: Any, output_length: int, *, agent_id: str = "main",
-               parent_call_id: Optional[Any] = None, start_s: Optional[float] = None,
-               tool_gap_s: float = 0.0, **content: Any) -> dict[str, Any]:
+def trace_line(
+    job_id: Any,
+    call_id: Any,
+    output_length: int,
+    *,
+    agent_id: str = "main",
+    parent_call_id: Optional[Any] = None,
+    start_s: Optional[float] = None,
+    tool_gap_s: float = 0.0,
+    **content: Any,
+) -> dict[str, Any]:
     """One line of the format (converters write these)."""
-    line: dict[str, Any] = {"job_id": job_id, "call_id": call_id, "agent_id": agent_id,
-                            "parent_call_id": parent_call_id}
+    line: dict[str, Any] = {
+        "job_id": job_id,
+        "call_id": call_id,
+        "agent_id": agent_id,
+        "parent_call_id": parent_call_id,
+    }
     if start_s is not None:
         line["start_s"] = start_s
     line.update({k: v for k, v in content.items() if v is not None})

@@ -14,6 +14,7 @@ sessions — one per agent, with ``job_id``, ``depth`` and ``parent`` (session i
 the order the dependencies allow (a parent's turn before its sub-agents, they before the
 parent's next turn), which is also the order :func:`theoretical_hit_rate` counts them in.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,7 +45,7 @@ class AgentCall:
     new_tokens: Optional[int] = None
     input_length: Optional[int] = None
     gap_s: float = 0.0
-    forks: list["Agent"] = field(default_factory=list)
+    forks: list[Agent] = field(default_factory=list)
     label: Optional[str] = None  # the call's id in a trace (prompt_id)
     # the message is the previous call's sub-agents' results (their last stand-in replies),
     # then the text above if any (a generated job; a trace's own lengths already count them)
@@ -84,8 +85,14 @@ class JobBuilder:
     """Renders the jobs' prompts: ``system`` for every agent, stand-in replies and filler
     text from the corpus at seeded starts."""
 
-    def __init__(self, renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.random.Generator,
-                 system: Optional[str], max_context: Optional[int] = None):
+    def __init__(
+        self,
+        renderer: PromptRenderer,
+        corpus: TokenizedCorpus,
+        rng: np.random.Generator,
+        system: Optional[str],
+        max_context: Optional[int] = None,
+    ):
         self.renderer, self.corpus, self.rng, self.system = renderer, corpus, rng, system
         self.max_context = max_context
         self.sessions: list[SessionSpec] = []
@@ -102,11 +109,19 @@ class JobBuilder:
             roots.append(root)
         return BuiltJobs(self.sessions, roots, self.prompts)
 
-    def _agent(self, agent: Agent, job_id: int, depth: int, history: Messages,
-               parent: Optional[tuple[int, int]]) -> tuple[SessionSpec, str]:
+    def _agent(
+        self, agent: Agent, job_id: int, depth: int, history: Messages, parent: Optional[tuple[int, int]]
+    ) -> tuple[SessionSpec, str]:
         """The agent's session (its sub-agents' after it), and its last reply."""
-        session = SessionSpec(len(self.sessions), [], system=self.system, history=list(history) or None,
-                              job_id=job_id, depth=depth, parent=parent)
+        session = SessionSpec(
+            len(self.sessions),
+            [],
+            system=self.system,
+            history=list(history) or None,
+            job_id=job_id,
+            depth=depth,
+            parent=parent,
+        )
         self.sessions.append(session)
         context = list(history)
         results: list[str] = []
@@ -118,17 +133,28 @@ class JobBuilder:
             context.append({"role": "user", "content": user})
             ids = self.renderer.render(chat_messages(self.system, context))
             if self.max_context is not None and len(ids) + call.output_len > self.max_context:
-                raise ConfigError(f"workload=agentic: job {job_id}'s agent at depth {depth} reaches a prompt of "
-                                  f"{len(ids)} + {call.output_len} output tokens at its call {t}, more than the "
-                                  f"model's context of {self.max_context}: shorten workload.turns, tool_result_len "
-                                  "or output_len")
+                raise ConfigError(
+                    f"workload=agentic: job {job_id}'s agent at depth {depth} reaches a prompt of "
+                    f"{len(ids)} + {call.output_len} output tokens at its call {t}, more than the "
+                    f"model's context of {self.max_context}: shorten workload.turns, tool_result_len "
+                    "or output_len"
+                )
             reply = self.filler(call.output_len)
-            session.turns.append(TurnSpec(user, call.output_len, call.gap_s, prompt_token_ids=ids, reply=reply,
-                                          prompt_id=call.label or f"j{job_id}/s{session.session_id}/t{t}"))
+            session.turns.append(
+                TurnSpec(
+                    user,
+                    call.output_len,
+                    call.gap_s,
+                    prompt_token_ids=ids,
+                    reply=reply,
+                    prompt_id=call.label or f"j{job_id}/s{session.session_id}/t{t}",
+                )
+            )
             self.prompts.append(ids)
             context.append({"role": "assistant", "content": reply})
-            results = [self._agent(child, job_id, depth + 1, context, (session.session_id, t))[1]
-                       for child in call.forks]
+            results = [
+                self._agent(child, job_id, depth + 1, context, (session.session_id, t))[1] for child in call.forks
+            ]
         return session, reply
 
     def _user_text(self, call: AgentCall, context: Messages) -> str:
@@ -147,8 +173,11 @@ class JobBuilder:
         """Corpus text that makes the rendered prompt ``target`` tokens where it can (tokens may
         merge across the text's edges: the window is grown or shrunk a few times); at least
         one token when the context is already that long."""
-        render = lambda text: len(self.renderer.render(  # noqa: E731
-            chat_messages(self.system, [*context, {"role": "user", "content": text}])))
+        render = lambda text: len(
+            self.renderer.render(  # noqa: E731
+                chat_messages(self.system, [*context, {"role": "user", "content": text}])
+            )
+        )
         start = self.corpus.random_start(self.rng)
         n = max(1, target - render(""))
         text = self.corpus.text(start, n)
@@ -161,8 +190,14 @@ class JobBuilder:
         return text
 
 
-def job_sessions(renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.random.Generator,
-                 system: Optional[str], jobs: list[Job], max_context: Optional[int] = None) -> BuiltJobs:
+def job_sessions(
+    renderer: PromptRenderer,
+    corpus: TokenizedCorpus,
+    rng: np.random.Generator,
+    system: Optional[str],
+    jobs: list[Job],
+    max_context: Optional[int] = None,
+) -> BuiltJobs:
     """The plan's sessions for ``jobs`` (see the module's docstring)."""
     return JobBuilder(renderer, corpus, rng, system, max_context).build(jobs)
 

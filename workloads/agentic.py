@@ -22,6 +22,7 @@ A generated job (workloads/agent_tree.py has the tree and its sessions):
 The load: ``concurrency`` counts **jobs** in flight (closed loop; a job's sub-agents run in
 its slot, in parallel); ``rate`` is jobs per second (open loop). ``jobs`` is how many.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -81,32 +82,49 @@ class AgenticConfig(WorkloadConfig):
 
     def validate(self) -> None:
         super().validate()
-        for key in ("jobs", "turns", "task_len", "tool_result_len", "fanout", "fork_every", "sub_turns",
-                    "sub_task_len"):
+        for key in (
+            "jobs",
+            "turns",
+            "task_len",
+            "tool_result_len",
+            "fanout",
+            "fork_every",
+            "sub_turns",
+            "sub_task_len",
+        ):
             require_positive(f"workload.{key}", getattr(self, key))
         if self.depth < 0 or self.system_prompt_len < 0:
-            raise ConfigError(f"workload.depth and workload.system_prompt_len must be >= 0 "
-                              f"(got {self.depth}, {self.system_prompt_len})")
+            raise ConfigError(
+                f"workload.depth and workload.system_prompt_len must be >= 0 "
+                f"(got {self.depth}, {self.system_prompt_len})"
+            )
         check_length_distribution("workload.tool_result_len", self.tool_result_len_dist, self.tool_result_len_spread)
         if self.tool_gap_dist not in GAP_DISTRIBUTIONS:
-            raise ConfigError(f"workload.tool_gap_dist must be one of {', '.join(GAP_DISTRIBUTIONS)} "
-                              f"(got {self.tool_gap_dist!r})")
+            raise ConfigError(
+                f"workload.tool_gap_dist must be one of {', '.join(GAP_DISTRIBUTIONS)} (got {self.tool_gap_dist!r})"
+            )
         if not self.tool_gap_s >= 0 or not self.time_scale > 0:
-            raise ConfigError(f"workload.tool_gap_s must be >= 0 and workload.time_scale > 0 "
-                              f"(got {self.tool_gap_s}, {self.time_scale})")
+            raise ConfigError(
+                f"workload.tool_gap_s must be >= 0 and workload.time_scale > 0 "
+                f"(got {self.tool_gap_s}, {self.time_scale})"
+            )
         if self.trace_path is None:
             self.check_tree()
 
     def check_tree(self) -> None:
         """The generated tree as asked: sub-agents that fork where depth > 1, and a size that fits."""
         if self.depth > 1 and not fork_points(self.sub_turns, self.fork_every):
-            raise ConfigError(f"workload.depth={self.depth} needs sub-agents that fork, and an agent forks after each "
-                              f"workload.fork_every={self.fork_every} calls when another follows: make "
-                              f"workload.sub_turns ({self.sub_turns}) more than {self.fork_every}, or depth 1")
+            raise ConfigError(
+                f"workload.depth={self.depth} needs sub-agents that fork, and an agent forks after each "
+                f"workload.fork_every={self.fork_every} calls when another follows: make "
+                f"workload.sub_turns ({self.sub_turns}) more than {self.fork_every}, or depth 1"
+            )
         calls = self.calls_per_job()
         if calls > MAX_CALLS_PER_JOB:
-            raise ConfigError(f"workload.depth={self.depth} and workload.fanout={self.fanout} make jobs of over "
-                              f"{MAX_CALLS_PER_JOB:,} calls each; make them smaller")
+            raise ConfigError(
+                f"workload.depth={self.depth} and workload.fanout={self.fanout} make jobs of over "
+                f"{MAX_CALLS_PER_JOB:,} calls each; make them smaller"
+            )
 
     def calls_per_job(self) -> int:
         """Calls in one generated job: the main loop's, and each level's sub-agents' (capped just
@@ -145,8 +163,9 @@ class JobGenerator:
     def agent(self, n_calls: int, task_len: int, depth: int) -> Agent:
         cfg = self.cfg
         forks = fork_points(n_calls, cfg.fork_every) if depth < cfg.depth else set()
-        tool_lens = sample_lengths(self.rng, n_calls, cfg.tool_result_len, cfg.tool_result_len_dist,
-                                   cfg.tool_result_len_spread)
+        tool_lens = sample_lengths(
+            self.rng, n_calls, cfg.tool_result_len, cfg.tool_result_len_dist, cfg.tool_result_len_spread
+        )
         out_lens = sample_lengths(self.rng, n_calls, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)
         calls = []
         for t in range(n_calls):
@@ -179,18 +198,25 @@ class AgenticWorkload(Workload):
         if cfg.trace_path is not None:
             trace = read_agent_trace(cfg.trace_path, cfg.time_scale)
             jobs = trace.jobs
-            source = {"path": cfg.trace_path, "format": "agentic-jsonl", "sha256": file_sha256(trace.path),
-                      "records": trace.calls}
+            source = {
+                "path": cfg.trace_path,
+                "format": "agentic-jsonl",
+                "sha256": file_sha256(trace.path),
+                "records": trace.calls,
+            }
         else:
             jobs = JobGenerator(cfg, tree_rng).jobs(session_count(cfg, cfg.jobs, arrival_rng))
         built = job_sessions(renderer, corpus, text_rng, system, jobs, renderer.max_context)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests,
-                               min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
+        warmup = corpus_warmup(
+            renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS)
+        )
         roots = list(built.roots)
         trace_arrivals = source is not None and all(r.arrival_s is not None for r in roots)
         if trace_arrivals and cfg.rate is not None:
-            raise ConfigError("workload.trace_path gives every job a start offset: drop workload.rate "
-                              "(workload.time_scale speeds the trace up or slows it down)")
+            raise ConfigError(
+                "workload.trace_path gives every job a start offset: drop workload.rate "
+                "(workload.time_scale speeds the trace up or slows it down)"
+            )
         stamps = [r.arrival_s for r in roots]
         plan = make_plan(cfg, roots, warmup, arrival_rng, seed, use_schedule=not trace_arrivals)
         if trace_arrivals:

@@ -3,6 +3,7 @@
 Gaps between arrivals are drawn from Gamma(shape b, scale 1 / (rate * b)): the mean gap is
 1 / rate; b = 1 is a Poisson process, larger b is more regular, smaller b is burstier.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,6 +4,7 @@ A plan is a list of sessions; a session is a list of turns. A synthetic workload
 turn per session; a chat workload re-sends the whole history each turn. Everything in a
 plan is decided before the run from the seed, except the model's replies in a chat.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +12,10 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import chain, islice
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -69,7 +71,7 @@ class WorkloadConfig:
     tool_choice_share: float = 0.0  # share of requests sent with tool_choice "required" (the rest "auto")
 
     def validate(self) -> None:
-        require_positive(f"workload.concurrency", self.concurrency, allow_none=True)
+        require_positive("workload.concurrency", self.concurrency, allow_none=True)
         require_positive("workload.min_rounds", self.min_rounds, allow_none=True)
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"workload.rate must be > 0 requests/s, or null for a closed loop (got {self.rate})")
@@ -92,8 +94,10 @@ class WorkloadConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"workload.{key} must be >= 0 seconds (got {value!r})")
         if schedule is not None and self.warmup_s + self.cooldown_s >= schedule.duration_s:
-            raise ConfigError(f"workload.warmup_s + workload.cooldown_s ({self.warmup_s + self.cooldown_s:g} s) leave no "
-                              f"steady-state window in a run of {schedule.duration_s:g} s: make them shorter")
+            raise ConfigError(
+                f"workload.warmup_s + workload.cooldown_s ({self.warmup_s + self.cooldown_s:g} s) leave no "
+                f"steady-state window in a run of {schedule.duration_s:g} s: make them shorter"
+            )
         adapter_specs(self.lora)
         self.structured()
 
@@ -107,13 +111,18 @@ class WorkloadConfig:
         if response_format is None and tools is None:
             return None
         if self.exact_output_len:
-            raise ConfigError("workload.response_format and workload.tools need workload.exact_output_len=false: "
-                              "a constrained reply ends when it is complete, not at an exact length")
-        return {"response_format": response_format, "tools": tools,
-                "tool_choice_share": float(self.tool_choice_share) if tools else 0.0}
+            raise ConfigError(
+                "workload.response_format and workload.tools need workload.exact_output_len=false: "
+                "a constrained reply ends when it is complete, not at an exact length"
+            )
+        return {
+            "response_format": response_format,
+            "tools": tools,
+            "tool_choice_share": float(self.tool_choice_share) if tools else 0.0,
+        }
 
 
-def session_count(cfg: WorkloadConfig, configured: int, arrival_rng: Optional["np.random.Generator"] = None) -> int:
+def session_count(cfg: WorkloadConfig, configured: int, arrival_rng: Optional[np.random.Generator] = None) -> int:
     """``configured``, raised to ``min_rounds`` × concurrency for a closed loop that asks for it.
     A time-shaped load decides the count itself: open loop, one session per arrival of the
     schedule (drawn from a copy of ``arrival_rng``, which make_plan draws again); closed loop,
@@ -257,8 +266,12 @@ def compact_session_json(s: SessionSpec) -> dict[str, Any]:
     excerpt of each message; the full text stays in the data file (its sha256 is in the plan)."""
     turns = []
     for t in s.turns:
-        turn: dict[str, Any] = {"prompt_id": t.prompt_id, "user": _excerpt(t.user), "user_chars": len(t.user),
-                                "output_len": t.output_len}
+        turn: dict[str, Any] = {
+            "prompt_id": t.prompt_id,
+            "user": _excerpt(t.user),
+            "user_chars": len(t.user),
+            "output_len": t.output_len,
+        }
         if t.prompt_token_ids is not None:
             turn["prompt_tokens"] = len(t.prompt_token_ids)
         if t.think_time_s:
@@ -353,8 +366,13 @@ class WorkloadPlan:
 
     def _head(self) -> dict[str, Any]:
         """Every key of workload.json but the sessions, the warm-up and the hashes: small."""
-        body: dict[str, Any] = {"name": self.name, "exact_output_len": self.exact_output_len,
-                                "concurrency": self.concurrency, "open_loop": self.open_loop, "sampling": self.sampling}
+        body: dict[str, Any] = {
+            "name": self.name,
+            "exact_output_len": self.exact_output_len,
+            "concurrency": self.concurrency,
+            "open_loop": self.open_loop,
+            "sampling": self.sampling,
+        }
         if self.source is not None:
             body["source"] = self.source
         if self.schedule is not None:
@@ -440,7 +458,7 @@ class _CanonicalHash:
         keys = sorted([*measured, "sessions"])
         at = keys.index("sessions")
         part = lambda ks: ", ".join(f"{json.dumps(k)}: {json.dumps(measured[k], sort_keys=True)}" for k in ks)  # noqa: E731
-        before, after = part(keys[:at]), part(keys[at + 1:])
+        before, after = part(keys[:at]), part(keys[at + 1 :])
         self._sha = hashlib.sha256(("{" + (before + ", " if before else "") + '"sessions": [').encode())
         self._tail = "]" + (", " + after if after else "") + "}"
         self._first = True
@@ -471,17 +489,17 @@ class Workload(ABC):
         self.config = config
 
     @abstractmethod
-    def build(self, renderer: "PromptRenderer", corpus: "TokenizedCorpus", seed: int) -> WorkloadPlan:
+    def build(self, renderer: PromptRenderer, corpus: TokenizedCorpus, seed: int) -> WorkloadPlan:
         """Make the plan; the same config, tokenizer and seed give the same plan."""
 
 
 from workloads.arrivals import arrival_registry
-from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule  # noqa: E402
 from workloads.corpus import TokenizedCorpus  # noqa: E402
 from workloads.prompts import PromptRenderer  # noqa: E402
+from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule  # noqa: E402
 
 
-def seeded_streams(seed: int, n: int) -> list["np.random.Generator"]:
+def seeded_streams(seed: int, n: int) -> list[np.random.Generator]:
     """Independent random streams from one seed (text, lengths, arrivals, warm-up…)."""
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
@@ -490,7 +508,7 @@ def make_plan(
     config: WorkloadConfig,
     sessions: Iterable[SessionSpec],
     warmup: list[SessionSpec],
-    arrival_rng: "np.random.Generator",
+    arrival_rng: np.random.Generator,
     seed: Optional[int] = None,
     use_schedule: bool = True,
     count: Optional[int] = None,
@@ -541,8 +559,12 @@ def make_plan(
     )
 
 
-def _kept_sessions(sessions: Iterable[SessionSpec], n: int, arrivals: Optional[Sequence[float]],
-                   adapters: Optional[list[Optional[str]]]) -> Sessions:
+def _kept_sessions(
+    sessions: Iterable[SessionSpec],
+    n: int,
+    arrivals: Optional[Sequence[float]],
+    adapters: Optional[list[Optional[str]]],
+) -> Sessions:
     """The first ``n`` sessions, each given its arrival time and adapter: the list itself, cut to
     ``n``; or, from an iterator, a list or (beyond SPILL_AT) a file, filled as it is taken."""
     kept: Union[list[SessionSpec], SessionFile]

@@ -5,10 +5,12 @@ Servers are stateless, so the client keeps the conversation: turn k's prompt is 
 replies, then the new user message. Sessions run concurrently; each waits ``think_time_s``
 between a reply and its next message.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
@@ -19,11 +21,11 @@ from workloads.base import (
     Workload,
     WorkloadConfig,
     WorkloadPlan,
-    session_count,
     check_length_distribution,
-    require_positive,
     make_plan,
+    require_positive,
     seeded_streams,
+    session_count,
 )
 from workloads.corpus import TokenizedCorpus
 from workloads.lengths import sample_lengths
@@ -81,8 +83,9 @@ class ChatWorkload(Workload):
             background = corpus.text(corpus.random_start(system_rng), cfg.system_prompt_len)
             system = "You are a helpful reading assistant. Background text:\n\n" + background
 
-        def sessions(rng, n_sessions: int, n_turns: int, first_id: int,
-                     max_output: Optional[int] = None) -> Iterator[SessionSpec]:
+        def sessions(
+            rng, n_sessions: int, n_turns: int, first_id: int, max_output: Optional[int] = None
+        ) -> Iterator[SessionSpec]:
             for s in range(n_sessions):
                 user_lens = sample_lengths(rng, n_turns, cfg.user_len, cfg.user_len_dist, cfg.user_len_spread)
                 out_lens = sample_lengths(rng, n_turns, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)

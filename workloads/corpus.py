@@ -3,6 +3,7 @@
 Prompts are windows of real prose (see corpus/SOURCES.md), so what a model reads and what a
 person reads in a report make sense, unlike random token ids.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,7 @@ class TokenizedCorpus:
         tokens = tokenizer.convert_ids_to_tokens(self.ids)
         # Byte-level BPE marks a leading space with "Ġ"; SentencePiece with "▁".
         self.word_starts = np.array(
-            [i for i, t in enumerate(tokens) if t[:1] in ("Ġ", "▁") and t[1:2].isupper()]
-            or list(range(len(self.ids)))
+            [i for i, t in enumerate(tokens) if t[:1] in ("Ġ", "▁") and t[1:2].isupper()] or list(range(len(self.ids)))
         )
 
     def random_start(self, rng: np.random.Generator) -> int:

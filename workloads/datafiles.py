@@ -4,18 +4,20 @@ data's prefixes out of the engine's cache.
 
 Every bad input is one ConfigError line naming the file and what to do.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from core.errors import ConfigError
-from workloads.base import SessionSpec, TurnSpec, WorkloadConfig, WorkloadPlan, require_positive, make_plan
+from workloads.base import SessionSpec, TurnSpec, WorkloadConfig, WorkloadPlan, make_plan, require_positive
 from workloads.corpus import TokenizedCorpus
 from workloads.prompts import PromptRenderer, user_only
 
@@ -43,7 +45,9 @@ class DataConfig(WorkloadConfig):
     def validate(self) -> None:
         super().validate()
         if (self.path is None) == (self.hf_dataset is None):
-            raise ConfigError(f"workload={self.name} needs its data: set workload.path=FILE (or workload.hf_dataset=owner/name:file)")
+            raise ConfigError(
+                f"workload={self.name} needs its data: set workload.path=FILE (or workload.hf_dataset=owner/name:file)"
+            )
         if self.path is not None:
             data_file(self)  # a missing file is named before any engine is imported
         require_positive("workload.num_requests", self.num_requests, allow_none=True)
@@ -55,12 +59,18 @@ class DataConfig(WorkloadConfig):
 
     def keeps(self, prompt_len: int, output_len: int) -> bool:
         """Whether a request passes the length filters."""
-        return (self.min_prompt_len <= prompt_len and (self.max_prompt_len is None or prompt_len <= self.max_prompt_len)
-                and self.min_output_len <= output_len and (self.max_output_len is None or output_len <= self.max_output_len))
+        return (
+            self.min_prompt_len <= prompt_len
+            and (self.max_prompt_len is None or prompt_len <= self.max_prompt_len)
+            and self.min_output_len <= output_len
+            and (self.max_output_len is None or output_len <= self.max_output_len)
+        )
 
     def filters_text(self) -> str:
-        return (f"prompt {self.min_prompt_len}–{self.max_prompt_len or '∞'} tokens, "
-                f"output {self.min_output_len}–{self.max_output_len or '∞'} tokens")
+        return (
+            f"prompt {self.min_prompt_len}–{self.max_prompt_len or '∞'} tokens, "
+            f"output {self.min_output_len}–{self.max_output_len or '∞'} tokens"
+        )
 
 
 def data_file(cfg: DataConfig) -> Path:
@@ -79,8 +89,10 @@ def hub_file(spec: str, revision: Optional[str] = None) -> Path:
     reads only the cache)."""
     repo, sep, filename = spec.partition(":")
     if not sep or repo.count("/") != 1 or not filename:
-        raise ConfigError(f"workload.hf_dataset={spec!r} must be owner/name:file, e.g. "
-                          "anon8231489123/ShareGPT_Vicuna_unfiltered:ShareGPT_V3_unfiltered_cleaned_split.json")
+        raise ConfigError(
+            f"workload.hf_dataset={spec!r} must be owner/name:file, e.g. "
+            "anon8231489123/ShareGPT_Vicuna_unfiltered:ShareGPT_V3_unfiltered_cleaned_split.json"
+        )
     try:
         from huggingface_hub import hf_hub_download
 
@@ -89,8 +101,10 @@ def hub_file(spec: str, revision: Optional[str] = None) -> Path:
         raise ConfigError("workload.hf_dataset needs huggingface_hub: pip install huggingface_hub") from None
     except Exception as exc:  # noqa: BLE001 - offline, not found, no access: one line either way
         detail = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"workload.hf_dataset={spec}: could not get the file ({type(exc).__name__}: {detail}); "
-                          "download it and pass workload.path=FILE instead") from None
+        raise ConfigError(
+            f"workload.hf_dataset={spec}: could not get the file ({type(exc).__name__}: {detail}); "
+            "download it and pass workload.path=FILE instead"
+        ) from None
 
 
 def file_sha256(path: Path) -> str:
@@ -103,8 +117,13 @@ def file_sha256(path: Path) -> str:
 
 def source_info(cfg: DataConfig, path: Path, fmt: str, records: int) -> dict[str, Any]:
     """What the plan (and the summary) say about the data: enough to find and check it again."""
-    return {"path": str(cfg.hf_dataset or path), "format": fmt, "sha256": file_sha256(path), "records": records,
-            "bytes": path.stat().st_size}
+    return {
+        "path": str(cfg.hf_dataset or path),
+        "format": fmt,
+        "sha256": file_sha256(path),
+        "records": records,
+        "bytes": path.stat().st_size,
+    }
 
 
 def read_records(path: Path, what: str, label: str) -> list[Any]:
@@ -133,23 +152,27 @@ def read_records(path: Path, what: str, label: str) -> list[Any]:
 
 
 def none_left(cfg: DataConfig, path: Path, considered: int, why: str = "") -> ConfigError:
-    return ConfigError(f"workload.path={path}: no request left after the filters ({cfg.filters_text()}) "
-                       f"of {considered} records{why}; widen workload.min_/max_prompt_len and min_/max_output_len")
+    return ConfigError(
+        f"workload.path={path}: no request left after the filters ({cfg.filters_text()}) "
+        f"of {considered} records{why}; widen workload.min_/max_prompt_len and min_/max_output_len"
+    )
 
 
 def context_limit(cfg: DataConfig, renderer: PromptRenderer) -> Optional[int]:
     return cfg.max_context or renderer.max_context
 
 
-def check_context(cfg: DataConfig, renderer: PromptRenderer, prompt_id: Optional[str], prompt_len: int,
-                  output_len: int, path: Path) -> None:
+def check_context(
+    cfg: DataConfig, renderer: PromptRenderer, prompt_id: Optional[str], prompt_len: int, output_len: int, path: Path
+) -> None:
     """One line when a request needs more than the model's context."""
     limit = context_limit(cfg, renderer)
     if limit is not None and prompt_len + output_len > limit:
         raise ConfigError(
             f"workload.path={path}: prompt {prompt_id} needs {prompt_len} prompt + {output_len} output tokens, "
             f"more than the model's context of {limit}; drop such prompts with workload.max_prompt_len="
-            f"{max(1, limit - output_len)} (or workload.max_output_len)")
+            f"{max(1, limit - output_len)} (or workload.max_output_len)"
+        )
 
 
 def take(order: Iterator[int], n: Optional[int]) -> Iterator[int]:
@@ -164,25 +187,36 @@ def token_count(renderer: PromptRenderer, text: str) -> int:
     return len(renderer.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def corpus_warmup(renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.random.Generator, n: int,
-                  output_len: int) -> list[SessionSpec]:
+def corpus_warmup(
+    renderer: PromptRenderer, corpus: TokenizedCorpus, rng: np.random.Generator, n: int, output_len: int
+) -> list[SessionSpec]:
     """Warm-up requests of corpus text: they warm the engine without putting the data's
     prefixes into its cache before the measured phase."""
     overhead = renderer.overhead(user_only)
     prompts = renderer.fit_texts(corpus, rng, [overhead + WARMUP_PROMPT_TOKENS] * n, user_only, overhead=overhead)
-    return [SessionSpec(-n + i, [TurnSpec(text, output_len, prompt_token_ids=ids, prompt_id="warmup")])
-            for i, (text, ids) in enumerate(prompts)]
+    return [
+        SessionSpec(-n + i, [TurnSpec(text, output_len, prompt_token_ids=ids, prompt_id="warmup")])
+        for i, (text, ids) in enumerate(prompts)
+    ]
 
 
-def data_plan(cfg: WorkloadConfig, sessions: list[SessionSpec], warmup: list[SessionSpec],
-              arrival_rng: np.random.Generator, seed: int, source: dict[str, Any],
-              arrivals: Optional[list[float]] = None) -> WorkloadPlan:
+def data_plan(
+    cfg: WorkloadConfig,
+    sessions: list[SessionSpec],
+    warmup: list[SessionSpec],
+    arrival_rng: np.random.Generator,
+    seed: int,
+    source: dict[str, Any],
+    arrivals: Optional[list[float]] = None,
+) -> WorkloadPlan:
     """make_plan, with the data's source; ``arrivals`` (seconds from the first) make it an open
     loop that follows the data's own timestamps: then ``workload.duration_s`` keeps the
     requests that arrive before it, and stages or a ramp are refused (the data sets the times)."""
     if arrivals is not None and (getattr(cfg, "stages", None) is not None or getattr(cfg, "ramp", None) is not None):
-        raise ConfigError(f"workload={cfg.name} arrives at its data's timestamps: drop workload.stages and "
-                          "workload.ramp (workload.duration_s keeps the requests that arrive before it)")
+        raise ConfigError(
+            f"workload={cfg.name} arrives at its data's timestamps: drop workload.stages and "
+            "workload.ramp (workload.duration_s keeps the requests that arrive before it)"
+        )
     if arrivals is not None and getattr(cfg, "duration_s", None) is not None:
         kept = [i for i, t in enumerate(arrivals) if t < cfg.duration_s]
         sessions[:] = [sessions[i] for i in kept]

@@ -7,6 +7,7 @@ the run is an open loop whose requests arrive at them (times ``workload.time_sca
 without, it runs at ``workload.concurrency`` or ``workload.rate`` like any workload. Requests
 are taken in file order (``num_requests``: the first N that pass the filters).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,9 +16,15 @@ from typing import Any, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, seeded_streams
-from workloads.base import session_count
-from workloads.schedule import load_schedule
+from workloads.base import (
+    WARMUP_OUTPUT_TOKENS,
+    SessionSpec,
+    TurnSpec,
+    Workload,
+    WorkloadPlan,
+    seeded_streams,
+    session_count,
+)
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     DataConfig,
@@ -33,8 +40,11 @@ from workloads.datafiles import (
 )
 from workloads.lengths import sample_lengths
 from workloads.prompts import PromptRenderer, chat_messages
+from workloads.schedule import load_schedule
 
-FORMAT_HINT = 'JSONL wants one object a line: {"prompt": "…"} or {"messages": [...]}, with "output_len" and "timestamp" optional'
+FORMAT_HINT = (
+    'JSONL wants one object a line: {"prompt": "…"} or {"messages": [...]}, with "output_len" and "timestamp" optional'
+)
 ROLES = ("system", "user", "assistant")
 
 
@@ -53,19 +63,26 @@ class JsonlConfig(DataConfig):
 def parse_line(record: Any, n: int, path: Path) -> tuple[Optional[str], list[dict[str, str]], str, Any, Any]:
     """(system, earlier messages, user message, output_len, timestamp) of one line."""
     if not isinstance(record, dict) or ("prompt" in record) == ("messages" in record):
-        raise ConfigError(f"workload.path={path}: record {n} needs exactly one of 'prompt' or 'messages'; {FORMAT_HINT}")
+        raise ConfigError(
+            f"workload.path={path}: record {n} needs exactly one of 'prompt' or 'messages'; {FORMAT_HINT}"
+        )
     if "prompt" in record:
         if not isinstance(record["prompt"], str):
             raise ConfigError(f"workload.path={path}: record {n}: 'prompt' must be a string; {FORMAT_HINT}")
         return None, [], record["prompt"], record.get("output_len"), record.get("timestamp")
     messages = record["messages"]
-    ok = isinstance(messages, list) and messages and all(
-        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in messages)
+    ok = (
+        isinstance(messages, list)
+        and messages
+        and all(isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in messages)
+    )
     if not ok or messages[-1]["role"] != "user":
-        raise ConfigError(f"workload.path={path}: record {n}: 'messages' must be a list of {{role, content}} "
-                          f"(roles {', '.join(ROLES)}) ending with the user's; {FORMAT_HINT}")
+        raise ConfigError(
+            f"workload.path={path}: record {n}: 'messages' must be a list of {{role, content}} "
+            f"(roles {', '.join(ROLES)}) ending with the user's; {FORMAT_HINT}"
+        )
     system = messages[0]["content"] if messages[0]["role"] == "system" else None
-    earlier = [dict(role=m["role"], content=m["content"]) for m in messages[1 if system is not None else 0:-1]]
+    earlier = [dict(role=m["role"], content=m["content"]) for m in messages[1 if system is not None else 0 : -1]]
     return system, earlier, messages[-1]["content"], record.get("output_len"), record.get("timestamp")
 
 
@@ -81,13 +98,17 @@ class JsonlWorkload(Workload):
         parsed = [parse_line(r, n, path) for n, r in enumerate(records, 1)]
         timed = cfg.use_timestamps and any(p[4] is not None for p in parsed)
         if timed and cfg.rate is not None:
-            raise ConfigError(f"workload.path={path} has timestamps, which set the arrivals: drop workload.rate "
-                              "(or set workload.use_timestamps=false)")
+            raise ConfigError(
+                f"workload.path={path} has timestamps, which set the arrivals: drop workload.rate "
+                "(or set workload.use_timestamps=false)"
+            )
         sessions: list[SessionSpec] = []
         stamps: list[float] = []
         considered = 0
         wanted = cfg.num_requests
-        if wanted is not None and not timed and load_schedule(cfg) is not None:  # a time-shaped load: as many as it needs
+        if (
+            wanted is not None and not timed and load_schedule(cfg) is not None
+        ):  # a time-shaped load: as many as it needs
             wanted = session_count(cfg, wanted, arrival_rng)
         for n, (system, earlier, user, out_len, stamp) in enumerate(parsed, 1):
             if wanted is not None and len(sessions) >= wanted:
@@ -98,22 +119,36 @@ class JsonlWorkload(Workload):
             else:
                 n_out = positive_int(out_len)
                 if not n_out:
-                    raise ConfigError(f"workload.path={path}: record {n}: output_len must be a whole number >= 1 (got {out_len!r})")
+                    raise ConfigError(
+                        f"workload.path={path}: record {n}: output_len must be a whole number >= 1 (got {out_len!r})"
+                    )
             if timed:
                 if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or stamp != stamp:
-                    raise ConfigError(f"workload.path={path}: record {n} has no numeric 'timestamp' while others do; "
-                                      "give every line one, or set workload.use_timestamps=false")
+                    raise ConfigError(
+                        f"workload.path={path}: record {n} has no numeric 'timestamp' while others do; "
+                        "give every line one, or set workload.use_timestamps=false"
+                    )
             messages = chat_messages(system, earlier + [{"role": "user", "content": user}])
             ids = renderer.render(messages)
             if not cfg.keeps(len(ids), n_out):
                 continue
             check_context(cfg, renderer, f"line {n}", len(ids), n_out, path)
-            sessions.append(SessionSpec(len(sessions), [TurnSpec(user, n_out, prompt_token_ids=ids, prompt_id=str(n))],
-                                        system=system, history=earlier or None))
+            sessions.append(
+                SessionSpec(
+                    len(sessions),
+                    [TurnSpec(user, n_out, prompt_token_ids=ids, prompt_id=str(n))],
+                    system=system,
+                    history=earlier or None,
+                )
+            )
             if timed:
                 stamps.append(float(stamp))
         if not sessions:
             raise none_left(cfg, path, considered)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
+        warmup = corpus_warmup(
+            renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS)
+        )
         arrivals = timestamps_to_arrivals(stamps, cfg.time_scale) if timed else None
-        return data_plan(cfg, sessions, warmup, arrival_rng, seed, source_info(cfg, path, "jsonl", len(records)), arrivals)
+        return data_plan(
+            cfg, sessions, warmup, arrival_rng, seed, source_info(cfg, path, "jsonl", len(records)), arrivals
+        )

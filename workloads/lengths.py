@@ -1,4 +1,5 @@
 """Token-length distributions: fixed, uniform (mean ± spread) or normal (sd = spread)."""
+
 from __future__ import annotations
 
 import numpy as np

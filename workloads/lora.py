@@ -16,6 +16,7 @@ with a stream of the run's seed (``seed``, :data:`LORA_STREAM`). The same config
 the same assignment; it is part of the plan, so of the workload's hashes. Warm-up sessions go
 round-robin over the entries in order, so each adapter is loaded before the measured phase.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,17 +69,20 @@ def adapter_specs(settings: Optional[LoraSettings]) -> list[AdapterSpec]:
         entry = dict(entry.items())
         unknown = set(entry) - ENTRY_KEYS
         if unknown:
-            raise ConfigError(f"{key} has unknown keys {', '.join(sorted(unknown))}: "
-                              "an adapter is {name, path, share}")
+            raise ConfigError(
+                f"{key} has unknown keys {', '.join(sorted(unknown))}: an adapter is {{name, path, share}}"
+            )
         name = entry.get("name")
         if not isinstance(name, str) or not name or any(c in name for c in "=,: /"):
-            raise ConfigError(f"{key}.name must be a non-empty name without '=', ',', ':', '/' or spaces "
-                              f"(got {name!r})")
+            raise ConfigError(
+                f"{key}.name must be a non-empty name without '=', ',', ':', '/' or spaces (got {name!r})"
+            )
         path = entry.get("path")
         if name == BASE:
             if path is not None:
-                raise ConfigError(f"{key}: '{BASE}' is the base model's share and takes no path; "
-                                  "name the adapter otherwise")
+                raise ConfigError(
+                    f"{key}: '{BASE}' is the base model's share and takes no path; name the adapter otherwise"
+                )
         elif not isinstance(path, str) or not path:
             raise ConfigError(f"{key} ({name}) needs a path: a PEFT folder, a GGUF LoRA, or store:adapter-N")
         share = entry.get("share", 1.0)
@@ -88,8 +92,9 @@ def adapter_specs(settings: Optional[LoraSettings]) -> list[AdapterSpec]:
     names = [s.name for s in specs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigError(f"workload.lora.adapters names {', '.join(dupes)} more than once: "
-                          "give each entry its own name")
+        raise ConfigError(
+            f"workload.lora.adapters names {', '.join(dupes)} more than once: give each entry its own name"
+        )
     if specs and all(s.is_base for s in specs):
         raise ConfigError(f"workload.lora.adapters has only '{BASE}': add an adapter, or drop workload.lora")
     return specs

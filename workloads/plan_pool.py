@@ -22,16 +22,18 @@ with its parent, even one killed outright (PR_SET_PDEATHSIG); the parent termina
 on any error or interruption (a second Ctrl-C held off meanwhile), and joins them when done, so
 none outlives the build.
 """
+
 from __future__ import annotations
 
 import copy
 import multiprocessing
 import signal
 import warnings
-from collections import deque
-from dataclasses import dataclass
 from array import array
-from typing import Any, Callable, Iterator, Optional, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
@@ -71,8 +73,10 @@ def chunk_streams(rng: np.random.Generator, chunks: int) -> list[np.random.Gener
     seq = rng.bit_generator.seed_seq
     if not isinstance(seq, np.random.SeedSequence):
         raise ValueError("a chunked plan needs a generator made from a seed (numpy.random.default_rng(seed))")
-    return [np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, CHUNK_KEY, k)))
-            for k in range(1, chunks)]
+    return [
+        np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, CHUNK_KEY, k)))
+        for k in range(1, chunks)
+    ]
 
 
 def iter_fitted_texts(
@@ -93,7 +97,9 @@ def iter_fitted_texts(
     if chunks <= 1:
         yield from renderer.fit_texts(corpus, rng, target_lens, make_messages, overhead=overhead)
         return
-    job = _Job(renderer, corpus, target_lens, make_messages, overhead, [copy.deepcopy(rng), *chunk_streams(rng, chunks)])
+    job = _Job(
+        renderer, corpus, target_lens, make_messages, overhead, [copy.deepcopy(rng), *chunk_streams(rng, chunks)]
+    )
     workers = min(chunks, usable_cores() if processes is None else max(1, processes))
     chunk_0_state = None
     # chunk by chunk as they come, every prompt's ids made the renderer's own ints: a plan's
@@ -172,6 +178,6 @@ def _fit_chunk(k: int) -> Chunk:
 def _fit_chunk_of(job: _Job, k: int) -> tuple[list[Fit], dict[str, Any]]:
     """Chunk ``k``'s fits, and its generator's state after them."""
     rng = job.streams[k]
-    lens = job.target_lens[k * CHUNK:(k + 1) * CHUNK]
+    lens = job.target_lens[k * CHUNK : (k + 1) * CHUNK]
     fits = job.renderer.fit_texts(job.corpus, rng, lens, job.make_messages, overhead=job.overhead)
     return fits, rng.bit_generator.state

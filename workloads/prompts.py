@@ -1,7 +1,9 @@
 """Stage 1 of a request, intake: render the chat template and tokenize, once for every engine."""
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -144,8 +146,12 @@ class PromptRenderer:
         return fitted
 
     def _fit_windows(
-        self, corpus: TokenizedCorpus, starts: list[int], target_lens: list[int],
-        make_messages: Callable[[str], Messages], overhead: int,
+        self,
+        corpus: TokenizedCorpus,
+        starts: list[int],
+        target_lens: list[int],
+        make_messages: Callable[[str], Messages],
+        overhead: int,
     ) -> list[Optional[tuple[str, list[int]]]]:
         """Each window of ``starts`` grown or shrunk to its target length (up to 12 tries, in
         lockstep, one batch encode a try), or None where it cannot: where the next length to try

@@ -16,6 +16,7 @@ process keeps its gap shape in the rescaled time, and a constant rate gives the 
 Arrivals are generated until the schedule ends. Closed loop: the cap on sessions in flight
 follows the schedule (:meth:`LoadSchedule.cap_steps`), and no session starts after its end.
 """
+
 from __future__ import annotations
 
 import copy
@@ -173,7 +174,13 @@ def _number(key: str, value: Any, rule: str, ok) -> float:
 
 
 def _whole(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 1 or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or value < 1
+        or value != int(value)
+    ):
         raise ConfigError(f"{key} must be a whole number >= 1 (got {value!r})")
     return int(value)
 
@@ -192,13 +199,17 @@ def load_schedule(cfg: Any) -> Optional[LoadSchedule]:
     ramp = getattr(cfg, "ramp", None)
     rate = getattr(cfg, "rate", None)
     if duration is not None:
-        duration = _number("workload.duration_s", duration, "> 0 seconds, or null for a run of a count", lambda v: v > 0)
+        duration = _number(
+            "workload.duration_s", duration, "> 0 seconds, or null for a run of a count", lambda v: v > 0
+        )
     if stages is not None and ramp is not None:
         raise ConfigError("set workload.stages or workload.ramp, not both (a ramp is one stage that changes)")
     if stages is not None:
         if duration is not None:
-            raise ConfigError("workload.duration_s and workload.stages are both set: the stages' durations make "
-                              "the run's; drop workload.duration_s")
+            raise ConfigError(
+                "workload.duration_s and workload.stages are both set: the stages' durations make "
+                "the run's; drop workload.duration_s"
+            )
         return _stages(stages, rate)
     if ramp is not None:
         return _ramp(_mapping("workload.ramp", ramp, "{from: 1, to: 8, duration_s: 60}"), rate, duration)
@@ -212,16 +223,20 @@ def load_schedule(cfg: Any) -> Optional[LoadSchedule]:
 
 def _stages(stages: Any, rate: Optional[float]) -> LoadSchedule:
     if isinstance(stages, (str, bytes)) or not hasattr(stages, "__len__") or len(stages) == 0:
-        raise ConfigError("workload.stages must be a non-empty list, e.g. '[{duration_s: 60, rate: 1}, "
-                          "{duration_s: 60, rate: 2}]' (or null)")
+        raise ConfigError(
+            "workload.stages must be a non-empty list, e.g. '[{duration_s: 60, rate: 1}, "
+            "{duration_s: 60, rate: 2}]' (or null)"
+        )
     kinds, segments, t = set(), [], 0.0
     for i, raw in enumerate(stages):
         key = f"workload.stages[{i}]"
         stage = _mapping(key, raw)
         unknown = set(stage) - STAGE_KEYS
         if unknown:
-            raise ConfigError(f"{key} has unknown keys {', '.join(sorted(unknown))}: a stage is {{duration_s, rate}} "
-                              "(open loop) or {duration_s, concurrency} (closed loop)")
+            raise ConfigError(
+                f"{key} has unknown keys {', '.join(sorted(unknown))}: a stage is {{duration_s, rate}} "
+                "(open loop) or {duration_s, concurrency} (closed loop)"
+            )
         if (RATE in stage) == (CONCURRENCY in stage):
             raise ConfigError(f"{key} needs a rate (open loop) or a concurrency (closed loop), exactly one of them")
         d = _number(f"{key}.duration_s", stage.get("duration_s"), "> 0 seconds", lambda v: v > 0)
@@ -234,8 +249,10 @@ def _stages(stages: Any, rate: Optional[float]) -> LoadSchedule:
         segments.append(Segment(i, t, t + d, v, v))
         t += d
     if len(kinds) > 1:
-        raise ConfigError("workload.stages mixes rate and concurrency stages: use one kind (rate: open loop, "
-                          "concurrency: closed loop)")
+        raise ConfigError(
+            "workload.stages mixes rate and concurrency stages: use one kind (rate: open loop, "
+            "concurrency: closed loop)"
+        )
     kind = kinds.pop()
     if kind == RATE and rate is not None:
         raise ConfigError("workload.rate and rate stages are both set: the stages give the rates; drop workload.rate")
@@ -245,8 +262,10 @@ def _stages(stages: Any, rate: Optional[float]) -> LoadSchedule:
 def _ramp(ramp: dict[str, Any], rate: Optional[float], duration: Optional[float]) -> LoadSchedule:
     unknown = set(ramp) - RAMP_KEYS
     if unknown:
-        raise ConfigError(f"workload.ramp has unknown keys {', '.join(sorted(unknown))}: a ramp is "
-                          "{from, to, duration_s, shape: linear|exponential, of: rate|concurrency}")
+        raise ConfigError(
+            f"workload.ramp has unknown keys {', '.join(sorted(unknown))}: a ramp is "
+            "{from, to, duration_s, shape: linear|exponential, of: rate|concurrency}"
+        )
     of = ramp.get("of", RATE)
     if of not in (RATE, CONCURRENCY):
         raise ConfigError(f"workload.ramp.of must be rate or concurrency (got {of!r})")
@@ -256,9 +275,16 @@ def _ramp(ramp: dict[str, Any], rate: Optional[float], duration: Optional[float]
     d = _number("workload.ramp.duration_s", ramp.get("duration_s"), "> 0 seconds", lambda v: v > 0)
     if of == RATE:
         if rate is not None:
-            raise ConfigError("workload.rate and workload.ramp are both set: the ramp gives the rate; drop workload.rate")
+            raise ConfigError(
+                "workload.rate and workload.ramp are both set: the ramp gives the rate; drop workload.rate"
+            )
         low = (lambda v: v > 0) if shape == "exponential" else (lambda v: v >= 0)
-        first = _number("workload.ramp.from", ramp.get("from"), "> 0 requests/s" if shape == "exponential" else ">= 0 requests/s", low)
+        first = _number(
+            "workload.ramp.from",
+            ramp.get("from"),
+            "> 0 requests/s" if shape == "exponential" else ">= 0 requests/s",
+            low,
+        )
         last = _number("workload.ramp.to", ramp.get("to"), "> 0 requests/s", lambda v: v > 0)
     else:
         first = float(_whole("workload.ramp.from", ramp.get("from")))
@@ -266,8 +292,10 @@ def _ramp(ramp: dict[str, Any], rate: Optional[float], duration: Optional[float]
     segments = [Segment(0, 0.0, d, first, last, shape)]
     if duration is not None:
         if duration < d:
-            raise ConfigError(f"workload.duration_s ({duration:g}) is shorter than workload.ramp.duration_s ({d:g}): "
-                              "make it longer (the run holds the ramp's end value after it) or drop it")
+            raise ConfigError(
+                f"workload.duration_s ({duration:g}) is shorter than workload.ramp.duration_s ({d:g}): "
+                "make it longer (the run holds the ramp's end value after it) or drop it"
+            )
         if duration > d:
             segments.append(Segment(1, d, duration, last, last))
     return LoadSchedule(of, tuple(segments))

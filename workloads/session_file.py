@@ -12,6 +12,7 @@ Reads use ``os.pread`` on the file's descriptor, so the forked client workers, w
 it, read the same file without sharing a position. A session read back is a new object each
 time: a reader must not change it expecting the plan to keep the change.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,8 @@ import os
 import pickle
 import tempfile
 from array import array
-from typing import Any, Iterator, Optional, Sequence, Union, overload
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional, Union, overload
 
 # A session is a workloads.base.SessionSpec (pickled here, so never imported: base builds these files)
 SessionSpec = Any
@@ -62,7 +64,7 @@ class SessionFile(Sequence[SessionSpec]):
                 if self.largest_request is None or sum(size) > sum(self.largest_request):
                     self.largest_request = size
 
-    def seal(self) -> "SessionFile":
+    def seal(self) -> SessionFile:
         """Every session is in: flush the writes, so the descriptor reads them."""
         self._file.flush()
         self._sealed = True
@@ -101,7 +103,7 @@ class SessionFile(Sequence[SessionSpec]):
                 j += 1
             block = memoryview(os.pread(fd, self._offsets[j] - start, start))
             for k in range(i, j):
-                yield pickle.loads(block[self._offsets[k] - start:self._offsets[k + 1] - start])
+                yield pickle.loads(block[self._offsets[k] - start : self._offsets[k + 1] - start])
             i = j
 
     @property

@@ -13,11 +13,13 @@ the longest prefix shared with any earlier prompt, over Σ prompt tokens — cou
 rendered token ids, so the chat template's own shared tokens count too (they set a floor a
 little above 0). The summary shows the target, the theoretical and the engine's measured rate.
 """
+
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -31,8 +33,8 @@ from workloads.base import (
     Workload,
     WorkloadConfig,
     WorkloadPlan,
-    require_positive,
     make_plan,
+    require_positive,
     seeded_streams,
 )
 from workloads.corpus import TokenizedCorpus
@@ -66,8 +68,10 @@ class SharedPrefixConfig(WorkloadConfig):
             if not 0 <= self.target_cache_hit <= 1:
                 raise ConfigError(f"workload.target_cache_hit must be in [0, 1] (got {self.target_cache_hit})")
             if self.turns != 1:
-                raise ConfigError("workload.target_cache_hit needs workload.turns=1 (later turns' prompts hold the "
-                                  "engine's replies, unknown in advance)")
+                raise ConfigError(
+                    "workload.target_cache_hit needs workload.turns=1 (later turns' prompts hold the "
+                    "engine's replies, unknown in advance)"
+                )
 
 
 def theoretical_hit_rate(prompts: Sequence[Sequence[int]]) -> float:
@@ -99,33 +103,49 @@ class SharedPrefixWorkload(Workload):
         system_len, question_len = cfg.system_prompt_len, cfg.question_len
         if cfg.target_cache_hit is not None:
             system_len, question_len, rate = self._fit_target(renderer, corpus, starts, order)
-            info = {"target_cache_hit": cfg.target_cache_hit, "theoretical_cache_hit": round(rate, 4),
-                    "system_prompt_len": system_len, "question_len": question_len}
+            info = {
+                "target_cache_hit": cfg.target_cache_hit,
+                "theoretical_cache_hit": round(rate, 4),
+                "system_prompt_len": system_len,
+                "question_len": question_len,
+            }
         sessions = self._sessions(corpus, starts, order, system_len, question_len)
         for s in sessions:  # first turns are known in advance; later ones hold the engine's replies
             s.turns[0].prompt_token_ids = renderer.render(_messages(s.system, [s.turns[0].user]))
         if cfg.turns == 1 and "theoretical_cache_hit" not in info:
-            info["theoretical_cache_hit"] = round(theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
+            info["theoretical_cache_hit"] = round(
+                theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4
+            )
+        warmup = corpus_warmup(
+            renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS)
+        )
         plan = make_plan(cfg, sessions, warmup, arrival_rng, seed)
         plan.info = info
         return plan
 
-    def _sessions(self, corpus: TokenizedCorpus, starts: "_Starts", order: np.ndarray, system_len: int,
-                  question_len: int) -> list[SessionSpec]:
+    def _sessions(
+        self, corpus: TokenizedCorpus, starts: _Starts, order: np.ndarray, system_len: int, question_len: int
+    ) -> list[SessionSpec]:
         cfg = self.config
         made = []
         for session_id, k in enumerate(order):
             group, member = divmod(int(k), cfg.prompts_per_group)
             system = corpus.text(starts.system[group], system_len) if system_len > 0 else ""
-            turns = [TurnSpec(corpus.text(starts.question[group][member][t], question_len), cfg.output_len,
-                              cfg.think_time_s if t else 0.0, prompt_id=f"g{group}p{member}" + (f"#{t}" if cfg.turns > 1 else ""))
-                     for t in range(cfg.turns)]
+            turns = [
+                TurnSpec(
+                    corpus.text(starts.question[group][member][t], question_len),
+                    cfg.output_len,
+                    cfg.think_time_s if t else 0.0,
+                    prompt_id=f"g{group}p{member}" + (f"#{t}" if cfg.turns > 1 else ""),
+                )
+                for t in range(cfg.turns)
+            ]
             made.append(SessionSpec(session_id, turns, system=system))
         return made
 
-    def _fit_target(self, renderer: PromptRenderer, corpus: TokenizedCorpus, starts: "_Starts",
-                    order: np.ndarray) -> tuple[int, int, float]:
+    def _fit_target(
+        self, renderer: PromptRenderer, corpus: TokenizedCorpus, starts: _Starts, order: np.ndarray
+    ) -> tuple[int, int, float]:
         """(system_len, question_len, theoretical rate) with system + question = the configured
         total and the rate as near the target as whole tokens allow."""
         cfg = self.config
@@ -139,8 +159,10 @@ class SharedPrefixWorkload(Workload):
 
         top = rate(total - 1)
         if target > top + 0.005:
-            raise ConfigError(f"workload.target_cache_hit={target} is out of reach: with {p} prompts per group the "
-                              f"highest is {top:.3f}; raise workload.prompts_per_group (or the prompt length)")
+            raise ConfigError(
+                f"workload.target_cache_hit={target} is out of reach: with {p} prompts per group the "
+                f"highest is {top:.3f}; raise workload.prompts_per_group (or the prompt length)"
+            )
         # the rate grows by about (p-1)/p per shared token over the prompt's length: step toward it
         overhead = len(renderer.render(_messages("x", ["x"]))) - 2
         lo, hi = 0, total - 1
@@ -176,5 +198,7 @@ class _Starts:
 
     def __init__(self, corpus: TokenizedCorpus, rng: np.random.Generator, cfg: SharedPrefixConfig):
         self.system = [corpus.random_start(rng) for _ in range(cfg.num_groups)]
-        self.question = [[[corpus.random_start(rng) for _ in range(cfg.turns)] for _ in range(cfg.prompts_per_group)]
-                         for _ in range(cfg.num_groups)]
+        self.question = [
+            [[corpus.random_start(rng) for _ in range(cfg.turns)] for _ in range(cfg.prompts_per_group)]
+            for _ in range(cfg.num_groups)
+        ]

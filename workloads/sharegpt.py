@@ -11,6 +11,7 @@ when they pass the length filters, until ``num_requests`` (single turn) or ``ses
   real replies (``history=engine``), or with the dataset's replies (``history=dataset``: every
   prompt is then known in advance). Prompt filters use the history with the dataset's replies.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,9 +20,16 @@ from typing import Any, Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.base import WARMUP_OUTPUT_TOKENS, SessionSpec, TurnSpec, Workload, WorkloadPlan, require_positive, seeded_streams
-from workloads.base import session_count
-from workloads.schedule import load_schedule
+from workloads.base import (
+    WARMUP_OUTPUT_TOKENS,
+    SessionSpec,
+    TurnSpec,
+    Workload,
+    WorkloadPlan,
+    require_positive,
+    seeded_streams,
+    session_count,
+)
 from workloads.corpus import TokenizedCorpus
 from workloads.datafiles import (
     OUTPUT_LEN_SOURCES,
@@ -37,6 +45,7 @@ from workloads.datafiles import (
 )
 from workloads.lengths import sample_lengths
 from workloads.prompts import PromptRenderer, chat_messages
+from workloads.schedule import load_schedule
 
 HISTORIES = ("engine", "dataset")
 USER_ROLES = {"human", "user"}
@@ -75,7 +84,9 @@ def conversation(record: Any, index: int, path: Path) -> tuple[Optional[str], li
     system, turns = None, []
     for m in messages:
         if not isinstance(m, dict):
-            raise ConfigError(f"workload.path={path}: record {index} has a message that is not an object; {FORMAT_HINT}")
+            raise ConfigError(
+                f"workload.path={path}: record {index} has a message that is not an object; {FORMAT_HINT}"
+            )
         role = str(m.get("from", m.get("role", ""))).lower()
         text = m.get("value", m.get("content"))
         if not isinstance(text, str) or not text.strip():
@@ -110,21 +121,34 @@ class ShareGPTWorkload(Workload):
             system, turns = conversation(records[int(index)], int(index), path)
             without_user += not turns
             record_id = str(records[int(index)].get("id", index))
-            session = self._session(renderer, length_rng, len(sessions), record_id, system,
-                                    turns if cfg.multi_turn else turns[:1], path)
+            session = self._session(
+                renderer, length_rng, len(sessions), record_id, system, turns if cfg.multi_turn else turns[:1], path
+            )
             if session is not None:
                 sessions.append(session)
         if not sessions:
             if without_user == considered:
-                raise ConfigError(f"workload.path={path}: none of its {considered} conversations has a user message "
-                                  f"with text; {FORMAT_HINT}")
+                raise ConfigError(
+                    f"workload.path={path}: none of its {considered} conversations has a user message "
+                    f"with text; {FORMAT_HINT}"
+                )
             raise none_left(cfg, path, considered, f" ({without_user} without a user message)" if without_user else "")
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
+        warmup = corpus_warmup(
+            renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS)
+        )
         fmt = "sharegpt-" + ("multi-turn" if cfg.multi_turn else "single-turn")
         return data_plan(cfg, sessions, warmup, arrival_rng, seed, source_info(cfg, path, fmt, len(records)))
 
-    def _session(self, renderer: PromptRenderer, rng, session_id: int, record_id: str, system: Optional[str],
-                 turns: list[tuple[str, Optional[str]]], path: Path) -> Optional[SessionSpec]:
+    def _session(
+        self,
+        renderer: PromptRenderer,
+        rng,
+        session_id: int,
+        record_id: str,
+        system: Optional[str],
+        turns: list[tuple[str, Optional[str]]],
+        path: Path,
+    ) -> Optional[SessionSpec]:
         """The conversation's turns that pass the filters (it is cut at the first that does not);
         None when not even its first turn does. A kept turn longer than the context is an error."""
         cfg = self.config
@@ -146,8 +170,15 @@ class ShareGPTWorkload(Workload):
             # with the engine's replies, later prompts are known only at run time: ids is an estimate
             check_context(cfg, renderer, prompt_id, len(ids), n_out, path)
             known = t == 0 or cfg.history == "dataset"
-            kept.append(TurnSpec(user, n_out, cfg.think_time_s if t else 0.0, prompt_token_ids=ids if known else None,
-                                 reply=reply if cfg.multi_turn and cfg.history == "dataset" else None,
-                                 prompt_id=prompt_id))
+            kept.append(
+                TurnSpec(
+                    user,
+                    n_out,
+                    cfg.think_time_s if t else 0.0,
+                    prompt_token_ids=ids if known else None,
+                    reply=reply if cfg.multi_turn and cfg.history == "dataset" else None,
+                    prompt_id=prompt_id,
+                )
+            )
             history.append({"role": "assistant", "content": reply or ""})
         return SessionSpec(session_id, kept, system=system) if kept else None

@@ -3,11 +3,13 @@
 Input lengths are counted after the chat template is applied (the tokens the engine sees). A plan
 of more than workloads.plan_pool.CHUNK prompts is fitted in chunks on every core.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 from core.errors import ConfigError
 from workloads import workload_registry
@@ -18,11 +20,11 @@ from workloads.base import (
     Workload,
     WorkloadConfig,
     WorkloadPlan,
-    session_count,
     check_length_distribution,
-    require_positive,
     make_plan,
+    require_positive,
     seeded_streams,
+    session_count,
 )
 from workloads.corpus import TokenizedCorpus
 from workloads.lengths import sample_lengths
@@ -96,6 +98,8 @@ def check_context(limit: Optional[int], inputs: list[int], outputs: list[int]) -
         return
     longest = max(range(len(inputs)), key=lambda i: inputs[i] + outputs[i])
     if inputs[longest] + outputs[longest] > limit:
-        raise ConfigError(f"workload.input_len and workload.output_len: a request of {inputs[longest]} prompt + "
-                          f"{outputs[longest]} output tokens needs more than the model's context of {limit} tokens; "
-                          "shorten them (or narrow their spread)")
+        raise ConfigError(
+            f"workload.input_len and workload.output_len: a request of {inputs[longest]} prompt + "
+            f"{outputs[longest]} output tokens needs more than the model's context of {limit} tokens; "
+            "shorten them (or narrow their spread)"
+        )

@@ -14,6 +14,7 @@ loop, in the trace's order; ``num_requests`` takes the first N that pass the fil
 plan's theoretical prefix-cache hit rate (workloads/shared_prefix.py) goes beside the engine's
 measured share in the summary.
 """
+
 from __future__ import annotations
 
 import csv
@@ -44,7 +45,9 @@ from workloads.prompts import PromptRenderer, user_only
 from workloads.shared_prefix import theoretical_hit_rate
 
 FORMATS = ("mooncake", "burstgpt")
-MOONCAKE_HINT = 'a Mooncake trace is JSON Lines of {"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}'
+MOONCAKE_HINT = (
+    'a Mooncake trace is JSON Lines of {"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}'
+)
 BURSTGPT_HINT = "a BurstGPT trace is CSV with the columns Timestamp, Request tokens, Response tokens"
 MIN_BLOCK = 8
 
@@ -66,8 +69,10 @@ class TraceConfig(DataConfig):
         if not self.time_scale > 0:
             raise ConfigError(f"workload.time_scale must be > 0 (got {self.time_scale})")
         if self.rate is not None:
-            raise ConfigError("workload=trace arrives at the trace's timestamps: drop workload.rate "
-                              "(workload.time_scale speeds it up or slows it down)")
+            raise ConfigError(
+                "workload=trace arrives at the trace's timestamps: drop workload.rate "
+                "(workload.time_scale speeds it up or slows it down)"
+            )
 
 
 @dataclass
@@ -82,11 +87,16 @@ class TraceRequest:
 def read_mooncake(path: Path) -> list[TraceRequest]:
     out = []
     for n, r in enumerate(read_records(path, MOONCAKE_HINT, "workload.path"), 1):
-        ok = isinstance(r, dict) and isinstance(r.get("timestamp"), (int, float)) and isinstance(r.get("hash_ids"), list)
-        n_in, n_out = (positive_int(r.get("input_length")), positive_int(r.get("output_length"))) if ok else (None, None)
+        ok = (
+            isinstance(r, dict) and isinstance(r.get("timestamp"), (int, float)) and isinstance(r.get("hash_ids"), list)
+        )
+        n_in, n_out = (
+            (positive_int(r.get("input_length")), positive_int(r.get("output_length"))) if ok else (None, None)
+        )
         if n_in is None or n_out is None:
-            raise ConfigError(f"workload.path={path}: line {n} is not a Mooncake record; {MOONCAKE_HINT} "
-                              "(or set workload.format)")
+            raise ConfigError(
+                f"workload.path={path}: line {n} is not a Mooncake record; {MOONCAKE_HINT} (or set workload.format)"
+            )
         out.append(TraceRequest(n, r["timestamp"] / 1000.0, n_in, n_out, r["hash_ids"]))
     return out
 
@@ -96,8 +106,10 @@ def read_burstgpt(path: Path) -> list[TraceRequest]:
         rows = csv.DictReader(f)
         columns = set(rows.fieldnames or ())
         if not {"Timestamp", "Request tokens", "Response tokens"} <= columns:
-            raise ConfigError(f"workload.path={path}: not a BurstGPT CSV (columns: {', '.join(sorted(columns))[:120]}); "
-                              f"{BURSTGPT_HINT} (or set workload.format)")
+            raise ConfigError(
+                f"workload.path={path}: not a BurstGPT CSV (columns: {', '.join(sorted(columns))[:120]}); "
+                f"{BURSTGPT_HINT} (or set workload.format)"
+            )
         out = []
         for n, row in enumerate(rows, 2):
             try:
@@ -106,8 +118,10 @@ def read_burstgpt(path: Path) -> list[TraceRequest]:
                 stamp = None
             n_in, n_out = positive_int(_number(row["Request tokens"])), positive_int(_number(row["Response tokens"]))
             if stamp is None or n_in is None or n_out is None:
-                raise ConfigError(f"workload.path={path}: line {n} has no numeric Timestamp, Request tokens or "
-                                  f"Response tokens; {BURSTGPT_HINT}")
+                raise ConfigError(
+                    f"workload.path={path}: line {n} has no numeric Timestamp, Request tokens or "
+                    f"Response tokens; {BURSTGPT_HINT}"
+                )
             out.append(TraceRequest(n, stamp, n_in, n_out, None))
     if not out:
         raise ConfigError(f"workload.path={path}: the file holds no records; {BURSTGPT_HINT}")
@@ -180,14 +194,24 @@ class TraceWorkload(Workload):
             keys = [str(h) for h in req.hash_ids] if req.hash_ids is not None else [f"burst{req.line}"]
             body = blocks.body(keys, max(1, req.input_len - overhead))
             ids = renderer.wrap_ids(body, user_only)
-            sessions.append(SessionSpec(len(sessions), [TurnSpec(renderer.decode(body), req.output_len,
-                                                                 prompt_token_ids=ids, prompt_id=str(req.line))]))
+            sessions.append(
+                SessionSpec(
+                    len(sessions),
+                    [TurnSpec(renderer.decode(body), req.output_len, prompt_token_ids=ids, prompt_id=str(req.line))],
+                )
+            )
             stamps.append(req.timestamp_s)
         if not sessions:
             raise none_left(cfg, path, considered)
-        warmup = corpus_warmup(renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS))
+        warmup = corpus_warmup(
+            renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS)
+        )
         source = source_info(cfg, path, cfg.format, len(requests))
-        plan = data_plan(cfg, sessions, warmup, arrival_rng, seed, source, timestamps_to_arrivals(stamps, cfg.time_scale))
+        plan = data_plan(
+            cfg, sessions, warmup, arrival_rng, seed, source, timestamps_to_arrivals(stamps, cfg.time_scale)
+        )
         # what the trace's sharing would give an unbounded cache, beside the engine's measured share
-        plan.info = {"theoretical_cache_hit": round(theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4)}
+        plan.info = {
+            "theoretical_cache_hit": round(theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4)
+        }
         return plan

@@ -21,6 +21,7 @@ the parent waits on before resuming. The mapping:
 - ``hash_ids`` (cache blocks shared across sessions) are not kept: within a job, the prefix
   sharing comes from the tree itself; across jobs, only the system prompt is shared.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -67,12 +68,23 @@ def _agent(requests: list[Any], job: Any, agent_id: str, forked_after: Any, out:
             continue
         n_in, n_out = positive_int(r.get("in")), positive_int(r.get("out"))
         if not n_in or not n_out:
-            raise ConfigError(f"Weka trace {job}: request {i} of agent {agent_id} has no whole-number "
-                              f"'in' and 'out' ({r.get('in')!r}, {r.get('out')!r})")
+            raise ConfigError(
+                f"Weka trace {job}: request {i} of agent {agent_id} has no whole-number "
+                f"'in' and 'out' ({r.get('in')!r}, {r.get('out')!r})"
+            )
         gap = r.get("think_time")
         gap = float(gap) if isinstance(gap, (int, float)) and not isinstance(gap, bool) and gap > 0 else 0.0
         call_id = f"{agent_id}#{i}"
         parent = forked_after if last_call is None else last_call
-        out.lines.append(trace_line(job, call_id, n_out, agent_id=agent_id, parent_call_id=parent,
-                                    tool_gap_s=round(gap, 6) if last_call is not None else 0.0, input_length=n_in))
+        out.lines.append(
+            trace_line(
+                job,
+                call_id,
+                n_out,
+                agent_id=agent_id,
+                parent_call_id=parent,
+                tool_gap_s=round(gap, 6) if last_call is not None else 0.0,
+                input_length=n_in,
+            )
+        )
         last_call = call_id

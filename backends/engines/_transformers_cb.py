@@ -22,13 +22,15 @@ This module imports transformers and torch at import time, so its name starts wi
 (backend discovery skips it) and backends/engines/transformers.py imports it only when
 ``batching=continuous`` loads.
 """
+
 from __future__ import annotations
 
 import asyncio
 import itertools
 import math
 import time
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any, Optional
 
 import torch
 from transformers.generation.continuous_batching.cb_logits_processors import ContinuousBatchingLogitsProcessor
@@ -46,13 +48,26 @@ def _decoding_key(sampling: SamplingParams) -> tuple:
 class ContinuousEngine:
     """One transformers ContinuousBatchingManager and the requests streaming out of it."""
 
-    def __init__(self, model: Any, eos_ids: list[int], *, max_batch_size: int,
-                 cache_tokens: Optional[int], max_batch_tokens: Optional[int], page_size: int,
-                 prefix_sharing: bool):
+    def __init__(
+        self,
+        model: Any,
+        eos_ids: list[int],
+        *,
+        max_batch_size: int,
+        cache_tokens: Optional[int],
+        max_batch_tokens: Optional[int],
+        page_size: int,
+        prefix_sharing: bool,
+    ):
         self._model = model
         self._eos_ids = eos_ids
-        self._limits = dict(max_batch_size=max_batch_size, cache_tokens=cache_tokens,
-                            max_batch_tokens=max_batch_tokens, page_size=page_size, prefix_sharing=prefix_sharing)
+        self._limits = dict(
+            max_batch_size=max_batch_size,
+            cache_tokens=cache_tokens,
+            max_batch_tokens=max_batch_tokens,
+            page_size=page_size,
+            prefix_sharing=prefix_sharing,
+        )
         self._ids = itertools.count()
         self._manager: Any = None
         self._router: Optional[_JobRouter] = None
@@ -216,8 +231,9 @@ class _JobRouter(OutputRouter):
             self.drop(output.request_id)
             reason = "length" if job.produced >= request.max_new_tokens else "stop"
             scheduled = output.lifespan[0] if output.lifespan[0] > 0 else None
-            job.finish(RequestDone(reason, scheduled_t=scheduled,
-                                   engine_stats={"prompt_tokens": len(output.prompt_ids)}))
+            job.finish(
+                RequestDone(reason, scheduled_t=scheduled, engine_stats={"prompt_tokens": len(output.prompt_ids)})
+            )
 
 
 class _SuppressEos(ContinuousBatchingLogitsProcessor):

@@ -7,6 +7,7 @@ that has MII runs with ``backend.container.image=…``.
 
 One MII server per machine at a time: its gRPC load balancer takes port 50050.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

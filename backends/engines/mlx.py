@@ -6,6 +6,7 @@ BatchGenerator (continuous batching: requests join and leave the running batch);
 per-request prompt_tps / generation_tps / peak memory. Loads an HF folder (bf16 as stored),
 or an MLX-quantized copy made once with mlx-lm's convert (``quantize_bits=4|8``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -170,7 +171,10 @@ class MLXBackend(ThreadedBackend):
 
             floats = [v.dtype for _, v in tree_flatten(self._model.parameters()) if "float" in str(v.dtype)]
             dtype = str(floats[0]).removeprefix("mlx.core.") if floats else dtype
-        return {"dtype": dtype, "quantization": f"MLX {bits}-bit, group {self.config.quantize_group_size}" if bits else None}
+        return {
+            "dtype": dtype,
+            "quantization": f"MLX {bits}-bit, group {self.config.quantize_group_size}" if bits else None,
+        }
 
     def memory(self) -> dict[str, Any]:
         if not hasattr(self, "_model"):
@@ -197,7 +201,9 @@ class MLXBackend(ThreadedBackend):
             return make_sampler(temp=0.0)
         if sampling.seed is not None:
             self._mx.random.seed(sampling.seed)
-        return make_sampler(temp=sampling.temperature, top_p=sampling.top_p if sampling.top_p < 1 else 0.0, top_k=sampling.top_k)
+        return make_sampler(
+            temp=sampling.temperature, top_p=sampling.top_p if sampling.top_p < 1 else 0.0, top_k=sampling.top_k
+        )
 
     def _logits_processors(self, exact: bool) -> list:
         from mlx_lm.sample_utils import make_logits_processors
@@ -222,8 +228,11 @@ class MLXBackend(ThreadedBackend):
                 self._mx.reset_peak_memory()
                 last = None
                 for response in stream_generate(
-                    self._model, self._tokenizer, request.prompt_token_ids,
-                    max_tokens=request.max_new_tokens, sampler=self._sampler(request.sampling),
+                    self._model,
+                    self._tokenizer,
+                    request.prompt_token_ids,
+                    max_tokens=request.max_new_tokens,
+                    sampler=self._sampler(request.sampling),
                     logits_processors=self._logits_processors(request.exact_output_len),
                 ):
                     t = time.perf_counter()

@@ -11,6 +11,7 @@ GGUF imported before is not copied again). In a container it lives in the contai
 Ollama's OpenAI layer cannot force an exact output length (no ignore_eos; logit_bias is
 ignored).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,8 +42,10 @@ class OllamaConfig(EngineServerConfig):
     def validate(self) -> None:
         super().validate()
         if self.endpoint != "chat":
-            raise ConfigError("backend=ollama serves chat only (backend.endpoint=chat): its /v1/completions "
-                              "wraps the prompt in the model's chat template a second time")
+            raise ConfigError(
+                "backend=ollama serves chat only (backend.endpoint=chat): its /v1/completions "
+                "wraps the prompt in the model's chat template a second time"
+            )
         for key in ("num_ctx", "num_parallel", "max_queue"):
             value = getattr(self, key)
             if value is not None and value < 1:
@@ -50,11 +53,14 @@ class OllamaConfig(EngineServerConfig):
         if self.num_gpu is not None and self.num_gpu < 0:
             raise ConfigError(f"backend.num_gpu must be >= 0 or null (got {self.num_gpu})")
         if self.kv_cache_type is not None and self.kv_cache_type not in KV_CACHE_TYPES:
-            raise ConfigError(f"backend.kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)} or null "
-                              f"(got {self.kv_cache_type!r})")
+            raise ConfigError(
+                f"backend.kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)} or null (got {self.kv_cache_type!r})"
+            )
         if self.models_dir is not None and self.container.image:
-            raise ConfigError("backend.models_dir is for Ollama on this machine; in a container, mount a folder "
-                              "instead: backend.container.run_args=[-v,<folder>:/root/.ollama/models]")
+            raise ConfigError(
+                "backend.models_dir is for Ollama on this machine; in a container, mount a folder "
+                "instead: backend.container.run_args=[-v,<folder>:/root/.ollama/models]"
+            )
         if self.model_name is not None and not self.model_name.strip():
             raise ConfigError("backend.model_name must be a name, or null for harness-<model>")
 
@@ -88,5 +94,6 @@ class OllamaBackend(EngineServerBackend):
     @classmethod
     def server_preset(cls, config: Any, model: Any):
         assert isinstance(config, OllamaConfig)
-        return ollama_preset(config, model, model_name=config.model_name, parameters=config.parameters(),
-                             env=config.server_env())
+        return ollama_preset(
+            config, model, model_name=config.model_name, parameters=config.parameters(), env=config.server_env()
+        )

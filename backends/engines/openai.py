@@ -11,6 +11,7 @@ Each must answer at load; during the run a server that fails fails its own reque
 model name is the first server's; ``metrics_url`` (a path) is scraped on every server, each sample
 labelled with its endpoint (a full URL: that one alone).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,8 @@ from backends.http.backend import HTTPBackend
 from backends.http.client import OpenAIClient, client_limits
 from backends.http.probe import check_server
 from backends.http.router import Router
-from backends.preset import StructuredDialect
 from backends.http.urls import public_url, refuse_credentials_in_url
+from backends.preset import StructuredDialect
 from backends.registry import backend_registry
 from core.errors import ConfigError
 from core.types import GenerationRequest
@@ -48,8 +49,10 @@ class OpenAIConfig(BackendConfig):
                 "to launch an engine's server use backend=<engine> backend.mode=server"
             )
         if self.replicas != 1:
-            raise ConfigError("backend.replicas launches servers (backend=<engine> backend.mode=server); "
-                              "backend=openai routes over servers that already run: give backend.urls")
+            raise ConfigError(
+                "backend.replicas launches servers (backend=<engine> backend.mode=server); "
+                "backend=openai routes over servers that already run: give backend.urls"
+            )
         if self.urls is not None and self.url:
             raise ConfigError("give backend.url or backend.urls, not both")
         if self.urls is not None and not self.urls:
@@ -65,7 +68,9 @@ class OpenAIConfig(BackendConfig):
             except ValueError:  # not a number, or past 65535
                 port = 0
             if port == 0:
-                raise ConfigError(f"{name} has a bad port (got {public_url(url)!r}): a port is a number from 1 to 65535")
+                raise ConfigError(
+                    f"{name} has a bad port (got {public_url(url)!r}): a port is a number from 1 to 65535"
+                )
             refuse_credentials_in_url(name, url)
         refuse_credentials_in_url("backend.metrics_url", self.metrics_url)
         self.extra_body_dict()
@@ -103,14 +108,26 @@ class OpenAIBackend(HTTPBackend):
         for other in roots[1:]:
             check_server(other, key, cfg.api_key_env)
         model_name = cfg.model_name or (ids[0] if ids else self.model.name)
-        clients = [OpenAIClient(root, model_name=model_name, tokenizer=self.get_tokenizer(),
-                                endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
-                                **client_limits(cfg)) for root in roots]
+        clients = [
+            OpenAIClient(
+                root,
+                model_name=model_name,
+                tokenizer=self.get_tokenizer(),
+                endpoint=cfg.endpoint,
+                api_key=key,
+                timeout_s=cfg.request_timeout_s,
+                **client_limits(cfg),
+            )
+            for root in roots
+        ]
         self.client = clients[0] if len(clients) == 1 else Router(clients, cfg.routing)
         if cfg.metrics_url:
             root = urlsplit(base)
-            self.metrics_url = (cfg.metrics_url if "://" in cfg.metrics_url
-                                else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", "")))
+            self.metrics_url = (
+                cfg.metrics_url
+                if "://" in cfg.metrics_url
+                else urlunsplit((root.scheme, root.netloc, cfg.metrics_url, "", ""))
+            )
             if "://" not in cfg.metrics_url:  # a path: on every endpoint, each sample labelled with its own
                 self.metrics_urls = [urlunsplit((*urlsplit(r)[:2], cfg.metrics_url, "", "")) for r in roots]
 
@@ -137,8 +154,11 @@ class OpenAIBackend(HTTPBackend):
         cfg = self.config
         return {
             "url": public_url(cfg.api_roots()[0] if cfg.api_roots() else ""),
-            **({"endpoints": [public_url(u) for u in cfg.api_roots()], "routing": cfg.routing}
-               if len(cfg.api_roots()) > 1 else {}),
+            **(
+                {"endpoints": [public_url(u) for u in cfg.api_roots()], "routing": cfg.routing}
+                if len(cfg.api_roots()) > 1
+                else {}
+            ),
             "model_name": self.client.model_name if self.client else cfg.model_name,
             "endpoint": cfg.endpoint,
             "api_key_env": cfg.api_key_env,  # the variable's name, never its value

@@ -8,6 +8,7 @@ schedule:
 
     python -m harness backend=reference workload=synthetic backend.itl_ms=5 backend.dialect=mlx
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,8 +67,10 @@ class ReferenceConfig(BackendConfig):
         if self.fault_size_mib <= 0:
             raise ConfigError(f"backend.fault_size_mib must be > 0 (got {self.fault_size_mib})")
         if self.max_running < 0 or self.kv_capacity_tokens < 1 or self.metrics_drip_s < 0 or self.spec_draft_tokens < 0:
-            raise ConfigError("backend.max_running, metrics_drip_s and spec_draft_tokens must be >= 0, "
-                              "backend.kv_capacity_tokens >= 1")
+            raise ConfigError(
+                "backend.max_running, metrics_drip_s and spec_draft_tokens must be >= 0, "
+                "backend.kv_capacity_tokens >= 1"
+            )
         if not 0 <= self.spec_acceptance <= 1:
             raise ConfigError(f"backend.spec_acceptance must be in [0, 1] (got {self.spec_acceptance})")
         if self.reasoning_tokens < 0:
@@ -79,12 +82,34 @@ class ReferenceConfig(BackendConfig):
 def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset:
     c = config
     command = [
-        "-m", "refserver", "--host", "{host}", "--port", "{port}",
-        "--ttft-ms", str(c.ttft_ms), "--itl-ms", str(c.itl_ms), "--tokens", str(c.tokens),
-        "--jitter-ms", str(c.jitter_ms), "--error-rate", str(c.error_rate), "--error-kind", c.error_kind,
-        "--fault-size-mib", str(c.fault_size_mib),
-        "--chunk-tokens", str(c.chunk_tokens), "--dialect", c.dialect, "--seed", str(c.seed),
-        "--model-name", model.name,
+        "-m",
+        "refserver",
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--ttft-ms",
+        str(c.ttft_ms),
+        "--itl-ms",
+        str(c.itl_ms),
+        "--tokens",
+        str(c.tokens),
+        "--jitter-ms",
+        str(c.jitter_ms),
+        "--error-rate",
+        str(c.error_rate),
+        "--error-kind",
+        c.error_kind,
+        "--fault-size-mib",
+        str(c.fault_size_mib),
+        "--chunk-tokens",
+        str(c.chunk_tokens),
+        "--dialect",
+        c.dialect,
+        "--seed",
+        str(c.seed),
+        "--model-name",
+        model.name,
     ]
     if c.metrics:
         command.append("--metrics")
@@ -131,7 +156,7 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         lora=True,
         structured=StructuredDialect(regex_field="regex"),  # and it answers under the constraint unless told to lie
         timings_note="the reference server sends vLLM's metrics with backend.per_request_metrics=true, and "
-                     "llama-server's timings with backend.dialect=llama-server",
+        "llama-server's timings with backend.dialect=llama-server",
         version_packages=("llm-harness",),
         stop_grace_s=5.0,
     )

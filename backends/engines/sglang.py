@@ -8,13 +8,15 @@ meta information (prompt, completion and cached token counts, its own latencies)
 next to the harness's timings. SGLang needs a GPU build of its kernels: on a CPU-only machine
 it cannot generate, but its arguments and HTTP dialect can still be checked.
 """
+
 from __future__ import annotations
 
 import itertools
 import json
 import typing
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
 from backends.registry import backend_registry
@@ -48,7 +50,9 @@ class SGLangConfig(BackendConfig):
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
             raise ConfigError(f"backend.mem_fraction_static must be in (0, 1) (got {self.mem_fraction_static})")
         if self.chunked_prefill_size is not None and (self.chunked_prefill_size == 0 or self.chunked_prefill_size < -1):
-            raise ConfigError(f"backend.chunked_prefill_size must be > 0, or -1 to disable (got {self.chunked_prefill_size})")
+            raise ConfigError(
+                f"backend.chunked_prefill_size must be > 0, or -1 to disable (got {self.chunked_prefill_size})"
+            )
         if self.context_length is not None and self.context_length < 1:
             raise ConfigError(f"backend.context_length must be >= 1 (got {self.context_length})")
         if self.device == "cpu" and self.attention_backend not in (None, *CPU_ATTENTION_BACKENDS):
@@ -183,8 +187,10 @@ class SGLangBackend(Backend):
         return importlib.metadata.version("sglang")
 
     def engine_info(self) -> dict[str, Any]:
-        return {"server_args": self.config.server_args_dict(str(self.model.hf_dir)),
-                "radix_cache": not self.config.disable_radix_cache}
+        return {
+            "server_args": self.config.server_args_dict(str(self.model.hf_dir)),
+            "radix_cache": not self.config.disable_radix_cache,
+        }
 
     def memory(self) -> dict[str, Any]:
         params = self.model.parameter_count()

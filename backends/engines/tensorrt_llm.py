@@ -7,6 +7,7 @@ Server mode only; the settings below are trtllm-serve's flags (null: its default
 
 With ``backend.python`` set, the ``trtllm-serve`` next to that interpreter is run.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,8 +55,16 @@ class TensorRTLLMConfig(EngineServerConfig):
             raise ConfigError(f"backend.kv_cache_free_gpu_memory_fraction must be in (0, 1] (got {fraction})")
 
     def serve_args(self) -> list[str]:
-        args = ["--backend", self.backend, "--tp_size", str(self.tp_size), "--pp_size", str(self.pp_size),
-                "--log_level", self.log_level]
+        args = [
+            "--backend",
+            self.backend,
+            "--tp_size",
+            str(self.tp_size),
+            "--pp_size",
+            str(self.pp_size),
+            "--log_level",
+            self.log_level,
+        ]
         for key in ("max_batch_size", "max_num_tokens", "max_seq_len", "kv_cache_free_gpu_memory_fraction"):
             value = getattr(self, key)
             if value is not None:
@@ -89,5 +98,10 @@ class TensorRTLLMBackend(EngineServerBackend):
     @classmethod
     def server_preset(cls, config: Any, model: Any):
         assert isinstance(config, TensorRTLLMConfig)
-        return tensorrt_llm_preset(config, model, extra_args=config.serve_args(), llm_api_options=config.api_options(),
-                                   program=cls.server_program(config))
+        return tensorrt_llm_preset(
+            config,
+            model,
+            extra_args=config.serve_args(),
+            llm_api_options=config.api_options(),
+            program=cls.server_program(config),
+        )

@@ -6,6 +6,7 @@ Server mode only; the settings below are the launcher's flags (null: TGI's defau
 
 TGI's OpenAI layer cannot force an exact output length (no ignore_eos; logit_bias is unused).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,21 +44,42 @@ class TGIConfig(EngineServerConfig):
             raise ConfigError(f"backend.dtype must be one of {', '.join(DTYPES)} or null (got {self.dtype!r})")
         if self.usage_stats not in USAGE_STATS:
             raise ConfigError(f"backend.usage_stats must be one of {', '.join(USAGE_STATS)} (got {self.usage_stats!r})")
-        for key in ("num_shard", "max_input_tokens", "max_total_tokens", "max_batch_prefill_tokens",
-                    "max_batch_total_tokens", "max_batch_size", "max_concurrent_requests"):
+        for key in (
+            "num_shard",
+            "max_input_tokens",
+            "max_total_tokens",
+            "max_batch_prefill_tokens",
+            "max_batch_total_tokens",
+            "max_batch_size",
+            "max_concurrent_requests",
+        ):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"backend.{key} must be >= 1 or null (got {value})")
-        if (self.max_input_tokens is not None and self.max_total_tokens is not None
-                and self.max_input_tokens >= self.max_total_tokens):
-            raise ConfigError(f"backend.max_input_tokens ({self.max_input_tokens}) must be below "
-                              f"backend.max_total_tokens ({self.max_total_tokens})")
+        if (
+            self.max_input_tokens is not None
+            and self.max_total_tokens is not None
+            and self.max_input_tokens >= self.max_total_tokens
+        ):
+            raise ConfigError(
+                f"backend.max_input_tokens ({self.max_input_tokens}) must be below "
+                f"backend.max_total_tokens ({self.max_total_tokens})"
+            )
 
     def launcher_args(self) -> list[str]:
         """The settings as launcher flags (``max_total_tokens`` → ``--max-total-tokens 4096``)."""
         args = ["--usage-stats", self.usage_stats]
-        for key in ("dtype", "num_shard", "quantize", "max_input_tokens", "max_total_tokens", "max_batch_prefill_tokens",
-                    "max_batch_total_tokens", "max_batch_size", "max_concurrent_requests"):
+        for key in (
+            "dtype",
+            "num_shard",
+            "quantize",
+            "max_input_tokens",
+            "max_total_tokens",
+            "max_batch_prefill_tokens",
+            "max_batch_total_tokens",
+            "max_batch_size",
+            "max_concurrent_requests",
+        ):
             value = getattr(self, key)
             if value is not None:
                 args += ["--" + key.replace("_", "-"), str(value)]

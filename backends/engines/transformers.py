@@ -16,13 +16,15 @@ one adapter; continuous batching, which mixes requests in every step, refuses ad
 ``backend.mode=server`` launches ``transformers serve`` instead (where the interpreter's
 transformers has it, with ``pip install 'transformers[serving]'``).
 """
+
 from __future__ import annotations
 
 import importlib.util
 import queue
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
 from backends.registry import backend_registry
@@ -163,12 +165,16 @@ class TransformersBackend(ThreadedBackend):
     def check_adapters(self, adapters: list[Any]) -> None:
         """LoRA with peft, one adapter per batch: serial or static batching."""
         if self.config.batching == "continuous":
-            raise ConfigError("backend.batching=continuous mixes requests of different LoRA adapters in one step, "
-                              "which transformers cannot: use backend.batching=serial or static with "
-                              "workload.lora.adapters")
+            raise ConfigError(
+                "backend.batching=continuous mixes requests of different LoRA adapters in one step, "
+                "which transformers cannot: use backend.batching=serial or static with "
+                "workload.lora.adapters"
+            )
         if importlib.util.find_spec("peft") is None:
-            raise ConfigError("backend=transformers serves LoRA adapters with peft, which is not installed: "
-                              "pip install -e '.[transformers]'")
+            raise ConfigError(
+                "backend=transformers serves LoRA adapters with peft, which is not installed: "
+                "pip install -e '.[transformers]'"
+            )
         for adapter in adapters:
             adapter.require_hf_dir()
 
@@ -188,8 +194,13 @@ class TransformersBackend(ThreadedBackend):
 
         cfg = self.config
         self._cb = ContinuousEngine(
-            self._model, self._eos_ids, max_batch_size=cfg.max_batch_size, cache_tokens=cfg.cb_cache_tokens,
-            max_batch_tokens=cfg.cb_max_batch_tokens, page_size=cfg.cb_page_size, prefix_sharing=cfg.cb_prefix_sharing,
+            self._model,
+            self._eos_ids,
+            max_batch_size=cfg.max_batch_size,
+            cache_tokens=cfg.cb_cache_tokens,
+            max_batch_tokens=cfg.cb_max_batch_tokens,
+            page_size=cfg.cb_page_size,
+            prefix_sharing=cfg.cb_prefix_sharing,
         )
         self._cb.start()  # greedy; a request that samples rebuilds it while nothing is in flight
 
@@ -221,15 +232,25 @@ class TransformersBackend(ThreadedBackend):
         cfg = self.config
         info: dict[str, Any] = {"batching": cfg.batching, "max_batch_size": cfg.max_batch_size}
         if cfg.batching == "serial":  # the console's line on a long queue wait (harness/reports/console.py)
-            info["notes"] = {"queue_wait": "transformers runs one request at a time with batching=serial; "
-                                           "backend.batching=continuous serves them together"}
+            info["notes"] = {
+                "queue_wait": "transformers runs one request at a time with batching=serial; "
+                "backend.batching=continuous serves them together"
+            }
         if cfg.batching == "continuous":
-            info.update(cb_cache_tokens=cfg.cb_cache_tokens, cb_max_batch_tokens=cfg.cb_max_batch_tokens,
-                        cb_page_size=cfg.cb_page_size, cb_prefix_sharing=cfg.cb_prefix_sharing)
+            info.update(
+                cb_cache_tokens=cfg.cb_cache_tokens,
+                cb_max_batch_tokens=cfg.cb_max_batch_tokens,
+                cb_page_size=cfg.cb_page_size,
+                cb_prefix_sharing=cfg.cb_prefix_sharing,
+            )
         if hasattr(self, "_model"):
-            info.update(device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
-                        torch=self._torch.__version__, threads=self._torch.get_num_threads(),
-                        attn_implementation=self._model.config._attn_implementation)
+            info.update(
+                device=str(self.device),
+                dtype=str(self.dtype).removeprefix("torch."),
+                torch=self._torch.__version__,
+                threads=self._torch.get_num_threads(),
+                attn_implementation=self._model.config._attn_implementation,
+            )
         return info
 
     def memory(self) -> dict[str, Any]:
@@ -305,7 +326,9 @@ class TransformersBackend(ThreadedBackend):
         if first.exact_output_len:
             kwargs["min_new_tokens"] = max_new  # suppresses every eos id until max_new
         if not first.sampling.greedy:
-            kwargs.update(temperature=first.sampling.temperature, top_p=first.sampling.top_p, top_k=first.sampling.top_k)
+            kwargs.update(
+                temperature=first.sampling.temperature, top_p=first.sampling.top_p, top_k=first.sampling.top_k
+            )
             if first.sampling.seed is not None:
                 torch.manual_seed(first.sampling.seed)
         else:
@@ -316,8 +339,11 @@ class TransformersBackend(ThreadedBackend):
         # Stages 3 and 4, prefill and the decode loop; the streamer is stage 6, return.
         with torch.inference_mode():
             self._model.generate(
-                input_ids=input_ids, attention_mask=attention, streamer=streamer,
-                stopping_criteria=streamer.stopping_criterion(), **kwargs,
+                input_ids=input_ids,
+                attention_mask=attention,
+                streamer=streamer,
+                stopping_criteria=streamer.stopping_criterion(),
+                **kwargs,
             )
         streamer.end_all()  # stage 7, clean-up: every request's stream is closed
 

@@ -18,6 +18,7 @@ finished request's acceptance (``spec_decode_metrics``, asked for with
 ``per_request_spec_decode_metrics="summary"``) goes into ``engine_stats`` under the keys the
 server's ``metrics.speculative_decoding`` fills (backends/http/engine_timings.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,9 +26,10 @@ import itertools
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 import psutil
 
@@ -74,12 +76,18 @@ class VLLMConfig(BackendConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.per_request_metrics and ("disable_log_stats" in self.engine_args or "disable-log-stats" in self.engine_args):
-            raise ConfigError("backend.per_request_metrics=true needs vLLM's log stats: remove "
-                              "backend.engine_args.disable_log_stats (vLLM refuses the two together)")
+        if self.per_request_metrics and (
+            "disable_log_stats" in self.engine_args or "disable-log-stats" in self.engine_args
+        ):
+            raise ConfigError(
+                "backend.per_request_metrics=true needs vLLM's log stats: remove "
+                "backend.engine_args.disable_log_stats (vLLM refuses the two together)"
+            )
         if self.speculative_config is not None and not isinstance(self.speculative_config, dict):
-            raise ConfigError("backend.speculative_config must be a mapping, e.g. '{method: ngram, "
-                              f"num_speculative_tokens: 3, prompt_lookup_max: 3}}' (got {self.speculative_config!r})")
+            raise ConfigError(
+                "backend.speculative_config must be a mapping, e.g. '{method: ngram, "
+                f"num_speculative_tokens: 3, prompt_lookup_max: 3}}' (got {self.speculative_config!r})"
+            )
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"backend.gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
         if self.tensor_parallel_size < 1:
@@ -89,7 +97,9 @@ class VLLMConfig(BackendConfig):
         if self.cpu_kvcache_space_gib is not None and self.cpu_kvcache_space_gib <= 0:
             raise ConfigError(f"backend.cpu_kvcache_space_gib must be > 0 (got {self.cpu_kvcache_space_gib})")
         if self.shutdown_timeout_s is not None and self.shutdown_timeout_s < 0:
-            raise ConfigError(f"backend.shutdown_timeout_s must be >= 0, or null for vLLM's default (got {self.shutdown_timeout_s})")
+            raise ConfigError(
+                f"backend.shutdown_timeout_s must be >= 0, or null for vLLM's default (got {self.shutdown_timeout_s})"
+            )
 
 
 PER_REQUEST_METRICS_SINCE = (0, 28)  # --enable-per-request-metrics (PR #46768) is in 0.27.1; 0.28 to be safe
@@ -149,8 +159,16 @@ class VLLMBackend(Backend):
     @classmethod
     def server_preset(cls, config: VLLMConfig, model: Any):
         """vLLM's OpenAI server with the same engine arguments as in-process."""
-        args = ["--dtype", config.dtype, "--gpu-memory-utilization", str(config.gpu_memory_utilization),
-                "--tensor-parallel-size", str(config.tensor_parallel_size), "--seed", str(config.seed)]
+        args = [
+            "--dtype",
+            config.dtype,
+            "--gpu-memory-utilization",
+            str(config.gpu_memory_utilization),
+            "--tensor-parallel-size",
+            str(config.tensor_parallel_size),
+            "--seed",
+            str(config.seed),
+        ]
         if config.max_model_len is not None:
             args += ["--max-model-len", str(config.max_model_len)]
         if config.enforce_eager:
@@ -286,7 +304,9 @@ class VLLMBackend(Backend):
         last = None
         # Stages 2-4 happen in vLLM's engine; each delta is stamped as it arrives here.
         async for output in self._engine.generate(
-            {"prompt_token_ids": request.prompt_token_ids}, params, request_id=f"harness-{next(self._ids)}",
+            {"prompt_token_ids": request.prompt_token_ids},
+            params,
+            request_id=f"harness-{next(self._ids)}",
             lora_request=self._lora_request(request.adapter),
         ):
             t = time.perf_counter()

@@ -1,10 +1,12 @@
 """A backend that streams from an OpenAI-compatible server through the streaming client."""
+
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Optional, Sequence
+from typing import Any, Optional
 
 from backends.base import Backend, RequestStream
 from backends.http.client import OpenAIClient

@@ -22,18 +22,19 @@ HTTP errors, time-outs and dropped connections raise inside the request's stream
 runner records them against that request and the run goes on. A wrong API key or an
 unreachable URL fails at load, in one line. The key itself is only ever held in memory.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
 import time
-from typing import Any, AsyncIterator, Callable, Optional
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Optional
 
 import orjson
 
 from backends.base import GenerationRequest, StreamEvent
-from core.types import RequestDone, TokenChunk
 from backends.http.engine_timings import EngineTimings
 from backends.http.http1 import HTTPPool, Response
 from backends.http.probe import MAX_ERROR_BODY_BYTES
@@ -41,6 +42,7 @@ from backends.http.sse import DEFAULT_MAX_EVENT_CHARS, SSEParser
 from backends.http.urls import public_url
 from core.sequences import reconcile_counts
 from core.text import valid_text
+from core.types import RequestDone, TokenChunk
 
 log = logging.getLogger("harness")
 
@@ -94,8 +96,11 @@ class OpenAIClient:
         self.prompt_token_ids = prompt_token_ids  # None: try ids, fall back to text once refused
         self._tokenizer = tokenizer
         self._fast = getattr(tokenizer, "backend_tokenizer", None)
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                         "Accept-Encoding": "identity"}  # a compressed stream would be buffered
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+        }  # a compressed stream would be buffered
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._pool: Optional[HTTPPool] = None
@@ -127,8 +132,13 @@ class OpenAIClient:
             body["prompt"] = self._tokenizer.decode(request.prompt_token_ids, skip_special_tokens=False)
         else:
             body["prompt"] = list(request.prompt_token_ids)
-        body.update(max_tokens=request.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                    stream=True, stream_options={"include_usage": True})
+        body.update(
+            max_tokens=request.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         if s.top_k:
             body["top_k"] = s.top_k
         if s.seed is not None:
@@ -155,10 +165,14 @@ class OpenAIClient:
         return min(grace if grace is not None else self.idle_timeout_s, left)
 
     def _timed_out(self) -> TimeoutError:
-        return TimeoutError(f"no byte for backend.idle_timeout_s={self.idle_timeout_s:g} s, or no complete reply "
-                            f"within backend.request_timeout_s={self.timeout_s:g} s")
+        return TimeoutError(
+            f"no byte for backend.idle_timeout_s={self.idle_timeout_s:g} s, or no complete reply "
+            f"within backend.request_timeout_s={self.timeout_s:g} s"
+        )
 
-    async def stream(self, request: GenerationRequest, extra_body: Optional[dict[str, Any]] = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self, request: GenerationRequest, extra_body: Optional[dict[str, Any]] = None
+    ) -> AsyncIterator[StreamEvent]:
         """One request: TokenChunks stamped on receipt, then a RequestDone with the server's text.
 
         Every chunk that came in one piece of the body (one ``recv``) is handed over as one
@@ -177,7 +191,8 @@ class OpenAIClient:
         try:
             # no redirects: the API key goes to the configured origin and nowhere else
             response = await self._pool_for_loop().request(
-                "POST", url, self._headers, body, timeout=min(self.idle_timeout_s, self.timeout_s))
+                "POST", url, self._headers, body, timeout=min(self.idle_timeout_s, self.timeout_s)
+            )
             if response.status != 200:
                 error_body = await response.read_bounded(MAX_ERROR_BODY_BYTES, self._read_timeout(deadline, None))
                 detail = _error_detail(error_body.decode("utf-8", "replace"))
@@ -241,8 +256,22 @@ class _StreamState:
     settled once the stream has ended (:meth:`chunk_token_counts`).
     """
 
-    __slots__ = ("reply", "produced", "usage", "finish_reason", "done", "no_done_marker", "not_sse_hint", "server_ids",
-                 "reasoning", "first_answer", "engine", "phases", "tool_calls", "tools_sent")
+    __slots__ = (
+        "reply",
+        "produced",
+        "usage",
+        "finish_reason",
+        "done",
+        "no_done_marker",
+        "not_sse_hint",
+        "server_ids",
+        "reasoning",
+        "first_answer",
+        "engine",
+        "phases",
+        "tool_calls",
+        "tools_sent",
+    )
 
     def __init__(self) -> None:
         self.reply: list[str] = []  # content: the reply text
@@ -295,8 +324,11 @@ class _StreamState:
                     if type(delta) is not dict:
                         raise StreamError(f"delta is not an object: {data[:120]!r}")
                     content = delta.get("content") or ""
-                    reasoning = (delta.get("reasoning_content") or delta.get("reasoning") or ""
-                                 ) if len(delta) > 1 or not content else ""
+                    reasoning = (
+                        (delta.get("reasoning_content") or delta.get("reasoning") or "")
+                        if len(delta) > 1 or not content
+                        else ""
+                    )
                     if not content and delta.get("tool_calls"):  # a tool call's pieces: output tokens, not text
                         text += self._take_tool_calls(delta["tool_calls"], data)
                 else:
@@ -333,8 +365,9 @@ class _StreamState:
             if type(call) is not dict:
                 raise StreamError(f"a tool call is not an object: {data[:120]!r}")
             index = call.get("index", len(self.tool_calls))
-            entry = self.tool_calls.setdefault(index if type(index) is int else len(self.tool_calls),
-                                               {"name": None, "arguments": []})
+            entry = self.tool_calls.setdefault(
+                index if type(index) is int else len(self.tool_calls), {"name": None, "arguments": []}
+            )
             function = call.get("function") or {}
             if type(function) is not dict:
                 raise StreamError(f"a tool call's function is not an object: {data[:120]!r}")
@@ -440,11 +473,18 @@ class _StreamState:
         stats.update(self.engine.stats)
         if "cached_tokens" not in stats and "llama_server_cache_n" in stats:
             stats["cached_tokens"] = stats["llama_server_cache_n"]
-        return RequestDone(self.finish_reason or "stop", engine_stats=stats, text="".join(self.reply),
-                           chunk_tokens=counts, token_ids=token_ids, token_ids_text=token_ids_text,
-                           first_answer_chunk=self.first_answer,
-                           reasoning_tokens=self.reasoning_tokens(client, usage),
-                           http_phases=self.phases, tool_calls=self.calls())
+        return RequestDone(
+            self.finish_reason or "stop",
+            engine_stats=stats,
+            text="".join(self.reply),
+            chunk_tokens=counts,
+            token_ids=token_ids,
+            token_ids_text=token_ids_text,
+            first_answer_chunk=self.first_answer,
+            reasoning_tokens=self.reasoning_tokens(client, usage),
+            http_phases=self.phases,
+            tool_calls=self.calls(),
+        )
 
     def reasoning_tokens(self, client: OpenAIClient, usage: dict[str, Any]) -> Optional[int]:
         """The server's ``usage.completion_tokens_details.reasoning_tokens``, else the reasoning
@@ -459,8 +499,7 @@ class _StreamState:
 def _phases(response: Response, last_t: float) -> dict[str, float]:
     """The request's HTTP phases (``RequestDone.http_phases``); ``last_t``: the last piece read,
     where the client stopped reading before the body's end (after ``[DONE]``)."""
-    phases = {"sent": response.sent_t, "first_byte": response.first_byte_t,
-              "last_byte": response.last_byte_t or last_t}
+    phases = {"sent": response.sent_t, "first_byte": response.first_byte_t, "last_byte": response.last_byte_t or last_t}
     if response.connect_start is not None:
         phases["connect_start"], phases["connect_end"] = response.connect_start, response.connect_end
     return {k: v for k, v in phases.items() if v is not None}

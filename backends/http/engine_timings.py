@@ -20,6 +20,7 @@ from. A figure that is not a finite number ≥ 0 is left out and counted in
 ``engine_timings_invalid`` (a server that lies does not fail the request: the figures are
 context, not the measurement).
 """
+
 from __future__ import annotations
 
 import math

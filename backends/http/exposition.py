@@ -3,9 +3,11 @@ index of the endpoint it came from (``endpoint="0"``, ``"1"``, …), each family
 together under its ``# HELP``/``# TYPE`` lines (written once). A run over several endpoints
 (``backend.urls``, ``backend.replicas``) scrapes each and hands the harness the merged text, so
 its before/after difference and its time series hold each endpoint's series and their sum."""
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 ENDPOINT_LABEL = "endpoint"
 
@@ -16,9 +18,9 @@ def label_sample(line: str, index: int) -> str:
     brace = line.find("{")
     if brace != -1 and (space == -1 or brace < space):
         close = line.rfind("}")  # the value and timestamp after it hold no brace
-        inner = line[brace + 1:close].strip().rstrip(",")
+        inner = line[brace + 1 : close].strip().rstrip(",")
         labels = f'{ENDPOINT_LABEL}="{index}"' + (f",{inner}" if inner else "")
-        return f"{line[:brace]}{{{labels}}}{line[close + 1:]}"
+        return f"{line[:brace]}{{{labels}}}{line[close + 1 :]}"
     if space == -1:
         return line  # not a sample: left as it is (the parser skips it)
     return f'{line[:space]}{{{ENDPOINT_LABEL}="{index}"}}{line[space:]}'

@@ -18,6 +18,7 @@ What it does, and no more:
 - limits: the response head (64 KiB); connect and read timeouts; a consumer that falls
   behind pauses the socket's reading rather than buffering without end.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,7 +50,7 @@ class ServerDisconnected(HTTPError):
 class Response:
     """One response: its head, then its body as (receipt stamp, bytes) pieces."""
 
-    def __init__(self, connection: "_Connection"):
+    def __init__(self, connection: _Connection):
         self._connection = connection
         self.status = 0
         self.reason = ""
@@ -176,7 +177,7 @@ _LENGTH, _CHUNKED, _UNTIL_CLOSE = "length", "chunked", "until-close"
 class _Connection(asyncio.Protocol):
     """One connection: a response at a time (no pipelining)."""
 
-    def __init__(self, pool: "HTTPPool", origin: tuple[str, str, int]):
+    def __init__(self, pool: HTTPPool, origin: tuple[str, str, int]):
         self.pool = pool
         self.loop = pool.loop
         self.origin = origin
@@ -246,14 +247,15 @@ class _Connection(asyncio.Protocol):
                 if len(self._head) > MAX_HEAD_BYTES:
                     raise ProtocolError(f"a response head over {MAX_HEAD_BYTES // 1024} KiB")
                 return b""
-            head, rest = bytes(self._head[:end]), bytes(self._head[end + 4:])
+            head, rest = bytes(self._head[:end]), bytes(self._head[end + 4 :])
             self._head.clear()
             status, reason, headers, version = _parse_head(head)
             if 100 <= status < 200:  # an interim response (100 Continue): the real one follows
                 self._head += rest
                 continue
             keep_alive = "close" not in headers.get("connection", "").lower() and (
-                version != "HTTP/1.0" or "keep-alive" in headers.get("connection", "").lower())
+                version != "HTTP/1.0" or "keep-alive" in headers.get("connection", "").lower()
+            )
             self._begin_body(headers)
             response._set_head(status, reason, headers, keep_alive)
             if self._framing == _LENGTH and self._left == 0:
@@ -283,7 +285,7 @@ class _Connection(asyncio.Protocol):
         if self._framing == _CHUNKED:
             self._read_chunked(response, t, data)
         elif self._framing == _LENGTH:
-            piece = data[:self._left]
+            piece = data[: self._left]
             self._left -= len(piece)
             if piece:
                 response._feed(t, piece)
@@ -299,7 +301,7 @@ class _Connection(asyncio.Protocol):
         pos, size = 0, len(buf)
         while pos < size:
             if self._left:
-                piece = buf[pos:pos + self._left]
+                piece = buf[pos : pos + self._left]
                 pieces.append(piece)
                 pos += len(piece)
                 self._left -= len(piece)
@@ -308,7 +310,7 @@ class _Connection(asyncio.Protocol):
             if self._need_crlf:
                 if size - pos < 2:
                     break
-                if buf[pos:pos + 2] != b"\r\n":
+                if buf[pos : pos + 2] != b"\r\n":
                     raise ProtocolError("a chunk not followed by CRLF")
                 pos += 2
                 self._need_crlf = False
@@ -416,8 +418,9 @@ class HTTPPool:
         self._ssl: Optional[ssl.SSLContext] = None
         self.closed = False
 
-    async def request(self, method: str, url: str, headers: dict[str, str], body: bytes = b"",
-                      timeout: Optional[float] = None) -> Response:
+    async def request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes = b"", timeout: Optional[float] = None
+    ) -> Response:
         """Send a request; returns once the response's head has arrived (within ``timeout`` s)."""
         scheme, host, port, target = _split(url)
         origin = (scheme, host, port)
@@ -465,9 +468,15 @@ class HTTPPool:
         connection = _Connection(self, origin)
         try:
             await asyncio.wait_for(
-                self.loop.create_connection(lambda: connection, host.strip("[]"), port, ssl=ssl_context,
-                                            server_hostname=host.strip("[]") if ssl_context else None),
-                self.connect_timeout_s)
+                self.loop.create_connection(
+                    lambda: connection,
+                    host.strip("[]"),
+                    port,
+                    ssl=ssl_context,
+                    server_hostname=host.strip("[]") if ssl_context else None,
+                ),
+                self.connect_timeout_s,
+            )
         except asyncio.TimeoutError:  # the builtin one, on Python 3.10 too
             raise TimeoutError(f"no connection to {host}:{port} within {self.connect_timeout_s:g} s") from None
         self._all.add(connection)

@@ -1,5 +1,6 @@
 """Plain HTTP for load-time checks and scrapes: GET with a bounded body, and the check that a URL is
 an OpenAI API root. A redirect to another origin loses the API key; loopback never goes through a proxy."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,13 @@ def _opener_for(url: str) -> urllib.request.OpenerDirector:
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
-def http_get(url: str, headers: Optional[dict[str, str]] = None, timeout_s: float = 10.0,
-             method: str = "GET", max_bytes: int = 64 * 2**20) -> tuple[int, str, dict[str, str]]:
+def http_get(
+    url: str,
+    headers: Optional[dict[str, str]] = None,
+    timeout_s: float = 10.0,
+    method: str = "GET",
+    max_bytes: int = 64 * 2**20,
+) -> tuple[int, str, dict[str, str]]:
     """(status, body, headers) of a GET (or a bodiless ``method``); raises OSError (URLError)
     when nothing answers. The body is cut at ``max_bytes`` (error bodies at MAX_ERROR_BODY_BYTES)."""
     req = urllib.request.Request(url, headers=headers or {}, method=method)
@@ -96,7 +102,9 @@ def http_get_text(url: str, deadline_s: float, max_bytes: int = 64 * 2**20) -> t
     return response.status, b"".join(pieces).decode("utf-8", "replace")
 
 
-def check_server(base_url: str, api_key: Optional[str], api_key_env: Optional[str], timeout_s: float = 10.0) -> tuple[list[str], str]:
+def check_server(
+    base_url: str, api_key: Optional[str], api_key_env: Optional[str], timeout_s: float = 10.0
+) -> tuple[list[str], str]:
     """GET {base_url}/models once: the model ids and the Server header; one-line errors.
 
     HTTP 401/403 → the key is missing or wrong; nothing answering → cannot reach; 404 → not
@@ -110,8 +118,11 @@ def check_server(base_url: str, api_key: Optional[str], api_key_env: Optional[st
         reason = getattr(exc, "reason", None) or exc
         raise HarnessError(f"cannot reach {shown} ({reason})") from None
     if status in (401, 403):
-        hint = (f"check the key in ${api_key_env}" if api_key_env
-                else "set backend.api_key_env to the name of the environment variable that holds the key")
+        hint = (
+            f"check the key in ${api_key_env}"
+            if api_key_env
+            else "set backend.api_key_env to the name of the environment variable that holds the key"
+        )
         raise HarnessError(f"{shown} refused the API key (HTTP {status}): {hint}")
     if status == 404:
         raise HarnessError(f"{shown}/models answered HTTP 404: is backend.url the API root (ending in /v1)?")

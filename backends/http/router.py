@@ -29,13 +29,15 @@ Each request that completes carries its endpoint's index in ``RequestDone.engine
 (the ``endpoint`` column of requests.parquet). Only one ``/metrics`` is scraped per run (the first
 endpoint's, where one is set): the router does not scrape per endpoint.
 """
+
 from __future__ import annotations
 
 import asyncio
 import errno
 import re
 import time
-from typing import Any, AsyncIterator, Callable, Optional, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Optional
 
 from backends.base import ROUTING
 from backends.http.client import OpenAIClient
@@ -76,8 +78,12 @@ class Router:
     replicas); a copy (a forked worker's) has none, since the servers are not its children.
     """
 
-    def __init__(self, clients: Sequence[OpenAIClient], policy: str = "round_robin",
-                 exited: Optional[Callable[[int], Optional[str]]] = None):
+    def __init__(
+        self,
+        clients: Sequence[OpenAIClient],
+        policy: str = "round_robin",
+        exited: Optional[Callable[[int], Optional[str]]] = None,
+    ):
         if not clients:
             raise ValueError("a router needs at least one client")
         if policy not in ROUTING:
@@ -92,7 +98,7 @@ class Router:
         self._sessions: dict[int, int] = {}
         self._refused_until = [0.0] * len(self.clients)
 
-    def __copy__(self) -> "Router":
+    def __copy__(self) -> Router:
         import copy
 
         return Router([copy.copy(c) for c in self.clients], self.policy)
@@ -126,8 +132,9 @@ class Router:
             self._sessions[request.session_id] = choice
         return choice
 
-    async def stream(self, request: GenerationRequest, extra_body: Optional[dict[str, Any]] = None
-                     ) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self, request: GenerationRequest, extra_body: Optional[dict[str, Any]] = None
+    ) -> AsyncIterator[StreamEvent]:
         i = self.pick(request)
         self.outstanding[i] += 1
         self.sent[i] += 1

@@ -18,6 +18,7 @@ its event must not hold the client, and every other stream's timing, for minutes
 event every OpenAI-compatible server streams, ``data: <one line>`` and a blank line: the
 read is split at blank lines, and only the other events go through the line-by-line rules.
 """
+
 from __future__ import annotations
 
 import codecs

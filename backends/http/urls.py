@@ -1,5 +1,6 @@
 """URLs that may be written down: a credential in a URL is refused before anything runs, and the
 URLs in logs and results have their credential-like parts redacted."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -38,6 +39,7 @@ def public_url(url: str) -> str:
         return url
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
-    query = urlencode([(k, "REDACTED" if k in secret_params else v)
-                       for k, v in parse_qsl(parts.query, keep_blank_values=True)])
+    query = urlencode(
+        [(k, "REDACTED" if k in secret_params else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

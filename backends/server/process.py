@@ -5,6 +5,7 @@ path with a time-out, and stops the whole group (SIGTERM, then SIGKILL after a g
 also on error, Ctrl-C, SIGTERM or interpreter exit — then runs the preset's clean-up commands
 (``docker rm -f`` of a container), as its watchdog does when the harness itself is killed.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -17,8 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from backends.http.probe import http_get
 from backends.server.launch import HOST
@@ -84,7 +86,9 @@ class ManagedServer:
     def start(self, notes: tuple[str, ...] = ()) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)
-        header = [f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {self.name} server: {shlex.join(self.argv)}"]
+        header = [
+            f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: starting {self.name} server: {shlex.join(self.argv)}"
+        ]
         header += [f"# harness: {note}" for note in notes]
         self._log.write(("\n".join(header) + "\n").encode())
         # Ctrl-C (and SIGTERM, which comes as one) is held until the server is known: one that cut
@@ -92,15 +96,19 @@ class ManagedServer:
         with interrupts_held() as pressed:
             try:
                 self.proc = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
                     start_new_session=True,  # its own session and process group: signalled as one
                     preexec_fn=_pin_to(self.cpus) if self.cpus else None,
                 )
             except OSError as exc:
                 self._log.close()
-                raise ServerStartError(f"could not start the {self.name} server ({self.argv[0]}): "
-                                       f"{exc.strerror or exc}") from None
+                raise ServerStartError(
+                    f"could not start the {self.name} server ({self.argv[0]}): {exc.strerror or exc}"
+                ) from None
             atexit.register(self.stop)
             self._trap_sigterm()
             self._watchdog = _start_watchdog(self.proc.pid, self.stop_grace_s, self.cleanup_commands)
@@ -124,13 +132,16 @@ class ManagedServer:
                 clash = any(m in line.lower() for line in tail for m in CLASH_MESSAGES)
                 raise ServerStartError(
                     f"the {self.name} server exited with code {rc} before it became healthy; "
-                    f"last lines of {self.log_path}:\n{_indent(tail)}", port_clash=clash)
+                    f"last lines of {self.log_path}:\n{_indent(tail)}",
+                    port_clash=clash,
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.stop()
                 raise ServerStartError(
                     f"the {self.name} server did not become healthy within {timeout_s:g} s "
-                    f"(GET {url} never answered 200); last lines of {self.log_path}:\n{_indent(self.log_tail())}")
+                    f"(GET {url} never answered 200); last lines of {self.log_path}:\n{_indent(self.log_tail())}"
+                )
             try:
                 status, _, _ = http_get(url, timeout_s=max(0.2, min(5.0, remaining)))
                 if status == 200:
@@ -147,16 +158,27 @@ class ManagedServer:
         self._log.write(f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: running {shlex.join(argv)}\n".encode())
         what = f"{shlex.join(argv)} (setting up the {self.name} server)"
         try:
-            rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **self.env}, timeout=timeout_s).returncode
+            rc = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                timeout=timeout_s,
+            ).returncode
         except subprocess.TimeoutExpired:
-            raise ServerStartError(f"{what} did not finish within {timeout_s:g} s; last lines of "
-                                   f"{self.log_path}:\n{_indent(self.log_tail())}") from None
+            raise ServerStartError(
+                f"{what} did not finish within {timeout_s:g} s; last lines of "
+                f"{self.log_path}:\n{_indent(self.log_tail())}"
+            ) from None
         except OSError as exc:
-            raise ServerStartError(f"could not run {argv[0]} for the {self.name} server: {exc.strerror or exc}") from None
+            raise ServerStartError(
+                f"could not run {argv[0]} for the {self.name} server: {exc.strerror or exc}"
+            ) from None
         if rc != 0:
-            raise ServerStartError(f"{what} failed with exit code {rc}; last lines of {self.log_path}:\n"
-                                   f"{_indent(self.log_tail())}")
+            raise ServerStartError(
+                f"{what} failed with exit code {rc}; last lines of {self.log_path}:\n{_indent(self.log_tail())}"
+            )
 
     def log_tail(self, lines: int = 20) -> list[str]:
         try:
@@ -212,7 +234,9 @@ class ManagedServer:
         self._run_cleanup()
         if self._log is not None:
             try:
-                self._log.write(f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: stopped (exit code {proc.poll()})\n".encode())
+                self._log.write(
+                    f"# harness {time.strftime('%Y-%m-%d %H:%M:%S')}: stopped (exit code {proc.poll()})\n".encode()
+                )
             finally:
                 self._log.close()
         atexit.unregister(self.stop)
@@ -248,7 +272,7 @@ class ManagedServer:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
 
-    def __enter__(self) -> "ManagedServer":
+    def __enter__(self) -> ManagedServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -261,10 +285,23 @@ WATCHDOG = Path(__file__).with_name("watchdog.py")
 
 def _start_watchdog(pgid: int, grace_s: float, cleanup: Sequence[Sequence[str]] = ()) -> Optional[subprocess.Popen]:
     try:
-        return subprocess.Popen([sys.executable, "-I", "-S", str(WATCHDOG), str(pgid), str(grace_s),
-                                 json.dumps([list(c) for c in cleanup]), str(os.getpid())],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                str(WATCHDOG),
+                str(pgid),
+                str(grace_s),
+                json.dumps([list(c) for c in cleanup]),
+                str(os.getpid()),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as exc:  # the run goes on; only a SIGKILL of the harness could then leave the server behind
         log.warning("no watchdog for the server (%s): a SIGKILL of the harness would leave it running", exc)
         return None

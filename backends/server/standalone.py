@@ -3,6 +3,7 @@ Ollama): ``backend.mode=server`` is their only mode, and their server runs eithe
 engine's program on this machine or in its container (``backend.container``, see
 ``backends/server/container.py``). Each engine module subclasses these two and registers itself.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -42,8 +43,10 @@ class EngineServerBackend(Backend):
         assert isinstance(config, EngineServerConfig)
         if config.container.image:
             if shutil.which(config.container.program) is None:
-                raise ConfigError(f"backend.container.image is set, but {config.container.program} is not on PATH "
-                                  "(install docker, or set backend.container.program)")
+                raise ConfigError(
+                    f"backend.container.image is set, but {config.container.program} is not on PATH "
+                    "(install docker, or set backend.container.program)"
+                )
             return
         program = cls.server_program(config)
         if program and shutil.which(program) is None:

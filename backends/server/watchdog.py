@@ -10,6 +10,7 @@ Run by path, in an isolated interpreter (``python -I -S watchdog.py PGID GRACE_S
 PARENT_PID``): the standard library only, nothing of the harness. The harness's pid is given,
 not read at start: the harness may already be gone by the time this interpreter has started.
 """
+
 import json
 import os
 import signal
@@ -41,8 +42,9 @@ def stop_group(pgid: int, grace_s: float) -> None:
 def run_cleanup(commands: list) -> None:
     for argv in commands:
         try:
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=120)
+            subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120
+            )
         except Exception:  # noqa: BLE001 - each command is tried, whatever the one before did
             pass
 

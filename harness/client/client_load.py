@@ -14,11 +14,13 @@ Two figures go into ``summary.json → harness``:
   mode) is the bottleneck. In-process engines run in this process too, so there it
   measures harness and engine together.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import psutil
 

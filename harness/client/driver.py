@@ -8,6 +8,7 @@ runs it in several client processes (``client.workers``); it drives a Driver thr
 public methods marked *worker side* below, and each worker process runs its sessions with a
 Driver of its own. Which one runs a point is the point's choice (harness/run/point.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,9 @@ import gc
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 from backends.base import RequestStream
 from core.structured import tool_choice_for
@@ -26,7 +28,15 @@ from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChun
 from harness.client.pacing import pace_until
 from harness.client.saturation import SaturationDetector
 from harness.results.record import CANCELLED, RequestRecord, RequestTiming, build_record, check_output
-from workloads.base import Forks, SessionSpec, WorkloadPlan, arrival_order, first_request_ids, fork_table, sorted_arrivals
+from workloads.base import (
+    Forks,
+    SessionSpec,
+    WorkloadPlan,
+    arrival_order,
+    first_request_ids,
+    fork_table,
+    sorted_arrivals,
+)
 from workloads.prompts import PromptRenderer, chat_messages
 from workloads.schedule import LoadSchedule
 
@@ -50,8 +60,9 @@ async def execute(
     and the streamed output token ids. A request cut off by Ctrl-C is handed to
     ``on_cancel`` as a failed record, so what it had measured stays in the results.
     """
-    timing = RequestTiming(t0=t0, send_t=time.perf_counter(), scheduled_s=scheduled_s,
-                           expected_prompt_tokens=expected_prompt_tokens)
+    timing = RequestTiming(
+        t0=t0, send_t=time.perf_counter(), scheduled_s=scheduled_s, expected_prompt_tokens=expected_prompt_tokens
+    )
     chunks = timing.chunks
     output_ids: list[int] = []
     ids_text: Optional[str] = None  # the reply's ids are this text's tokens, counted after the run
@@ -78,8 +89,11 @@ async def execute(
                     chunks.extend([(event.t, 1)] * event.chunks)
             else:
                 done = event
-                if (done.chunk_tokens is not None and len(done.chunk_tokens) == len(chunks)
-                        and done.chunk_tokens != [n for _, n in chunks]):
+                if (
+                    done.chunk_tokens is not None
+                    and len(done.chunk_tokens) == len(chunks)
+                    and done.chunk_tokens != [n for _, n in chunks]
+                ):
                     chunks[:] = [(t, n) for (t, _), n in zip(chunks, done.chunk_tokens)]
                 if done.token_ids is not None:
                     output_ids = list(done.token_ids)
@@ -140,8 +154,11 @@ class Driver:
             return {}
         tools = structured.get("tools")
         share = structured.get("tool_choice_share") or 0.0
-        return {"response_format": structured.get("response_format"), "tools": tools,
-                "tool_choice": tool_choice_for(request_id, share) if tools else None}
+        return {
+            "response_format": structured.get("response_format"),
+            "tools": tools,
+            "tool_choice": tool_choice_for(request_id, share) if tools else None,
+        }
 
     def _sampling_for(self, request_id: int) -> SamplingParams:
         """Sampled decoding gets a seed per request (the run's seed + request id): reproducible."""
@@ -164,7 +181,13 @@ class Driver:
     async def _run(self, sessions: Sequence[SessionSpec], open_loop: bool) -> float:
         cap = self.cap(open_loop)
         timed = self.schedule is not None and not open_loop
-        semaphore: Any = ScheduledCap(self.schedule.cap_steps(), self.schedule.duration_s) if timed else asyncio.Semaphore(cap) if cap else None
+        semaphore: Any = (
+            ScheduledCap(self.schedule.cap_steps(), self.schedule.duration_s)
+            if timed
+            else asyncio.Semaphore(cap)
+            if cap
+            else None
+        )
         first_ids = first_request_ids(sessions)
         self.forks = fork_table(sessions, first_ids)
         if self.forks:  # agent jobs: sub-agents start from their parent's turn (_turns), not here
@@ -179,8 +202,10 @@ class Driver:
             # next session in plan order once the cap lets it in
             slots = int(self.schedule.peak) if timed else cap
             queue = zip(sessions, first_ids)
-            tasks = [asyncio.create_task(self._take_turns(queue, semaphore, self._turns))
-                     for _ in range(min(len(sessions), slots or 1))]
+            tasks = [
+                asyncio.create_task(self._take_turns(queue, semaphore, self._turns))
+                for _ in range(min(len(sessions), slots or 1))
+            ]
         monitor = asyncio.create_task(self.monitor(sessions)) if self.monitoring else None
         follower = asyncio.create_task(semaphore.follow(self.t0, self.spin)) if timed else None
         try:
@@ -194,9 +219,13 @@ class Driver:
                 tasks.append(monitor)
             if follower is not None:
                 if not follower.done():
-                    log.warning("the plan's %d sessions ran out %.1f s into a closed loop of %g s: raise the "
-                                "workload's count (num_requests, sessions) for a run that lasts",
-                                len(sessions), time.perf_counter() - self.t0, self.schedule.duration_s)
+                    log.warning(
+                        "the plan's %d sessions ran out %.1f s into a closed loop of %g s: raise the "
+                        "workload's count (num_requests, sessions) for a run that lasts",
+                        len(sessions),
+                        time.perf_counter() - self.t0,
+                        self.schedule.duration_s,
+                    )
                 follower.cancel()
                 tasks.append(follower)
             for task in tasks:
@@ -280,8 +309,13 @@ class Driver:
                     return
                 await turns(*taken, False)
 
-    async def _dispatch(self, sessions: Sequence[SessionSpec], first_ids: Sequence[int],
-                        semaphore: Optional[asyncio.Semaphore], session: Callable) -> None:
+    async def _dispatch(
+        self,
+        sessions: Sequence[SessionSpec],
+        first_ids: Sequence[int],
+        semaphore: Optional[asyncio.Semaphore],
+        session: Callable,
+    ) -> None:
         """Open loop: start each session at its arrival (``pace_until``), in arrival order;
         one task paces them all, so at most one task spins at a time. A session's task is
         let go once it has ended well (one that failed is kept, and its error raised below)."""
@@ -330,13 +364,15 @@ class Driver:
         self.stamp_stage(record)
         self.on_record(record)
 
-    async def _turns(self, session: SessionSpec, first_id: int, open_loop: bool,
-                     parent_request: Optional[int] = None) -> None:
+    async def _turns(
+        self, session: SessionSpec, first_id: int, open_loop: bool, parent_request: Optional[int] = None
+    ) -> None:
         """The session's turns in order; an agent's sub-agents (``self.forks``) run after the turn
         that forks them, in parallel, and its next turn waits for them all."""
         job = session.job_id is not None
-        on_cancel = self._on_cancel if not job else (
-            lambda r, s=session, p=parent_request: self._on_cancel(tag_job(r, s, p)))
+        on_cancel = (
+            self._on_cancel if not job else (lambda r, s=session, p=parent_request: self._on_cancel(tag_job(r, s, p)))
+        )
         history: list[dict[str, str]] = list(session.history or [])
         for turn_index, turn in enumerate(session.turns):
             if turn.think_time_s > 0:
@@ -359,7 +395,10 @@ class Driver:
             )
             scheduled = session.arrival_s if open_loop and turn_index == 0 else None
             record, output_ids = await execute(
-                self.backend, request, self.t0, scheduled,
+                self.backend,
+                request,
+                self.t0,
+                scheduled,
                 expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
                 on_cancel=on_cancel,
             )
@@ -377,8 +416,9 @@ class Driver:
             history.append({"role": "assistant", "content": record.output_text if turn.reply is None else turn.reply})
             children = self.forks.get((session.session_id, turn_index)) if self.forks else None
             if children:
-                await asyncio.gather(*(self._turns(child, child_first, open_loop, request.request_id)
-                                       for child, child_first in children))
+                await asyncio.gather(
+                    *(self._turns(child, child_first, open_loop, request.request_id) for child, child_first in children)
+                )
 
 
 def tag_job(record: RequestRecord, session: SessionSpec, parent_request: Optional[int]) -> RequestRecord:
@@ -405,7 +445,7 @@ class ScheduledCap:
         self.changes: list[tuple[float, int]] = []  # (time from t0, limit) as set: what was followed
         self._cond = asyncio.Condition()
 
-    async def __aenter__(self) -> "ScheduledCap":
+    async def __aenter__(self) -> ScheduledCap:
         async with self._cond:
             await self._cond.wait_for(lambda: self.closed or self.in_flight < self.limit)
             self.in_flight += 1

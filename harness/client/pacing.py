@@ -7,6 +7,7 @@ shifts every send by about one inter-arrival gap. ``pace_until`` sleeps on the t
 come: streams keep being read while it waits, and its error is one loop iteration. The cost
 is bounded: at most ``SPIN_S`` of yielding per arrival, by one task (the dispatcher).
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -8,6 +8,7 @@ series the driver feeds it, so the point can end early and be marked saturated.
 
 Times passed to the detector are seconds since the measured phase began.
 """
+
 from __future__ import annotations
 
 import math

@@ -33,6 +33,7 @@ Workers are forked, not spawned: they inherit the loaded backend, the tokenizer 
 at no cost (a spawned worker would import transformers again). They stream through the
 backend's ``worker_client()`` (its HTTP client alone), never its server handle.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,9 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from backends.base import RequestStream
 from core.cpus import usable_cores
@@ -85,8 +87,10 @@ def resolve_workers(requested: Optional[int], forkable: bool, concurrency: Optio
     in-process engine: ``worker_client()`` is None); else the setting, or the default."""
     if not forkable:
         if requested is not None and requested > 1:
-            raise ConfigError(f"client.workers={requested} needs an HTTP backend (backend.mode=server or "
-                              "backend=openai): an in-process engine runs in the harness's own process")
+            raise ConfigError(
+                f"client.workers={requested} needs an HTTP backend (backend.mode=server or "
+                "backend=openai): an in-process engine runs in the harness's own process"
+            )
         return 1
     return requested if requested is not None else auto_workers(concurrency)
 
@@ -98,8 +102,10 @@ def check_shared_clock() -> None:
         return
     if sys.platform == "darwin" and "mach_absolute_time" in info.implementation:
         return  # system-wide too
-    raise ConfigError(f"client.workers > 1 needs a system-wide monotonic perf_counter; here it is "
-                      f"{info.implementation}: set client.workers=1")
+    raise ConfigError(
+        f"client.workers > 1 needs a system-wide monotonic perf_counter; here it is "
+        f"{info.implementation}: set client.workers=1"
+    )
 
 
 def slots(cap: int, workers: int) -> list[int]:
@@ -143,8 +149,13 @@ class WorkerPool:
         cap = driver.cap(open_loop)
         n = min(self.workers, len(sessions), cap or len(sessions))  # each worker has a session and a slot
         if n < self.workers:
-            log.info("client.workers=%d: %d are enough for %d sessions at concurrency %s",
-                     self.workers, n, len(sessions), cap)
+            log.info(
+                "client.workers=%d: %d are enough for %d sessions at concurrency %s",
+                self.workers,
+                n,
+                len(sessions),
+                cap,
+            )
         shares = slots(cap, n) if cap else [0] * n
         if open_loop:
             order = arrival_order(sessions)
@@ -155,8 +166,16 @@ class WorkerPool:
             initial = [[queue.popleft() for _ in range(min(share + 1, len(queue)))] for share in shares]
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
-        job = _Job(driver.renderer, driver.plan, self.client, sessions, first_request_ids(sessions), open_loop,
-                   driver.spin, self.event_loop)
+        job = _Job(
+            driver.renderer,
+            driver.plan,
+            self.client,
+            sessions,
+            first_request_ids(sessions),
+            open_loop,
+            driver.spin,
+            self.event_loop,
+        )
         workers = _fork(job, initial, shares, loop, events)
         log.info("client: %d worker processes (%s loop)", n, self.event_loop)
         try:
@@ -179,8 +198,9 @@ class WorkerPool:
             _reap(workers, loop)
         return time.perf_counter() - driver.t0
 
-    async def _serve(self, workers: list[_Worker], events: asyncio.Queue, queue: "_Pending",
-                     monitor: Optional[asyncio.Task]) -> None:
+    async def _serve(
+        self, workers: list[_Worker], events: asyncio.Queue, queue: _Pending, monitor: Optional[asyncio.Task]
+    ) -> None:
         """Forward records, hand out sessions as slots free, until every worker said bye."""
         driver = self.driver
         waiter: Optional[asyncio.Task] = None
@@ -221,8 +241,11 @@ class WorkerPool:
         elif kind == "eof":
             if not worker.gone:
                 worker.gone = True
-                log.warning("client worker %d exited (code %s) before it finished: its requests in flight are "
-                            "not recorded", worker.index, worker.process.exitcode)
+                log.warning(
+                    "client worker %d exited (code %s) before it finished: its requests in flight are not recorded",
+                    worker.index,
+                    worker.process.exitcode,
+                )
         elif kind == "error":
             raise HarnessError(f"client worker {worker.index} failed: {msg[1]}")
 
@@ -275,8 +298,9 @@ class _Job:
     event_loop: str
 
 
-def _fork(job: _Job, initial: list[Sequence[int]], shares: list[int], loop: asyncio.AbstractEventLoop,
-          events: asyncio.Queue) -> list[_Worker]:
+def _fork(
+    job: _Job, initial: list[Sequence[int]], shares: list[int], loop: asyncio.AbstractEventLoop, events: asyncio.Queue
+) -> list[_Worker]:
     ctx = multiprocessing.get_context("fork")
     workers: list[_Worker] = []
     with tokenizers_single_threaded():
@@ -284,13 +308,24 @@ def _fork(job: _Job, initial: list[Sequence[int]], shares: list[int], loop: asyn
     return workers
 
 
-def _fork_each(ctx: Any, job: _Job, initial: list[Sequence[int]], shares: list[int],
-               loop: asyncio.AbstractEventLoop, events: asyncio.Queue, workers: list[_Worker]) -> None:
+def _fork_each(
+    ctx: Any,
+    job: _Job,
+    initial: list[Sequence[int]],
+    shares: list[int],
+    loop: asyncio.AbstractEventLoop,
+    events: asyncio.Queue,
+    workers: list[_Worker],
+) -> None:
     for index, share in enumerate(shares):
         mine, theirs = ctx.Pipe(duplex=True)
         inherited = [w.conn for w in workers] + [mine]  # driver ends the worker must not hold
-        process = ctx.Process(target=_worker_main, name=f"harness-client-{index}", daemon=True,
-                              args=(job, initial[index], share, theirs, inherited))
+        process = ctx.Process(
+            target=_worker_main,
+            name=f"harness-client-{index}",
+            daemon=True,
+            args=(job, initial[index], share, theirs, inherited),
+        )
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
         # threads use (its own loop, the HTTP client, the tokenizer with parallelism off)
         with warnings.catch_warnings():

@@ -3,9 +3,10 @@
 A statistic is ``median``, ``mean`` or a percentile ``pNN`` (``p50`` is the median), computed
 row-wise on a (R, n) array of resampled values.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -30,8 +31,9 @@ def clean(values: Sequence[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
-def resampled_stat(x: np.ndarray, fn: StatFunction, resamples: int, rng: np.random.Generator,
-                   max_cells: int = 4_000_000) -> np.ndarray:
+def resampled_stat(
+    x: np.ndarray, fn: StatFunction, resamples: int, rng: np.random.Generator, max_cells: int = 4_000_000
+) -> np.ndarray:
     """s(x*) for ``resamples`` bootstrap resamples of x, in blocks of at most max_cells values."""
     out = np.empty(resamples)
     block = max(1, max_cells // max(1, x.size))

@@ -5,6 +5,7 @@ A figure is named ``metric.stat`` for a request metric (``ttft_s.p50``, ``tpot_s
 summary.json holds (nothing re-derived); its per-request values, for resampling, come from the
 run's requests table.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,16 @@ from harness.results import metrics
 from harness.results.schema import RunResult, RunSummary
 
 # median and p90 of TTFT, TPOT and ITL, output tokens/s and goodput (absent without an SLO)
-DEFAULT_FIGURES = ("ttft_s.p50", "ttft_s.p90", "tpot_s.p50", "tpot_s.p90", "itl_s.p50", "itl_s.p90",
-                   "output_tokens_per_s", "goodput_requests_per_s")
+DEFAULT_FIGURES = (
+    "ttft_s.p50",
+    "ttft_s.p90",
+    "tpot_s.p50",
+    "tpot_s.p90",
+    "itl_s.p50",
+    "itl_s.p90",
+    "output_tokens_per_s",
+    "goodput_requests_per_s",
+)
 STAT_ALIASES = {"median": "p50"}
 
 

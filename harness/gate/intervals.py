@@ -29,11 +29,13 @@ runs (ν_σ = 2k − 1 for k blocks)::
 
     se² = se_within² + 2 σ²,   ν = ν_σ · (se² / 2σ²)²,   bounds exp(ln ratio ± t(1 − α/2, ν) · se)
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -102,13 +104,31 @@ def paired_t(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA) -> In
         p_greater = 1 - student_t.cdf(mean / se, k - 1)
     else:
         p_greater = 0.0 if mean > 0 else 1.0
-    return Interval(PAIRED_T, math.exp(mean), math.exp(mean - t2 * se), math.exp(mean + t2 * se),
-                    math.exp(mean - t1 * se), math.exp(mean + t1 * se), alpha, k, k, p_greater, sd)
+    return Interval(
+        PAIRED_T,
+        math.exp(mean),
+        math.exp(mean - t2 * se),
+        math.exp(mean + t2 * se),
+        math.exp(mean - t1 * se),
+        math.exp(mean + t1 * se),
+        alpha,
+        k,
+        k,
+        p_greater,
+        sd,
+    )
 
 
-def two_level_bootstrap(a_runs: Sequence[np.ndarray], b_runs: Sequence[np.ndarray], fn: Optional[StatFunction],
-                        a_values: Optional[Sequence[float]] = None, b_values: Optional[Sequence[float]] = None,
-                        alpha: float = ALPHA, resamples: int = 2000, seed: int = 0) -> Interval:
+def two_level_bootstrap(
+    a_runs: Sequence[np.ndarray],
+    b_runs: Sequence[np.ndarray],
+    fn: Optional[StatFunction],
+    a_values: Optional[Sequence[float]] = None,
+    b_values: Optional[Sequence[float]] = None,
+    alpha: float = ALPHA,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Interval:
     """Runs, then requests within runs, resampled (module doc).
 
     ``a_runs``/``b_runs``: each run's per-request values, with ``fn`` the statistic; for a run
@@ -134,12 +154,24 @@ def two_level_bootstrap(a_runs: Sequence[np.ndarray], b_runs: Sequence[np.ndarra
     lo2, hi2, lo1, hi1 = np.quantile(diff, [alpha / 2, 1 - alpha / 2, alpha, 1 - alpha])
     method = WITHIN_RUN if n_a == 1 and n_b == 1 else RUN_BOOTSTRAP
     p_greater = float(np.mean(diff <= 0))
-    return Interval(method, math.exp(point), math.exp(lo2), math.exp(hi2), math.exp(lo1), math.exp(hi1), alpha,
-                    n_a, n_b, p_greater, pooled)
+    return Interval(
+        method,
+        math.exp(point),
+        math.exp(lo2),
+        math.exp(hi2),
+        math.exp(lo1),
+        math.exp(hi1),
+        alpha,
+        n_a,
+        n_b,
+        p_greater,
+        pooled,
+    )
 
 
-def _replicate_table(runs: Sequence[np.ndarray], fn: StatFunction, resamples: int,
-                     rng: np.random.Generator) -> np.ndarray:
+def _replicate_table(
+    runs: Sequence[np.ndarray], fn: StatFunction, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     """ln s(run*) for each run (columns) and replicate (rows): the requests level."""
     if not runs:
         raise ValueError("each side needs at least one run")
@@ -172,15 +204,22 @@ def widened_by_noise_floor(within: Interval, sd_run: float, dof: Optional[int] =
     """A within-run interval widened by the known run-to-run sd of ln s, estimated with ``dof``
     degrees of freedom (None: known exactly) (module doc)."""
     se_within = (math.log(within.high) - math.log(within.low)) / (2 * _normal_quantile(1 - within.alpha / 2))
-    floor_var = 2 * sd_run ** 2
-    se = math.sqrt(se_within ** 2 + floor_var)
-    df = dof * (se ** 2 / floor_var) ** 2 if dof and floor_var > 0 else NORMAL_DF
+    floor_var = 2 * sd_run**2
+    se = math.sqrt(se_within**2 + floor_var)
+    df = dof * (se**2 / floor_var) ** 2 if dof and floor_var > 0 else NORMAL_DF
     t2, t1 = student_t.quantile(1 - within.alpha / 2, df), student_t.quantile(1 - within.alpha, df)
     mid = math.log(within.ratio)
     p_greater = 1 - student_t.cdf(mid / se, df) if se > 0 else (0.0 if mid > 0 else 1.0)
-    return replace(within, method=WITHIN_RUN_WITH_FLOOR, low=math.exp(mid - t2 * se), high=math.exp(mid + t2 * se),
-                   lower_bound=math.exp(mid - t1 * se), upper_bound=math.exp(mid + t1 * se), p_greater=p_greater,
-                   sd_log=sd_run)
+    return replace(
+        within,
+        method=WITHIN_RUN_WITH_FLOOR,
+        low=math.exp(mid - t2 * se),
+        high=math.exp(mid + t2 * se),
+        lower_bound=math.exp(mid - t1 * se),
+        upper_bound=math.exp(mid + t1 * se),
+        p_greater=p_greater,
+        sd_log=sd_run,
+    )
 
 
 NORMAL_DF = 1e9  # the t quantile with a huge df is the normal quantile to ~1e-7

@@ -6,9 +6,11 @@ the largest i with p_(i) ≤ i · q / m, and reject the hypotheses of p_(1)…p_
 share of false discoveries among the rejections is then at most q (for independent or
 positively dependent tests, as the points of one sweep on one machine are).
 """
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 
 def benjamini_hochberg(p_values: Sequence[Optional[float]], q: float = 0.05) -> list[bool]:

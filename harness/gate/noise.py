@@ -28,6 +28,7 @@ warm-up):
 The gate's margin is δ = max(threshold, K · σ_run) with K = 3: a change smaller than three
 run-to-run sds cannot be told from noise by a few runs, so it is never called a regression.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,7 +68,7 @@ class FigureNoise:
 
     @property
     def t2_sq(self) -> float:
-        return max(self.sd_run ** 2 - (self.within_var or 0.0), 0.0)
+        return max(self.sd_run**2 - (self.within_var or 0.0), 0.0)
 
 
 @dataclass
@@ -98,7 +99,7 @@ class NoiseFloor:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "NoiseFloor":
+    def from_dict(cls, data: dict[str, Any]) -> NoiseFloor:
         figures = {k: FigureNoise(**v) for k, v in (data.get("figures") or {}).items()}
         return cls(**{**data, "figures": figures})
 
@@ -111,8 +112,12 @@ class RepetitionPlan:
     precision: float  # h
 
 
-def figure_noise(block_log_ratios: list[float], within_vars: list[float], requests_per_run: int,
-                 run_logs: Optional[list[float]] = None) -> FigureNoise:
+def figure_noise(
+    block_log_ratios: list[float],
+    within_vars: list[float],
+    requests_per_run: int,
+    run_logs: Optional[list[float]] = None,
+) -> FigureNoise:
     """σ_run from the A/A blocks' log-ratios, V_w the mean of the runs' within-run variances,
     σ_apart from every run's ln s (``run_logs``, both arms)."""
     k = len(block_log_ratios)
@@ -128,8 +133,9 @@ def _sd(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def plan(figure: str, noise: FigureNoise, precision: float, cost_run_s: float, cost_request_s: float,
-         alpha: float = 0.05) -> RepetitionPlan:
+def plan(
+    figure: str, noise: FigureNoise, precision: float, cost_run_s: float, cost_request_s: float, alpha: float = 0.05
+) -> RepetitionPlan:
     """Requests per run and blocks for a paired interval of half-width ``precision`` (module doc)."""
     if precision <= 0:
         raise ValueError(f"the precision must be > 0 (got {precision})")
@@ -164,8 +170,9 @@ def save(folder: Path, floor: NoiseFloor) -> Path:
     return path
 
 
-def load(folder: Optional[Path], config_sha256: Optional[str], hardware: Optional[str],
-         engine: str = "fresh") -> Optional[NoiseFloor]:
+def load(
+    folder: Optional[Path], config_sha256: Optional[str], hardware: Optional[str], engine: str = "fresh"
+) -> Optional[NoiseFloor]:
     """The stored floor of this configuration on this machine (runs of ``engine``), or None."""
     if folder is None or not config_sha256 or not hardware:
         return None

@@ -7,12 +7,14 @@ is looked at several times (Bonferroni over the planned looks, so stopping early
 Benjamini–Hochberg over the figures decides "worse beyond noise"; the margin is the threshold
 raised to the noise floor where one is stored (:mod:`harness.gate.noise`).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -91,8 +93,15 @@ def config_key(run: RunResult) -> tuple[Optional[str], str]:
     return run.summary.config_sha256, hardware_fingerprint(run.env or {})
 
 
-def evaluate(blocks: Sequence[BlockRuns], figures: Sequence[Figure], threshold: float, alpha: float = 0.05,
-             looks: int = 1, noise_dir: Optional[Path] = None, engine: str = "fresh") -> Evaluation:
+def evaluate(
+    blocks: Sequence[BlockRuns],
+    figures: Sequence[Figure],
+    threshold: float,
+    alpha: float = 0.05,
+    looks: int = 1,
+    noise_dir: Optional[Path] = None,
+    engine: str = "fresh",
+) -> Evaluation:
     """Each figure's decision over the usable blocks (module doc); ``engine``: the runs' kind
     ("fresh" engines, or one "held" per arm), whose noise floor sets the margins."""
     good, left_out = usable(blocks)
@@ -108,7 +117,9 @@ def evaluate(blocks: Sequence[BlockRuns], figures: Sequence[Figure], threshold: 
     significant = multiple.benjamini_hochberg(p_worse, alpha_look) if found else []
     decisions = []
     for (figure, interval), worse in zip(found, significant):
-        margin, source = floor.margin(figure.name, threshold) if floor else (threshold, f"threshold {threshold * 100:g}%")
+        margin, source = (
+            floor.margin(figure.name, threshold) if floor else (threshold, f"threshold {threshold * 100:g}%")
+        )
         decisions.append(verdicts.decide(figure, interval, margin, source, worse_significant=worse))
     return Evaluation(decisions, len(good), left_out, floor)
 
@@ -120,8 +131,13 @@ def _p_worse(figure: Figure, interval: intervals.Interval) -> Optional[float]:
     return p if figure.lower_is_better else 1 - p
 
 
-def measure_noise_floor(blocks: Sequence[BlockRuns], figures: Sequence[Figure], run_wall_s: Sequence[float],
-                        source: str = "", engine: str = "fresh") -> noise.NoiseFloor:
+def measure_noise_floor(
+    blocks: Sequence[BlockRuns],
+    figures: Sequence[Figure],
+    run_wall_s: Sequence[float],
+    source: str = "",
+    engine: str = "fresh",
+) -> noise.NoiseFloor:
     """An A/A experiment's blocks → the noise floor of its configuration on this machine."""
     good, _ = usable(blocks)
     if len(good) < 2:
@@ -148,5 +164,6 @@ def measure_noise_floor(blocks: Sequence[BlockRuns], figures: Sequence[Figure], 
     cost_run = max(0.0, float(np.mean(run_wall_s)) - float(np.mean(durations))) if run_wall_s else 0.0
     cost_request = float(np.mean([d / n for d, n in zip(durations, requests)]))
     config_sha, hardware = config_key(good[0].a)
-    return noise.NoiseFloor(config_sha or "unknown", hardware, result, cost_run, cost_request, source=source,
-                            engine=engine)
+    return noise.NoiseFloor(
+        config_sha or "unknown", hardware, result, cost_run, cost_request, source=source, engine=engine
+    )

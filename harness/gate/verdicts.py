@@ -13,6 +13,7 @@ it lacks the run-to-run noise. Over many comparisons, ``worse_significant`` repl
 ``w_lo > 1`` by a Benjamini–Hochberg decision on the p-values of "worse"
 (:mod:`harness.gate.multiple`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,22 +69,29 @@ class Decision:
         i = self.interval
         runs = f"{i.blocks} blocks" if i.blocks else f"{i.n_a} vs {i.n_b} runs"
         conf = f"{(1 - i.alpha) * 100:.4g}%"
-        return (f"{self.figure.label}: {self.verdict.upper()} {self.change * 100:+.1f}% "
-                f"[{(i.lower_bound - 1) * 100:+.1f}%, {(i.upper_bound - 1) * 100:+.1f}%] (one-sided {conf} bounds; "
-                f"{runs}, {METHOD_TEXT[i.method]}; "
-                f"margin {self.margin * 100:.1f}%: {self.margin_source}) — {self.reason}")
+        return (
+            f"{self.figure.label}: {self.verdict.upper()} {self.change * 100:+.1f}% "
+            f"[{(i.lower_bound - 1) * 100:+.1f}%, {(i.upper_bound - 1) * 100:+.1f}%] (one-sided {conf} bounds; "
+            f"{runs}, {METHOD_TEXT[i.method]}; "
+            f"margin {self.margin * 100:.1f}%: {self.margin_source}) — {self.reason}"
+        )
 
 
-def decide(figure: Figure, interval: Interval, margin: float, margin_source: str = "",
-           worse_significant: Optional[bool] = None) -> Decision:
+def decide(
+    figure: Figure, interval: Interval, margin: float, margin_source: str = "", worse_significant: Optional[bool] = None
+) -> Decision:
     """The verdict of one figure (module doc)."""
     if margin < 0:
         raise ValueError(f"the margin must be >= 0 (got {margin})")
     probe = Decision(figure, interval, margin, margin_source or f"threshold {margin * 100:g}%", "", "")
     w, (w_lo, w_hi) = probe.worse_ratio, probe.worse_bounds
     if not interval.decides:
-        return _with(probe, INCONCLUSIVE, "one run against one run: within-run noise only, and no noise floor "
-                                          "is known for this configuration and machine")
+        return _with(
+            probe,
+            INCONCLUSIVE,
+            "one run against one run: within-run noise only, and no noise floor "
+            "is known for this configuration and machine",
+        )
     significant = w_lo > 1 if worse_significant is None else worse_significant
     if significant and w > 1 + margin:
         return _with(probe, REGRESSION, f"worse beyond noise and by more than the {margin * 100:.1f}% margin")

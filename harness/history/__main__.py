@@ -1,4 +1,5 @@
 """``python -m harness.history``: see harness/history/cli.py."""
+
 import sys
 
 from harness.history.cli import main

@@ -19,10 +19,12 @@ change from two runs: with 40 runs before a 15 % step at 3 % noise it finds it a
 run after it about 9 times in 10, at the third 19 in 20; with 20 before, about half at the
 second run and nearly always at the third.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -46,7 +48,7 @@ class SeriesVerdict:
 
     points: list[ChangePoint]
     bad: list[bool]  # per untainted run: worse than its segment's reference by more than the margin
-    alert: Optional["Alert"]
+    alert: Optional[Alert]
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,12 @@ def is_bad(value: float, reference: float, margin: float, lower_is_better: bool)
     return value < reference * (1 - margin)
 
 
-def evaluate(values: Sequence[float], lower_is_better: bool, rule: AlertRule = AlertRule(),
-             points: Optional[list[ChangePoint]] = None) -> SeriesVerdict:
+def evaluate(
+    values: Sequence[float],
+    lower_is_better: bool,
+    rule: AlertRule = AlertRule(),
+    points: Optional[list[ChangePoint]] = None,
+) -> SeriesVerdict:
     """The rule over one series of untainted values (see the module docstring)."""
     series = np.asarray(values, dtype=float)
     found = change_points(series) if points is None else points
@@ -73,7 +79,7 @@ def evaluate(values: Sequence[float], lower_is_better: bool, rule: AlertRule = A
     # each run's reference: the mean of the segment before its own segment (none in the first)
     bad = [False] * n
     for i, start in enumerate(bounds[1:], start=1):
-        reference = float(series[bounds[i - 1]:start].mean())
+        reference = float(series[bounds[i - 1] : start].mean())
         end = bounds[i + 1] if i + 1 < len(bounds) else n
         for j in range(start, end):
             bad[j] = is_bad(float(series[j]), reference, rule.margin, lower_is_better)
@@ -83,7 +89,7 @@ def evaluate(values: Sequence[float], lower_is_better: bool, rule: AlertRule = A
         c = recent[-1]
         before = bounds[bounds.index(c) - 1]
         reference = float(series[before:c].mean())
-        latest = series[n - rule.consecutive:]
+        latest = series[n - rule.consecutive :]
         if n - c <= rule.max_age and all(is_bad(float(v), reference, rule.margin, lower_is_better) for v in latest):
             alert = Alert(c, reference, tuple(float(v) for v in latest), float(latest.mean() / reference - 1))
     return SeriesVerdict(found, bad, alert)

@@ -1,8 +1,10 @@
 """Every point × figure of a history: its series, change points and alert (for trend and check)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import pandas as pd
 
@@ -23,13 +25,17 @@ def parse_figure(text: str) -> Figure:
     metric, _, stat = text.partition(".")
     if metric in metrics.REQUEST_METRICS:
         if stat not in STATS:
-            raise HarnessError(f"--metric {text}: a request metric needs a statistic, one of "
-                               f"{', '.join(f'{metric}.{s}' for s in STATS)}")
+            raise HarnessError(
+                f"--metric {text}: a request metric needs a statistic, one of "
+                f"{', '.join(f'{metric}.{s}' for s in STATS)}"
+            )
         return Figure(metric, stat)
     if metric in metrics.RUN_METRICS and not stat:
         return Figure(metric, None)
-    raise HarnessError(f"--metric {text}: unknown figure; use metric.stat for one of {', '.join(metrics.REQUEST_METRICS)} "
-                       f"or a run metric: {', '.join(metrics.RUN_METRICS)}")
+    raise HarnessError(
+        f"--metric {text}: unknown figure; use metric.stat for one of {', '.join(metrics.REQUEST_METRICS)} "
+        f"or a run metric: {', '.join(metrics.RUN_METRICS)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,12 @@ def alert_cells(report: SeriesReport) -> Optional[dict[str, str]]:
     if alert is None:
         return None
     d = report.figure.definition
-    return {"since": f"{pd.Timestamp(report.clean['started_at'].iloc[alert.change_index]):%Y-%m-%d %H:%M}",
-            "reference": fmt(alert.reference, d.digits, d.scale, f" {d.unit}"),
-            "latest": ", ".join(fmt(v, d.digits, d.scale) for v in alert.latest),
-            "change": f"{alert.relative_change * 100:+.1f} %"}
+    return {
+        "since": f"{pd.Timestamp(report.clean['started_at'].iloc[alert.change_index]):%Y-%m-%d %H:%M}",
+        "reference": fmt(alert.reference, d.digits, d.scale, f" {d.unit}"),
+        "latest": ", ".join(fmt(v, d.digits, d.scale) for v in alert.latest),
+        "change": f"{alert.relative_change * 100:+.1f} %",
+    }
 
 
 def analyse(frame: pd.DataFrame, figures: Sequence[Figure], rule: AlertRule = AlertRule()) -> list[SeriesReport]:

@@ -33,11 +33,12 @@ after/before − 1, and the p-value of its test. Why not Apache Otava (E-divisiv
 Hunter's sliding windows): it cannot share this environment (it pins numpy 2.2 and pulls cloud
 clients); benchmarks/changepoints.py runs both on the same series.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -93,8 +94,9 @@ def best_split(segment: np.ndarray, min_segment: int) -> tuple[int, float]:
     return best + min_segment, float(q[best])
 
 
-def permutation_p_value(segment: np.ndarray, observed: float, min_segment: int, permutations: int,
-                        p_value: float, rng: np.random.Generator) -> float:
+def permutation_p_value(
+    segment: np.ndarray, observed: float, min_segment: int, permutations: int, p_value: float, rng: np.random.Generator
+) -> float:
     """p of the segment's best split against R shuffles of it (see the module docstring);
     stops early once the candidate cannot reach ``p_value``."""
     allowed = math.floor(p_value * (permutations + 1) + 1e-9) - 1  # exceedances a significant test may have
@@ -111,8 +113,14 @@ def permutation_p_value(segment: np.ndarray, observed: float, min_segment: int, 
     return (1 + beaten) / (1 + permutations)
 
 
-def change_points(values: Sequence[float], *, min_segment: int = MIN_SEGMENT, p_value: float = P_VALUE,
-                  permutations: int = PERMUTATIONS, seed: int = 0) -> list[ChangePoint]:
+def change_points(
+    values: Sequence[float],
+    *,
+    min_segment: int = MIN_SEGMENT,
+    p_value: float = P_VALUE,
+    permutations: int = PERMUTATIONS,
+    seed: int = 0,
+) -> list[ChangePoint]:
     """The significant change points of ``values`` in order (E-divisive means; module docstring)."""
     series = np.asarray(values, dtype=float)
     if series.ndim != 1 or not np.all(np.isfinite(series)):

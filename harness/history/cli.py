@@ -8,13 +8,15 @@
 Exit codes: 0 fine; 1 ``check`` found an alert (harness/history/alerts.py has the rule);
 2 bad input, said in one ``error:`` line.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import NoReturn, Optional
 
 import pandas as pd
 
@@ -27,8 +29,22 @@ from harness.history.trend import write_trend
 
 EXIT_ALERT, EXIT_BAD_INPUT = 1, 2
 
-LIST_COLUMNS = ("date", "engine", "engine_version", "point", "model", "workload", "concurrency", "rate",
-                "git_commit", "tainted", "ttft_s_p50", "tpot_s_p50", "output_tokens_per_s", "run_id")
+LIST_COLUMNS = (
+    "date",
+    "engine",
+    "engine_version",
+    "point",
+    "model",
+    "workload",
+    "concurrency",
+    "rate",
+    "git_commit",
+    "tainted",
+    "ttft_s_p50",
+    "tpot_s_p50",
+    "output_tokens_per_s",
+    "run_id",
+)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -48,21 +64,39 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ls = commands.add_parser("list", help="the runs in the history")
     ls.add_argument("root", type=Path)
     ls.add_argument("--decisions", action="store_true", help="list the A/B decisions instead")
-    for sub in (ls, trend := commands.add_parser("trend", help="write trend.html"),
-                check := commands.add_parser("check", help="exit 1 when a series alerts")):
+    for sub in (
+        ls,
+        trend := commands.add_parser("trend", help="write trend.html"),
+        check := commands.add_parser("check", help="exit 1 when a series alerts"),
+    ):
         if sub is not ls:
             sub.add_argument("root", type=Path)
         sub.add_argument("--engine", default=None, help="only this engine's runs")
         sub.add_argument("--point", default=None, help="only this point (its id, or the id's first characters)")
-        sub.add_argument("--since", type=date.fromisoformat, default=None, metavar="YYYY-MM-DD", help="only runs since then")
+        sub.add_argument(
+            "--since", type=date.fromisoformat, default=None, metavar="YYYY-MM-DD", help="only runs since then"
+        )
     for sub in (trend, check):
-        sub.add_argument("--metric", action="append", default=None, metavar="FIGURE",
-                         help=f"a figure to follow, repeatable: metric.stat or a run metric (default: {' '.join(DEFAULT_FIGURES)})")
-        sub.add_argument("--margin", type=float, default=MARGIN, help=f"relative margin of a bad run (default {MARGIN})")
-        sub.add_argument("--max-age", type=int, default=MAX_AGE, help=f"runs a change point keeps alerting (default {MAX_AGE})")
+        sub.add_argument(
+            "--metric",
+            action="append",
+            default=None,
+            metavar="FIGURE",
+            help=f"a figure to follow, repeatable: metric.stat or a run metric (default: {' '.join(DEFAULT_FIGURES)})",
+        )
+        sub.add_argument(
+            "--margin", type=float, default=MARGIN, help=f"relative margin of a bad run (default {MARGIN})"
+        )
+        sub.add_argument(
+            "--max-age", type=int, default=MAX_AGE, help=f"runs a change point keeps alerting (default {MAX_AGE})"
+        )
     trend.add_argument("--out", type=Path, default=Path("trend.html"), help="the page to write (default trend.html)")
-    check.add_argument("--markdown", default=None, metavar="FILE",
-                       help="append the alerts as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY); '-': stdout")
+    check.add_argument(
+        "--markdown",
+        default=None,
+        metavar="FILE",
+        help="append the alerts as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY); '-': stdout",
+    )
     return parser.parse_args(argv)
 
 
@@ -130,9 +164,12 @@ def run_trend(args: argparse.Namespace) -> int:
 
 
 def alert_lines(reports: Sequence[SeriesReport]) -> list[str]:
-    return [f"{r.figure.name} {cells['change']} at {r.point_label} (point {r.point}): since {cells['since']}, "
-            f"reference {cells['reference']}, latest {cells['latest']}"
-            for r in reports if (cells := alert_cells(r)) is not None]
+    return [
+        f"{r.figure.name} {cells['change']} at {r.point_label} (point {r.point}): since {cells['since']}, "
+        f"reference {cells['reference']}, latest {cells['latest']}"
+        for r in reports
+        if (cells := alert_cells(r)) is not None
+    ]
 
 
 def alert_markdown(lines: Sequence[str], series: int) -> str:

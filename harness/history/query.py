@@ -5,6 +5,7 @@ Every Parquet file under ``ROOT/runs`` is read at once,
 folder names give ``engine`` and ``date``, and files written by older or newer versions (with
 fewer or more columns) read together, a missing column as NULL.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,7 +37,9 @@ class RunFilter:
 def parquet_source(root: Path, kind: str = RUNS) -> str:
     folder = Path(root) / kind
     if not any(folder.glob("**/*.parquet")):
-        raise EmptyHistory(f"the history at {root} holds no {kind} yet (add some: python -m harness.history add {root} RUN…)")
+        raise EmptyHistory(
+            f"the history at {root} holds no {kind} yet (add some: python -m harness.history add {root} RUN…)"
+        )
     pattern = str(folder / "**" / "*.parquet").replace("'", "''")
     return f"read_parquet('{pattern}', hive_partitioning=true, union_by_name=true)"
 

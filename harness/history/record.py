@@ -22,6 +22,7 @@ Keys:
 - ``taint`` — why the run's machine state makes its figures suspect (summary.json's list,
   written by the machine-state guard), and ``tainted`` (the list is not empty).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,12 +61,22 @@ def started_at_utc(text: Optional[str]) -> Optional[datetime]:
 
 def point_key(row: dict[str, Any]) -> tuple[str, str]:
     """(point id, label) of a row holding the key columns."""
-    parts = (row["backend"], row["backend_mode"], row["model"], row["prompts_sha256"], row["concurrency"],
-             row["rate"], row["open_loop"], row["hardware"])
+    parts = (
+        row["backend"],
+        row["backend_mode"],
+        row["model"],
+        row["prompts_sha256"],
+        row["concurrency"],
+        row["rate"],
+        row["open_loop"],
+        row["hardware"],
+    )
     load = f"rate {row['rate']}/s" if row["open_loop"] else f"concurrency {row['concurrency'] or 1}"
     prompts = (row["prompts_sha256"] or "")[:8]
-    label = (f"{row['backend']}/{row['backend_mode']} · {row['model']} · {row['workload']} {prompts} · {load} · "
-             f"hw {row['hardware'][:6]}")
+    label = (
+        f"{row['backend']}/{row['backend_mode']} · {row['model']} · {row['workload']} {prompts} · {load} · "
+        f"hw {row['hardware'][:6]}"
+    )
     return short_hash(*parts, length=12), label
 
 

@@ -9,14 +9,16 @@ sees half of one: ``**/*.parquet`` does not match the temporary name). No databa
 written: parallel CI jobs each add their own files, and DuckDB reads them all
 (:mod:`harness.history.query`).
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,8 +50,13 @@ def partition_value(value: Any) -> str:
 
 
 def run_path(root: Path, row: Mapping[str, Any]) -> Path:
-    return (Path(root) / RUNS / f"engine={partition_value(row['engine'])}" / f"date={partition_value(row['date'])}"
-            / f"{row['run_id']}.parquet")
+    return (
+        Path(root)
+        / RUNS
+        / f"engine={partition_value(row['engine'])}"
+        / f"date={partition_value(row['date'])}"
+        / f"{row['run_id']}.parquet"
+    )
 
 
 def add_run(root: Path, run_dir: Path) -> Stored:

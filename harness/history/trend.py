@@ -6,10 +6,12 @@ relative change, tainted runs in grey (left out of the change points and alerts)
 runs that raised an alert in red. The page opens with the alerts, then a table of every
 change point. Self-contained: plotly.js is inlined (harness.reports.html.page).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -26,8 +28,10 @@ def hover(runs: pd.DataFrame, unit: str, scale: float, digits: int) -> list[str]
     out = []
     for row in runs.itertuples():
         commit = (row.git_commit or "")[:10] if isinstance(row.git_commit, str) else "–"
-        text = (f"{fmt(row.value, digits, scale)} {unit}<br>{pd.Timestamp(row.started_at):%Y-%m-%d %H:%M}<br>"
-                f"run {row.run_id}<br>commit {commit}<br>engine {row.engine_version or '–'}")
+        text = (
+            f"{fmt(row.value, digits, scale)} {unit}<br>{pd.Timestamp(row.started_at):%Y-%m-%d %H:%M}<br>"
+            f"run {row.run_id}<br>commit {commit}<br>engine {row.engine_version or '–'}"
+        )
         if row.tainted:
             text += "<br>tainted: " + esc(", ".join(row.taint if row.taint is not None else []))
         out.append(text)
@@ -49,34 +53,79 @@ def series_figure(report: SeriesReport, div_id: str) -> str:
     scale, unit, digits = definition.scale, definition.unit, definition.digits
     clean, tainted = report.clean, report.runs[report.runs["tainted"]]
     fig = figure(height=330)
-    fig.add_trace(trace("scatter", x=times(clean), y=clean["value"].to_numpy() * scale, mode="lines+markers",
-                        name="runs", line=dict(color=RUN_COLOR, width=1), marker=dict(color=RUN_COLOR, size=7),
-                        text=hover(clean, unit, scale, digits), hovertemplate="%{text}<extra></extra>"))
+    fig.add_trace(
+        trace(
+            "scatter",
+            x=times(clean),
+            y=clean["value"].to_numpy() * scale,
+            mode="lines+markers",
+            name="runs",
+            line=dict(color=RUN_COLOR, width=1),
+            marker=dict(color=RUN_COLOR, size=7),
+            text=hover(clean, unit, scale, digits),
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
     means = [m * scale for m in segment_means(clean["value"].to_numpy(), report.verdict.points)]
-    fig.add_trace(trace("scatter", x=times(clean), y=means, mode="lines", name="segment mean",
-                        line=dict(color=STEP_COLOR, shape="hv", width=2), hoverinfo="skip"))
+    fig.add_trace(
+        trace(
+            "scatter",
+            x=times(clean),
+            y=means,
+            mode="lines",
+            name="segment mean",
+            line=dict(color=STEP_COLOR, shape="hv", width=2),
+            hoverinfo="skip",
+        )
+    )
     if not tainted.empty:
-        fig.add_trace(trace("scatter", x=times(tainted), y=tainted["value"].to_numpy() * scale, mode="markers",
-                            name="tainted (left out)", marker=dict(color=TAINT_COLOR, size=8, symbol="x"),
-                            text=hover(tainted, unit, scale, digits), hovertemplate="%{text}<extra></extra>"))
+        fig.add_trace(
+            trace(
+                "scatter",
+                x=times(tainted),
+                y=tainted["value"].to_numpy() * scale,
+                mode="markers",
+                name="tainted (left out)",
+                marker=dict(color=TAINT_COLOR, size=8, symbol="x"),
+                text=hover(tainted, unit, scale, digits),
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
     alert = report.verdict.alert
     if alert is not None:
-        bad = clean.iloc[len(clean) - len(alert.latest):]
-        fig.add_trace(trace("scatter", x=times(bad), y=bad["value"].to_numpy() * scale, mode="markers", name="alert",
-                            marker=dict(color=ALERT_COLOR, size=12, line=dict(color="#000", width=1)),
-                            text=hover(bad, unit, scale, digits), hovertemplate="%{text}<extra></extra>"))
+        bad = clean.iloc[len(clean) - len(alert.latest) :]
+        fig.add_trace(
+            trace(
+                "scatter",
+                x=times(bad),
+                y=bad["value"].to_numpy() * scale,
+                mode="markers",
+                name="alert",
+                marker=dict(color=ALERT_COLOR, size=12, line=dict(color="#000", width=1)),
+                text=hover(bad, unit, scale, digits),
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
     for cp in report.verdict.points:
-        fig.add_vline(change_x(clean, cp.index), line=dict(color=CHANGE_COLOR, dash="dash", width=2),
-                      annotation_text=f"change point {cp.relative_change * 100:+.1f} %")
-    fig.update_layout(title=dict(text=esc(f"{report.figure.label} · {report.point_label}"), font=dict(size=13)),
-                      margin=dict(l=60, r=20, t=70, b=40))
+        fig.add_vline(
+            change_x(clean, cp.index),
+            line=dict(color=CHANGE_COLOR, dash="dash", width=2),
+            annotation_text=f"change point {cp.relative_change * 100:+.1f} %",
+        )
+    fig.update_layout(
+        title=dict(text=esc(f"{report.figure.label} · {report.point_label}"), font=dict(size=13)),
+        margin=dict(l=60, r=20, t=70, b=40),
+    )
     fig.update_yaxes(title_text=esc(f"{definition.label} ({unit})"))
     return figure_div(fig, div_id)
 
 
 def alert_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
-    return [{"point": r.point_label, "figure": r.figure.name, **cells}
-            for r in reports if (cells := alert_cells(r)) is not None]
+    return [
+        {"point": r.point_label, "figure": r.figure.name, **cells}
+        for r in reports
+        if (cells := alert_cells(r)) is not None
+    ]
 
 
 def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
@@ -84,34 +133,56 @@ def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
     for r in reports:
         d = r.figure.definition
         for cp in r.verdict.points:
-            rows.append({"point": r.point_label, "figure": r.figure.name,
-                         "first run after": f"{pd.Timestamp(r.clean['started_at'].iloc[cp.index]):%Y-%m-%d %H:%M}",
-                         "commit": str(r.clean["git_commit"].iloc[cp.index] or "")[:10],
-                         "before": fmt(cp.mean_before, d.digits, d.scale), "after": fmt(cp.mean_after, d.digits, d.scale),
-                         "change": f"{cp.relative_change * 100:+.1f} %", "p": f"{cp.p_value:.3f}"})
+            rows.append(
+                {
+                    "point": r.point_label,
+                    "figure": r.figure.name,
+                    "first run after": f"{pd.Timestamp(r.clean['started_at'].iloc[cp.index]):%Y-%m-%d %H:%M}",
+                    "commit": str(r.clean["git_commit"].iloc[cp.index] or "")[:10],
+                    "before": fmt(cp.mean_before, d.digits, d.scale),
+                    "after": fmt(cp.mean_after, d.digits, d.scale),
+                    "change": f"{cp.relative_change * 100:+.1f} %",
+                    "p": f"{cp.p_value:.3f}",
+                }
+            )
     return rows
 
 
 def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> str:
     alerts = alert_rows(reports)
     runs = sum(len(r.runs) for r in reports)
-    head = (f"<h1>History trend</h1><p class=\"sub\">{esc(root)} · {len({r.point for r in reports})} points · "
-            f"{len(reports)} series · {runs} values</p>")
-    rule_text = (f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
-                 f"before the last change point by more than {rule.margin * 100:g} %, and that change point is at most "
-                 f"{rule.max_age} runs old. Change points: E-divisive means with a permutation test.")
+    head = (
+        f'<h1>History trend</h1><p class="sub">{esc(root)} · {len({r.point for r in reports})} points · '
+        f"{len(reports)} series · {runs} values</p>"
+    )
+    rule_text = (
+        f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
+        f"before the last change point by more than {rule.margin * 100:g} %, and that change point is at most "
+        f"{rule.max_age} runs old. Change points: E-divisive means with a permutation test."
+    )
     if alerts:
-        top = banner([f"{a['figure']} at {a['point']}: {a['change']} since {a['since']}" for a in alerts],
-                     f"{len(alerts)} alert(s)", "error")
+        top = banner(
+            [f"{a['figure']} at {a['point']}: {a['change']} since {a['since']}" for a in alerts],
+            f"{len(alerts)} alert(s)",
+            "error",
+        )
         top += table(alerts, list(alerts[0]), text_columns=("point", "figure", "since", "latest"))
     else:
         top = banner(["no series has two consecutive bad runs after a change point"], "no alert", "ok")
     changes = change_rows(reports)
-    change_table = table(changes, list(changes[0]), text_columns=("point", "figure", "first run after", "commit")) \
-        if changes else '<p class="note">no change point in any series</p>'
+    change_table = (
+        table(changes, list(changes[0]), text_columns=("point", "figure", "first run after", "commit"))
+        if changes
+        else '<p class="note">no change point in any series</p>'
+    )
     figures = "".join(series_figure(r, f"trend-{i}") for i, r in enumerate(reports))
-    body = (head + top + f'<p class="note">{esc(rule_text)}</p>' + section("Change points", change_table)
-            + section("Series", figures))
+    body = (
+        head
+        + top
+        + f'<p class="note">{esc(rule_text)}</p>'
+        + section("Change points", change_table)
+        + section("Series", figures)
+    )
     return page("History trend", body)
 
 

@@ -14,11 +14,13 @@ difference comes from the numerics (dtype, quantization, kernels, batching) or f
 engine doing other work (a template, a BOS token, an EOS set). Each run's dtype and
 quantization (summary.backend) are kept beside its figures to tell the two apart.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -72,11 +74,20 @@ class Agreement:
         """A flat row for agreement.csv."""
         first = asdict(self.first) if self.first else {}
         return {
-            "baseline": self.baseline, "run": self.run, "dtype": self.dtype, "quantization": self.quantization,
-            "compared": self.compared, "identical": self.identical, "identical_share": self.identical_share,
-            "mean_common_prefix": self.mean_common_prefix, "prefix_share": self.prefix_share,
-            "first_divergence_request": first.get("request_id"), "first_divergence_position": first.get("position"),
-            "baseline_text": first.get("baseline_text"), "text": first.get("text"), "problems": "; ".join(self.problems),
+            "baseline": self.baseline,
+            "run": self.run,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "compared": self.compared,
+            "identical": self.identical,
+            "identical_share": self.identical_share,
+            "mean_common_prefix": self.mean_common_prefix,
+            "prefix_share": self.prefix_share,
+            "first_divergence_request": first.get("request_id"),
+            "first_divergence_position": first.get("position"),
+            "baseline_text": first.get("baseline_text"),
+            "text": first.get("text"),
+            "problems": "; ".join(self.problems),
         }
 
 
@@ -111,7 +122,7 @@ def text_from_divergence(a: str, b: str) -> tuple[str, str]:
     start = max(0, i - CONTEXT_CHARS)
 
     def cut(text: str) -> str:
-        part = text[start:i + TAIL_CHARS]
+        part = text[start : i + TAIL_CHARS]
         return ("…" if start else "") + part + ("…" if len(text) > i + TAIL_CHARS else "")
 
     return cut(a), cut(b)
@@ -149,7 +160,9 @@ def agreement(baseline: RunResult, run: RunResult, baseline_label: str = "", lab
         missing = [r.name for r, rep in ((baseline, base), (run, other)) if not rep]
         result.problems.append(
             f"no output_token_ids recorded in {', '.join(missing)} (a run older than this harness version?)"
-            if missing else "no request completed in both runs")
+            if missing
+            else "no request completed in both runs"
+        )
         return result
     prefixes, lengths = [], []
     for rid in shared:

@@ -1,8 +1,10 @@
 """What the console prints: the run's summary table at the end of a run, and a sweep's table of points."""
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from harness.results import metrics
 from harness.results.jobs import jobs_line
@@ -17,8 +19,10 @@ def _client_line(harness: dict[str, Any]) -> Optional[str]:
         return None
     workers = harness.get("workers") or 1
     where = "this process" if workers == 1 else f"{workers} worker processes and the driver"
-    return (f"client: event-loop lag p50 {lag['p50'] * 1000:.1f}, p99 {lag['p99'] * 1000:.1f} ms · "
-            f"CPU {cores:.0%} of a core ({where})")
+    return (
+        f"client: event-loop lag p50 {lag['p50'] * 1000:.1f}, p99 {lag['p99'] * 1000:.1f} ms · "
+        f"CPU {cores:.0%} of a core ({where})"
+    )
 
 
 def format_summary(summary: RunSummary) -> str:
@@ -55,11 +59,15 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"{source.upper()} (measured phase): " + " · ".join(figures))
     dec, out_tps = summary.latency.get("decode_tps") or {}, summary.latency.get("output_tps") or {}
     if dec.get("count"):
-        lines.append(f"per request: decode {dec['mean']:.1f} tok/s (mean), output {out_tps.get('mean') or 0:.1f} tok/s (mean)")
+        lines.append(
+            f"per request: decode {dec['mean']:.1f} tok/s (mean), output {out_tps.get('mean') or 0:.1f} tok/s (mean)"
+        )
     cache = summary.prefix_cache
     if cache.get("reported_by_engine") and cache.get("cached_share") is not None:
-        lines.append(f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
-                     f"({cache['cached_tokens_total']} tokens)")
+        lines.append(
+            f"prefix cache: {cache['cached_share'] * 100:.1f}% of prompt tokens served from the engine's cache "
+            f"({cache['cached_tokens_total']} tokens)"
+        )
     hit_line = cache_hit_line(summary)
     if hit_line:
         lines.append(hit_line)
@@ -71,8 +79,10 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(job_line)
     data = wl.get("data")
     if data:
-        lines.append(f"data: {data.get('path')} ({data.get('format')}, {data.get('records')} records, "
-                     f"sha256 {str(data.get('sha256'))[:12]}…)")
+        lines.append(
+            f"data: {data.get('path')} ({data.get('format')}, {data.get('records')} records, "
+            f"sha256 {str(data.get('sha256'))[:12]}…)"
+        )
     lines.append(_memory_line(summary.memory))
     client_line = _client_line(summary.harness)
     if client_line:
@@ -131,8 +141,11 @@ def cache_hit_line(summary: RunSummary) -> Optional[str]:
         return None
     pct = lambda v: "–" if v is None else f"{v * 100:.1f}%"  # noqa: E731
     target = f"target {pct(figures['target'])} · " if figures["target"] is not None else ""
-    return (f"prefix-cache hit rate: {target}theoretical {pct(figures['theoretical'])} · "
-            f"measured {pct(figures['measured'])}" + ("" if figures["measured"] is not None else " (the engine reports no cached tokens)"))
+    return (
+        f"prefix-cache hit rate: {target}theoretical {pct(figures['theoretical'])} · "
+        f"measured {pct(figures['measured'])}"
+        + ("" if figures["measured"] is not None else " (the engine reports no cached tokens)")
+    )
 
 
 def _shown(metric: type[metrics.Metric], value: Optional[float]) -> float:
@@ -158,8 +171,10 @@ def _queue_wait_line(summary: RunSummary) -> Optional[str]:
         return None
     note = ((summary.backend.get("info") or {}).get("notes") or {}).get("queue_wait")  # the engine's own word on it
     hint = f": {note}" if note else ""
-    return (f"queue wait: {queue['p50'] * 1e3:.0f} ms of the TTFT p50 {first['p50'] * 1e3:.0f} ms passed before the engine "
-            f"began the request, waiting behind the requests it was serving{hint}")
+    return (
+        f"queue wait: {queue['p50'] * 1e3:.0f} ms of the TTFT p50 {first['p50'] * 1e3:.0f} ms passed before the engine "
+        f"began the request, waiting behind the requests it was serving{hint}"
+    )
 
 
 def _memory_line(mem: dict[str, Any]) -> str:
@@ -185,7 +200,13 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-TABLE_FIGURES = (("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("output_tokens_per_s", None), ("requests_per_s", None))
+TABLE_FIGURES = (
+    ("ttft_s", "p50"),
+    ("ttft_s", "p99"),
+    ("tpot_s", "p50"),
+    ("output_tokens_per_s", None),
+    ("requests_per_s", None),
+)
 
 
 def format_sweep(sweep: dict[str, Any]) -> str:
@@ -196,18 +217,29 @@ def format_sweep(sweep: dict[str, Any]) -> str:
     rows = []
     points = sweep.get("points", [])
     varying = varying_overrides([p.get("overrides") or [] for p in points])
-    sourced = [(k, None) for k, m in metrics.RUN_METRICS.items()
-               if m.source and any(k in (p.get("figures") or {}) for p in points)]
+    sourced = [
+        (k, None)
+        for k, m in metrics.RUN_METRICS.items()
+        if m.source and any(k in (p.get("figures") or {}) for p in points)
+    ]
     for p, changed in zip(points, varying):
-        row: dict[str, Any] = {"point": p.get("index"), "overrides": " ".join(changed) or "-",
-                               "status": p.get("status"), "load s": f"{p.get('load_s') or 0:.1f}",
-                               "reused": "yes" if p.get("engine_reused") else "no"}
+        row: dict[str, Any] = {
+            "point": p.get("index"),
+            "overrides": " ".join(changed) or "-",
+            "status": p.get("status"),
+            "load s": f"{p.get('load_s') or 0:.1f}",
+            "reused": "yes" if p.get("engine_reused") else "no",
+        }
         _add_figures(row, p.get("figures") or {}, sourced)
         rows.append(row)
         for stage in p.get("stages") or []:  # a time-shaped point: a row per stage below its own
-            stage_row: dict[str, Any] = {"point": f"{p.get('index')}.{stage.get('index')}",
-                                         "overrides": f"  stage {stage.get('index')}: {stage.get('load')}",
-                                         "status": "", "load s": "", "reused": ""}
+            stage_row: dict[str, Any] = {
+                "point": f"{p.get('index')}.{stage.get('index')}",
+                "overrides": f"  stage {stage.get('index')}: {stage.get('load')}",
+                "status": "",
+                "load s": "",
+                "reused": "",
+            }
             _add_figures(stage_row, stage.get("figures") or {}, sourced)
             rows.append(stage_row)
     lines = []

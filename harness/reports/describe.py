@@ -1,4 +1,5 @@
 """One line each about a run, for the pages and the console: backend, engine, model, load, workload, hardware, date."""
+
 from __future__ import annotations
 
 import json
@@ -59,9 +60,14 @@ def workload_text(summary: RunSummary) -> str:
     wl = summary.workload
     sha = (wl.get("sha256") or "")[:12]
     data = wl.get("data")
-    source = f" · data {data.get('path')} ({data.get('format')}, sha256 {str(data.get('sha256'))[:12]}…)" if data else ""
-    planned = f" · {wl['requests_planned']} requests in {wl.get('sessions')} sessions" \
-        if wl.get("requests_planned") is not None else ""  # unknown where a killed run left no summary
+    source = (
+        f" · data {data.get('path')} ({data.get('format')}, sha256 {str(data.get('sha256'))[:12]}…)" if data else ""
+    )
+    planned = (
+        f" · {wl['requests_planned']} requests in {wl.get('sessions')} sessions"
+        if wl.get("requests_planned") is not None
+        else ""
+    )  # unknown where a killed run left no summary
     return f"{wl.get('name')}{planned} · {load_text(summary)} · sha256 {sha}…{source}"
 
 
@@ -74,7 +80,9 @@ def hardware_text(env: dict[str, Any]) -> str:
     if env.get("ram_bytes"):
         parts.append(f"{html.fmt_bytes(env['ram_bytes'])} RAM")
     gpus = env.get("gpus") or []
-    parts.append(", ".join(f"{g.get('name')} ({html.fmt_bytes(g.get('memory_bytes'))})" for g in gpus) if gpus else "no GPU")
+    parts.append(
+        ", ".join(f"{g.get('name')} ({html.fmt_bytes(g.get('memory_bytes'))})" for g in gpus) if gpus else "no GPU"
+    )
     return " · ".join(parts)
 
 

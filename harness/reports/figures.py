@@ -6,11 +6,13 @@ run (prompts, outputs, errors, config) goes through :func:`esc`; figure data is 
 plotly, which writes ``<``, ``>`` and ``/`` as JSON escapes, so nothing can close a
 ``<script>`` early.
 """
+
 from __future__ import annotations
 
 import base64
 import math
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -18,8 +20,16 @@ import pandas as pd
 from harness.reports.html import esc
 
 PALETTE = (
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
 )
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -120,20 +130,34 @@ class Figure:
     cell, whose second y axis is ``y2``.
     """
 
-    def __init__(self, rows: int = 1, cols: int = 1, titles: Sequence[str] = (), height: int = 360,
-                 shared_xaxes: bool = False, shared_yaxes: bool = False, secondary_y: bool = False,
-                 horizontal_spacing: Optional[float] = None, vertical_spacing: Optional[float] = None):
+    def __init__(
+        self,
+        rows: int = 1,
+        cols: int = 1,
+        titles: Sequence[str] = (),
+        height: int = 360,
+        shared_xaxes: bool = False,
+        shared_yaxes: bool = False,
+        secondary_y: bool = False,
+        horizontal_spacing: Optional[float] = None,
+        vertical_spacing: Optional[float] = None,
+    ):
         self.rows, self.cols, self.secondary_y = rows, cols, secondary_y
         self.data: list[dict[str, Any]] = []
         self.layout: dict[str, Any] = {
-            "template": template(), "height": height, "margin": dict(l=60, r=20, t=50, b=50),
+            "template": template(),
+            "height": height,
+            "margin": dict(l=60, r=20, t=50, b=50),
             "legend": dict(orientation="h", yanchor="bottom", y=1.06, xanchor="left", x=0),
             "hoverlabel": dict(align="left"),
         }
         if secondary_y:
             assert rows == cols == 1, "a secondary y axis only on a one-cell figure"
-            self.layout.update(xaxis={"anchor": "y", "domain": [0.0, 0.94]}, yaxis={"anchor": "x", "domain": [0.0, 1.0]},
-                               yaxis2={"anchor": "x", "overlaying": "y", "side": "right"})
+            self.layout.update(
+                xaxis={"anchor": "y", "domain": [0.0, 0.94]},
+                yaxis={"anchor": "x", "domain": [0.0, 1.0]},
+                yaxis2={"anchor": "x", "overlaying": "y", "side": "right"},
+            )
             return
         if rows * cols == 1 and not titles:
             return
@@ -155,9 +179,19 @@ class Figure:
                 self.layout[f"xaxis{k or ''}"], self.layout[f"yaxis{k or ''}"] = xaxis, yaxis
                 i = (r - 1) * cols + (c - 1)
                 if i < len(titles):
-                    annotations.append({"font": {"size": 16}, "showarrow": False, "text": titles[i],
-                                        "x": x0 + width / 2, "xanchor": "center", "xref": "paper",
-                                        "y": y1, "yanchor": "bottom", "yref": "paper"})
+                    annotations.append(
+                        {
+                            "font": {"size": 16},
+                            "showarrow": False,
+                            "text": titles[i],
+                            "x": x0 + width / 2,
+                            "xanchor": "center",
+                            "xref": "paper",
+                            "y": y1,
+                            "yanchor": "bottom",
+                            "yref": "paper",
+                        }
+                    )
         if annotations:
             self.layout["annotations"] = annotations
 
@@ -167,11 +201,16 @@ class Figure:
         return 0 if k == 1 else k
 
     def _cells(self, row: Optional[int], col: Optional[int]) -> list[int]:
-        return [self._cell(r, c) for r in range(1, self.rows + 1) for c in range(1, self.cols + 1)
-                if (row is None or r == row) and (col is None or c == col)]
+        return [
+            self._cell(r, c)
+            for r in range(1, self.rows + 1)
+            for c in range(1, self.cols + 1)
+            if (row is None or r == row) and (col is None or c == col)
+        ]
 
-    def add_trace(self, trace: dict[str, Any], row: Optional[int] = None, col: Optional[int] = None,
-                  secondary_y: bool = False) -> None:
+    def add_trace(
+        self, trace: dict[str, Any], row: Optional[int] = None, col: Optional[int] = None, secondary_y: bool = False
+    ) -> None:
         if secondary_y:
             trace = {**trace, "yaxis": "y2"}
         elif row is not None and col is not None:
@@ -186,46 +225,101 @@ class Figure:
         for k in self._cells(row, col):
             _deep_update(self.layout.setdefault(f"xaxis{k or ''}", {}), _axis_props(props))
 
-    def update_yaxes(self, row: Optional[int] = None, col: Optional[int] = None,
-                     secondary_y: Optional[bool] = None, **props: Any) -> None:
+    def update_yaxes(
+        self, row: Optional[int] = None, col: Optional[int] = None, secondary_y: Optional[bool] = None, **props: Any
+    ) -> None:
         names = [f"yaxis{k or ''}" for k in self._cells(row, col)]
         if self.secondary_y:
             names = {None: ["yaxis", "yaxis2"], False: ["yaxis"], True: ["yaxis2"]}[secondary_y]
         for name in names:
             _deep_update(self.layout.setdefault(name, {}), _axis_props(props))
 
-    def add_vline(self, x: float, line: Optional[dict[str, Any]] = None, row: Optional[int] = None,
-                  col: Optional[int] = None, annotation_text: Optional[str] = None) -> None:
+    def add_vline(
+        self,
+        x: float,
+        line: Optional[dict[str, Any]] = None,
+        row: Optional[int] = None,
+        col: Optional[int] = None,
+        annotation_text: Optional[str] = None,
+    ) -> None:
         """A vertical line across the cell (or every cell), with a label at its top right."""
         for k in self._cells(row, col):
             xref, yref = f"x{k or ''}", f"y{k or ''} domain"
             self.layout.setdefault("shapes", []).append(
-                {"type": "line", "x0": x, "x1": x, "xref": xref, "y0": 0, "y1": 1, "yref": yref, "line": line or {}})
+                {"type": "line", "x0": x, "x1": x, "xref": xref, "y0": 0, "y1": 1, "yref": yref, "line": line or {}}
+            )
             if annotation_text:
                 self.layout.setdefault("annotations", []).append(
-                    {"showarrow": False, "text": annotation_text, "x": x, "xanchor": "left", "xref": xref,
-                     "y": 1, "yanchor": "top", "yref": yref})
+                    {
+                        "showarrow": False,
+                        "text": annotation_text,
+                        "x": x,
+                        "xanchor": "left",
+                        "xref": xref,
+                        "y": 1,
+                        "yanchor": "top",
+                        "yref": yref,
+                    }
+                )
 
-    def add_vrect(self, x0: float, x1: float, fillcolor: str, opacity: float = 0.12, row: Optional[int] = None,
-                  col: Optional[int] = None, annotation_text: Optional[str] = None) -> None:
+    def add_vrect(
+        self,
+        x0: float,
+        x1: float,
+        fillcolor: str,
+        opacity: float = 0.12,
+        row: Optional[int] = None,
+        col: Optional[int] = None,
+        annotation_text: Optional[str] = None,
+    ) -> None:
         """A shaded band from x0 to x1 across the cell (or every cell), behind the traces, labelled at its top left."""
         for k in self._cells(row, col):
             xref, yref = f"x{k or ''}", f"y{k or ''} domain"
             self.layout.setdefault("shapes", []).append(
-                {"type": "rect", "x0": x0, "x1": x1, "xref": xref, "y0": 0, "y1": 1, "yref": yref, "layer": "below",
-                 "fillcolor": fillcolor, "opacity": opacity, "line": {"width": 0}})
+                {
+                    "type": "rect",
+                    "x0": x0,
+                    "x1": x1,
+                    "xref": xref,
+                    "y0": 0,
+                    "y1": 1,
+                    "yref": yref,
+                    "layer": "below",
+                    "fillcolor": fillcolor,
+                    "opacity": opacity,
+                    "line": {"width": 0},
+                }
+            )
             if annotation_text:
                 self.layout.setdefault("annotations", []).append(
-                    {"showarrow": False, "text": annotation_text, "x": x0, "xanchor": "left", "xref": xref,
-                     "y": 1, "yanchor": "top", "yref": yref, "font": {"size": 11}})
+                    {
+                        "showarrow": False,
+                        "text": annotation_text,
+                        "x": x0,
+                        "xanchor": "left",
+                        "xref": xref,
+                        "y": 1,
+                        "yanchor": "top",
+                        "yref": yref,
+                        "font": {"size": 11},
+                    }
+                )
 
     def to_dict(self) -> dict[str, Any]:
         return {"data": [_binary_arrays(t) for t in self.data], "layout": self.layout}
 
 
 # plotly.js's typed arrays: numbers as base64 bytes, about a third the size of JSON lists
-_TYPED = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4",
-          "float32": "f4", "float64": "f8"}
+_TYPED = {
+    "int8": "i1",
+    "uint8": "u1",
+    "int16": "i2",
+    "uint16": "u2",
+    "int32": "i4",
+    "uint32": "u4",
+    "float32": "f4",
+    "float64": "f8",
+}
 
 
 def _typed_array(value: Any) -> Any:
@@ -237,7 +331,9 @@ def _typed_array(value: Any) -> Any:
         return value
     if value.dtype == np.int64:
         info = np.iinfo(np.int32)
-        value = value.astype(np.int32) if info.min <= value.min() and value.max() <= info.max else value.astype(np.float64)
+        value = (
+            value.astype(np.int32) if info.min <= value.min() and value.max() <= info.max else value.astype(np.float64)
+        )
     code = _TYPED.get(str(value.dtype))
     if code is None:
         return value
@@ -249,11 +345,15 @@ def _typed_array(value: Any) -> Any:
 
 def _binary_arrays(trace: dict[str, Any]) -> dict[str, Any]:
     """The trace with its numeric arrays (and those one level down, e.g. marker.color) as typed arrays."""
-    return {k: {kk: _typed_array(vv) for kk, vv in v.items()} if isinstance(v, dict) else _typed_array(v)
-            for k, v in trace.items()}
+    return {
+        k: {kk: _typed_array(vv) for kk, vv in v.items()} if isinstance(v, dict) else _typed_array(v)
+        for k, v in trace.items()
+    }
 
 
-def figure(rows: int = 1, cols: int = 1, titles: Optional[Sequence[str]] = None, height: int = 360, **kwargs: Any) -> Figure:
+def figure(
+    rows: int = 1, cols: int = 1, titles: Optional[Sequence[str]] = None, height: int = 360, **kwargs: Any
+) -> Figure:
     """A figure with the pages' look; subplots when rows × cols > 1 (see :class:`Figure`)."""
     return Figure(rows, cols, titles or (), height, **kwargs)
 
@@ -262,8 +362,15 @@ def figure_div(fig: Figure, div_id: str) -> str:
     """The figure as a ``<div>`` plus its ``Plotly.newPlot`` script; plotly.js is not included."""
     import plotly.io as pio
 
-    div = pio.to_html(fig.to_dict(), include_plotlyjs=False, full_html=False, div_id=div_id, config=PLOT_CONFIG,
-                      default_height=f"{fig.layout.get('height') or 360}px", validate=False)
+    div = pio.to_html(
+        fig.to_dict(),
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        config=PLOT_CONFIG,
+        default_height=f"{fig.layout.get('height') or 360}px",
+        validate=False,
+    )
     return f'<div class="figure" data-plot="{esc(div_id)}">{div}</div>'
 
 

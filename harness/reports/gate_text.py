@@ -1,8 +1,9 @@
 """The gate's decisions as text: console lines and GitHub markdown, with the interval, the
 number of runs and what set the margin (:mod:`harness.gate.verdicts`)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness.gate.intervals import METHOD_TEXT
 from harness.gate.verdicts import INCONCLUSIVE, PASS, REGRESSION, Decision
@@ -32,10 +33,15 @@ def decision_lines(decisions: Sequence[Decision]) -> list[str]:
 
 def decision_table_markdown(decisions: Sequence[Decision]) -> list[str]:
     confidence = f"{(1 - decisions[0].interval.alpha) * 100:.4g}%" if decisions else "95%"
-    lines = [f"| figure | change | one-sided {confidence} bounds | runs | margin | verdict |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"| figure | change | one-sided {confidence} bounds | runs | margin | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for d in decisions:
-        lines.append(f"| {d.figure.label} | {pct(d.change)} | {interval_text(d)} | {runs_text(d)} | "
-                     f"{d.margin * 100:.1f}% ({d.margin_source}) | {VERDICT_MARK[d.verdict]} |")
+        lines.append(
+            f"| {d.figure.label} | {pct(d.change)} | {interval_text(d)} | {runs_text(d)} | "
+            f"{d.margin * 100:.1f}% ({d.margin_source}) | {VERDICT_MARK[d.verdict]} |"
+        )
     methods = sorted({METHOD_TEXT[d.interval.method] for d in decisions})
     if methods:
         lines += ["", "Interval: " + "; ".join(methods) + "."]

@@ -4,11 +4,13 @@ Pages are self-contained: plotly.js is inlined once in the page's head (no CDN, 
 offline). Text that comes from a run (prompts, outputs, errors, config) goes through
 :func:`esc`, and so does every cell of :func:`table`.
 """
+
 from __future__ import annotations
 
 import html
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -95,8 +97,8 @@ def plotly_js() -> str:
 def page(title: str, body: str) -> str:
     """A whole HTML page: escaped title, the CSS, plotly.js once in the head, then ``body``."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n{plotly_js()}\n</head>\n"
         f"<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
     )
@@ -112,7 +114,9 @@ def banner(messages: Sequence[str], title: str, kind: str = "warning") -> str:
 
 def cards(items: Sequence[tuple[str, str]]) -> str:
     """Key figures as small cards: (label, already formatted value)."""
-    inner = "".join(f'<div class="card"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in items)
+    inner = "".join(
+        f'<div class="card"><div class="v">{esc(v)}</div><div class="k">{esc(k)}</div></div>' for k, v in items
+    )
     return f'<div class="cards">{inner}</div>'
 
 
@@ -121,9 +125,14 @@ def meta_list(items: Sequence[tuple[str, str]]) -> str:
     return f'<dl class="meta">{inner}</dl>'
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], text_columns: Sequence[str] = (),
-          excerpt_columns: Sequence[str] = (), classes: Optional[dict[str, Any]] = None,
-          link_columns: Sequence[str] = ()) -> str:
+def table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    text_columns: Sequence[str] = (),
+    excerpt_columns: Sequence[str] = (),
+    classes: Optional[dict[str, Any]] = None,
+    link_columns: Sequence[str] = (),
+) -> str:
     """An HTML table of already formatted cells; every header and cell is escaped.
 
     ``text_columns`` align left; ``excerpt_columns`` are shown in a small scrolling box;
@@ -139,7 +148,9 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], text_columns: 
         for c in columns:
             value = row.get(c, "")
             if c in link_columns:
-                cells.append(f'<td class="text"><a href="{esc(value[0])}">{esc(value[1])}</a></td>' if value else "<td></td>")
+                cells.append(
+                    f'<td class="text"><a href="{esc(value[0])}">{esc(value[1])}</a></td>' if value else "<td></td>"
+                )
             elif c in excerpt_columns:
                 cells.append(f'<td class="text"><div class="excerpt">{esc(value)}</div></td>')
             elif classes and c in classes:

@@ -1,5 +1,6 @@
 """The cells of one part of a run (a stage, an endpoint): its figures from the summary, columns
 from the metric registry, request metrics as two statistics (e.g. p50 / p99)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +9,9 @@ from harness.reports.html import fmt
 from harness.results import metrics
 
 
-def part_cells(part: dict[str, Any], stats: tuple[str, str] = ("p50", "p99"),
-               compare_only: bool = False) -> dict[str, str]:
+def part_cells(
+    part: dict[str, Any], stats: tuple[str, str] = ("p50", "p99"), compare_only: bool = False
+) -> dict[str, str]:
     """``{column: cell}`` for a summary part holding ``latency`` and ``throughput``: each console
     request metric (``compare_only``: only those compare bootstraps) as "a / b", then each run
     metric the part has."""
@@ -19,8 +21,9 @@ def part_cells(part: dict[str, Any], stats: tuple[str, str] = ("p50", "p99"),
     for key, metric in metrics.REQUEST_METRICS.items():
         if metric.in_console and (metric.in_compare or not compare_only):
             d = latency.get(key) or {}
-            cells[f"{metric.label} {low} / {high} ({metric.unit})"] = \
+            cells[f"{metric.label} {low} / {high} ({metric.unit})"] = (
                 f"{fmt(d.get(low), metric.digits, metric.scale)} / {fmt(d.get(high), metric.digits, metric.scale)}"
+            )
     for key in metrics.shown_run_metrics(throughput):
         metric = metrics.RUN_METRICS[key]
         cells[f"{metric.label} ({metric.unit})"] = fmt(throughput.get(key), metric.digits, metric.scale)

@@ -19,6 +19,7 @@ any of the last five may be missing) and writes ``report.html`` next to them:
 
 ``python -m harness.report RUN_DIR…`` (re)builds the report of existing run folders.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,11 +40,16 @@ from harness.reports.describe import backend_text, engine_text, hardware_text, m
 from harness.reports.html import esc, fmt
 from harness.reports.part_figures import part_cells
 from harness.results import metrics
+from harness.results.jobs import job_table
 from harness.results.schema import REPORT, RunResult, RunSummary
 from harness.results.store import load_run
-from harness.results.jobs import job_table
-from harness.results.summary import (CLIENT_CPU_WARN_CORES, LOOP_LAG_WARN_S, cache_hit_figures, client_warnings,
-                                      structured_line)
+from harness.results.summary import (
+    CLIENT_CPU_WARN_CORES,
+    LOOP_LAG_WARN_S,
+    cache_hit_figures,
+    client_warnings,
+    structured_line,
+)
 
 REPORT_NAME = REPORT
 PHASE_COLORS = {"queue": "#c3cad3", "prefill": "#f28e2b", "decode": "#4e79a7", "failed": "#e15759"}
@@ -70,8 +76,16 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     """The report's HTML and the ids of the plots in it."""
     summary = run.summary
     charts: list[tuple[str, str, Any, str]] = []  # (id, title, figure, note)
-    for make in (_latency_cdfs, _itl_figure, _timeline, _throughput_over_time, _server_over_time, _memory_over_time,
-                 _gpu_over_time, _chat_figures):
+    for make in (
+        _latency_cdfs,
+        _itl_figure,
+        _timeline,
+        _throughput_over_time,
+        _server_over_time,
+        _memory_over_time,
+        _gpu_over_time,
+        _chat_figures,
+    ):
         made = make(run)
         if made is not None:
             charts.append(made)
@@ -80,8 +94,12 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
     parts = [
         f'<h1>{esc(run.name)} <span class="pill {esc(status)}">{esc(status)}</span></h1>',
         f'<p class="sub">LLM inference benchmark report · {esc(run_date(run.run_dir))}</p>',
-        html.banner(summary.taint, "Tainted: the machine was not fit to measure on (machine.json); rerun, or leave "
-                    "this run out of comparisons", "error"),
+        html.banner(
+            summary.taint,
+            "Tainted: the machine was not fit to measure on (machine.json); rerun, or leave "
+            "this run out of comparisons",
+            "error",
+        ),
         html.banner(summary.warnings, "Warnings", "warning"),
         html.meta_list(_header_items(run)),
         html.section("Summary", _summary_html(summary)),
@@ -103,7 +121,7 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
 
 def _header_items(run: RunResult) -> list[tuple[str, str]]:
     s, env = run.summary, run.env
-    git = ((env.get("harness") or {}).get("git") or {})
+    git = (env.get("harness") or {}).get("git") or {}
     sha = (git.get("sha") or "?")[:10] + (" (uncommitted changes)" if git.get("dirty") else "")
     engine = engine_text(s)
     if s.engine.get("reused"):
@@ -115,7 +133,10 @@ def _header_items(run: RunResult) -> list[tuple[str, str]]:
         ("workload", workload_text(s)),
         ("hardware", hardware_text(env)),
         ("date", run_date(run.run_dir)),
-        ("harness", f"{(env.get('harness') or {}).get('version', '?')} @ {sha} · Python {env.get('python', '?')} · seed {s.seed}"),
+        (
+            "harness",
+            f"{(env.get('harness') or {}).get('version', '?')} @ {sha} · Python {env.get('python', '?')} · seed {s.seed}",
+        ),
         ("folder", str(run.run_dir)),
     ]
     if s.repeat:
@@ -163,7 +184,12 @@ def _summary_html(summary: RunSummary) -> str:
         items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale, unit)))
     for key, metric in metrics.REQUEST_METRICS.items():
         if not metric.in_console and not metric.detail:  # per-request rates: their mean as a card
-            items.append((f"{metric.label} (mean)", fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale)))
+            items.append(
+                (
+                    f"{metric.label} (mean)",
+                    fmt((summary.latency.get(key) or {}).get("mean"), metric.digits, metric.scale),
+                )
+            )
     cache = summary.prefix_cache
     if cache.get("reported_by_engine"):
         items.append(("prompt tokens from prefix cache", fmt(cache.get("cached_share"), 1, 100, " %")))
@@ -173,28 +199,46 @@ def _summary_html(summary: RunSummary) -> str:
             items.append(("prefix-cache hit: target", fmt(hit["target"], 1, 100, " %")))
         items.append(("prefix-cache hit: theoretical", fmt(hit["theoretical"], 1, 100, " %")))
     mem = summary.memory
-    for key, label in (("rss_peak_bytes", "peak RSS"), ("gpu_peak_allocated_bytes", "GPU peak allocated"),
-                       ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"),
-                       ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"), ("weights_bytes", "weights")):
+    for key, label in (
+        ("rss_peak_bytes", "peak RSS"),
+        ("gpu_peak_allocated_bytes", "GPU peak allocated"),
+        ("gpu_nvml_peak_used_bytes", "GPU used (NVML)"),
+        ("gpu_nvml_peak_process_used_bytes", "GPU used by the engine (NVML)"),
+        ("weights_bytes", "weights"),
+    ):
         if mem.get(key):
             items.append((label, html.fmt_bytes(mem[key])))
     page = html.cards(items) + table + _detail_html(summary)
     checked = structured_line(summary.structured)
     if checked:  # workload.response_format / workload.tools: how many replies kept their constraint
-        page += f'<p class="note">{esc(checked)} (JSON schemas checked with {esc(summary.structured.get("validator"))})</p>'
+        page += (
+            f'<p class="note">{esc(checked)} (JSON schemas checked with {esc(summary.structured.get("validator"))})</p>'
+        )
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
         turn_rows = [
-            {"turn": t.get("turn"), "requests": t.get("requests"), "context tokens (mean)": fmt(t.get("prompt_tokens_mean"), 1),
-             **({"cached %": fmt(t.get("cached_share"), 1, 100)} if cached else {}),
-             "TTFT mean ms": fmt(t.get("ttft_mean_s"), 1, 1000), "TTFT p50 ms": fmt(t.get("ttft_p50_s"), 1, 1000),
-             "TTFT p90 ms": fmt(t.get("ttft_p90_s"), 1, 1000), "E2E mean ms": fmt(t.get("e2e_mean_s"), 1, 1000)}
+            {
+                "turn": t.get("turn"),
+                "requests": t.get("requests"),
+                "context tokens (mean)": fmt(t.get("prompt_tokens_mean"), 1),
+                **({"cached %": fmt(t.get("cached_share"), 1, 100)} if cached else {}),
+                "TTFT mean ms": fmt(t.get("ttft_mean_s"), 1, 1000),
+                "TTFT p50 ms": fmt(t.get("ttft_p50_s"), 1, 1000),
+                "TTFT p90 ms": fmt(t.get("ttft_p90_s"), 1, 1000),
+                "E2E mean ms": fmt(t.get("e2e_mean_s"), 1, 1000),
+            }
             for t in turns
         ]
         page += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
-    return (page + jobs_html(summary) + _engine_stages_html(summary) + endpoints_html(summary) + adapters_html(summary)
-            + stages_html(summary))
+    return (
+        page
+        + jobs_html(summary)
+        + _engine_stages_html(summary)
+        + endpoints_html(summary)
+        + adapters_html(summary)
+        + stages_html(summary)
+    )
 
 
 def jobs_html(summary: RunSummary) -> str:
@@ -202,9 +246,11 @@ def jobs_html(summary: RunSummary) -> str:
     rows = [{"figure": k, "value": v} for k, v in job_table(summary.jobs)]
     if not rows:
         return ""
-    return ('<p class="note">Agent jobs (JCT: first send → last token of a job; critical path: the chain of '
-            'dependent requests that ends the job):</p>'
-            + html.table(rows, ["figure", "value"], text_columns=["figure", "value"]))
+    return (
+        '<p class="note">Agent jobs (JCT: first send → last token of a job; critical path: the chain of '
+        "dependent requests that ends the job):</p>"
+        + html.table(rows, ["figure", "value"], text_columns=["figure", "value"])
+    )
 
 
 def stages_html(summary: RunSummary) -> str:
@@ -214,24 +260,31 @@ def stages_html(summary: RunSummary) -> str:
     out = ""
     window, whole = summary.window, summary.whole_run
     if window:
-        out += (f'<p class="note">Steady-state window: the figures above count the {window["requests"].get("completed", 0)} '
-                f'completed requests that started in [{fmt(window.get("start_s"), 2)}, {fmt(window.get("end_s"), 2)}] s '
-                f'(throughput over {fmt(window.get("duration_s"), 2)} s); the whole run had '
-                f'{(whole or {}).get("requests", {}).get("completed", 0)} (summary.json: whole_run).</p>')
+        out += (
+            f'<p class="note">Steady-state window: the figures above count the {window["requests"].get("completed", 0)} '
+            f"completed requests that started in [{fmt(window.get('start_s'), 2)}, {fmt(window.get('end_s'), 2)}] s "
+            f"(throughput over {fmt(window.get('duration_s'), 2)} s); the whole run had "
+            f"{(whole or {}).get('requests', {}).get('completed', 0)} (summary.json: whole_run).</p>"
+        )
     if not summary.stages:
         return out
     rows = []
     for st in summary.stages:
         kind = "rate" if "rate" in st else "concurrency"
         load = st.get(kind)
-        load_text = (f"{load['from']:g} → {load['to']:g} ({load['shape']})" if isinstance(load, dict) else f"{load:g}")
+        load_text = f"{load['from']:g} → {load['to']:g} ({load['shape']})" if isinstance(load, dict) else f"{load:g}"
         req = st.get("requests") or {}
-        row = {"stage": st.get("index"), "from–to (s)": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
-               "rate (req/s)" if kind == "rate" else "concurrency": load_text,
-               "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}"}
+        row = {
+            "stage": st.get("index"),
+            "from–to (s)": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
+            "rate (req/s)" if kind == "rate" else "concurrency": load_text,
+            "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}",
+        }
         rows.append({**row, **part_cells(st, ("p50", "p99"))})
-    return out + ('<p class="note">Per stage (each request in the stage it started in; throughputs over the stage\'s '
-                  "length):</p>" + html.table(rows, list(rows[0])))
+    return out + (
+        '<p class="note">Per stage (each request in the stage it started in; throughputs over the stage\'s '
+        "length):</p>" + html.table(rows, list(rows[0]))
+    )
 
 
 STAGE_FILLS = ("#9fb3c8", "#f0b429")  # alternate stages
@@ -260,11 +313,18 @@ def endpoints_html(summary: RunSummary) -> str:
         return ""
     rows = []
     for index, ep in summary.endpoints.items():
-        row = {"endpoint": index, "url": ep.get("url") or "–", "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
-               "failed": str(ep.get("failed", 0)), "cached %": fmt(ep.get("cached_share"), 1, 100)}
+        row = {
+            "endpoint": index,
+            "url": ep.get("url") or "–",
+            "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
+            "failed": str(ep.get("failed", 0)),
+            "cached %": fmt(ep.get("cached_share"), 1, 100),
+        }
         rows.append({**row, **part_cells(ep, ("p50", "p90"))})
-    return ('<p class="note">Per endpoint (requests routed by backend.routing; throughputs over the whole run\'s '
-            "duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]), text_columns=["url"]))
+    return (
+        '<p class="note">Per endpoint (requests routed by backend.routing; throughputs over the whole run\'s '
+        "duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]), text_columns=["url"])
+    )
 
 
 def adapters_html(summary: RunSummary) -> str:
@@ -274,12 +334,18 @@ def adapters_html(summary: RunSummary) -> str:
         return ""
     rows = []
     for name, ad in summary.adapters.items():
-        row = {"adapter": name, "share %": fmt(ad.get("share"), 1, 100),
-               "ok / sent": f"{ad.get('completed', 0)} / {ad.get('requests', 0)}", "failed": str(ad.get("failed", 0))}
+        row = {
+            "adapter": name,
+            "share %": fmt(ad.get("share"), 1, 100),
+            "ok / sent": f"{ad.get('completed', 0)} / {ad.get('requests', 0)}",
+            "failed": str(ad.get("failed", 0)),
+        }
         rows.append({**row, **part_cells(ad, ("p50", "p90"))})
-    return ('<p class="note">Per LoRA adapter (workload.lora.adapters; "base": the base model; throughputs over '
-            "the whole run's duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]),
-                                                                                        text_columns=["adapter"]))
+    return (
+        '<p class="note">Per LoRA adapter (workload.lora.adapters; "base": the base model; throughputs over '
+        "the whole run's duration, so they add up to the run's):</p>"
+        + html.table(rows, list(rows[0]), text_columns=["adapter"])
+    )
 
 
 def _engine_stages_html(summary: RunSummary) -> str:
@@ -288,19 +354,32 @@ def _engine_stages_html(summary: RunSummary) -> str:
     the request, so its queue time can read 0 while requests waited)."""
     rows = []
     for stage in summary.engine_stages.values():
-        for who, label, interval in (("engine", stage["label"], stage["interval"]),
-                                     ("harness", stage["harness_label"], stage["harness_interval"])):
+        for who, label, interval in (
+            ("engine", stage["label"], stage["interval"]),
+            ("harness", stage["harness_label"], stage["harness_interval"]),
+        ):
             d = stage.get(who) or {}
-            rows.append({"measured by": who, "stage time": label, "interval it covers": interval,
-                         "mean ms": fmt(d.get("mean"), 2, 1000), "p50 ms": fmt(d.get("p50"), 2, 1000),
-                         "p90 ms": fmt(d.get("p90"), 2, 1000), "max ms": fmt(d.get("max"), 2, 1000)})
+            rows.append(
+                {
+                    "measured by": who,
+                    "stage time": label,
+                    "interval it covers": interval,
+                    "mean ms": fmt(d.get("mean"), 2, 1000),
+                    "p50 ms": fmt(d.get("p50"), 2, 1000),
+                    "p90 ms": fmt(d.get("p90"), 2, 1000),
+                    "max ms": fmt(d.get("max"), 2, 1000),
+                }
+            )
     if not rows:
         why = ((summary.backend.get("info") or {}).get("notes") or {}).get("engine_timings")
         if summary.backend.get("mode") == "server" and why:
             return f'<p class="note">No stage times from the engine: {esc(str(why))}.</p>'
         return ""
-    return ('<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
-            "interval:</p>" + html.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"]))
+    return (
+        '<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
+        "interval:</p>"
+        + html.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"])
+    )
 
 
 def _client_html(summary: RunSummary) -> str:
@@ -312,15 +391,23 @@ def _client_html(summary: RunSummary) -> str:
     items = [(f"event-loop lag {k} (ms)", fmt(lag.get(k), 1, 1000)) for k in ("p50", "p99", "max")]
     items.append(("client CPU (% of a core)", fmt(cores, 0, 100, " %")))
     found = client_warnings(summary)
-    verdict = html.banner(found, "The client may be the bottleneck", "warning") if found else \
-        '<p class="note">The client kept up: its event loop was not held back and it did not use up its core.</p>'
-    inside = " (an in-process engine runs in this process: its work counts too)" \
-        if summary.backend.get("mode") == "inprocess" else ""
-    note = (f"Event-loop lag: every {INTERVAL_S * 1000:.0f} ms a task asks to wake at t and records woken − t "
-            f"({lag.get('count', 0)} samples); chunk stamps wait as long, and about 1 ms is asyncio's own floor. "
-            f"Client CPU: this process's CPU time over the phase's wall time{inside}; one event loop can use one core. "
-            f"Warning beyond an event-loop lag p99 of {LOOP_LAG_WARN_S * 1000:.0f} ms, or "
-            f"{CLIENT_CPU_WARN_CORES:.0%} of a core while the loop lags.")
+    verdict = (
+        html.banner(found, "The client may be the bottleneck", "warning")
+        if found
+        else '<p class="note">The client kept up: its event loop was not held back and it did not use up its core.</p>'
+    )
+    inside = (
+        " (an in-process engine runs in this process: its work counts too)"
+        if summary.backend.get("mode") == "inprocess"
+        else ""
+    )
+    note = (
+        f"Event-loop lag: every {INTERVAL_S * 1000:.0f} ms a task asks to wake at t and records woken − t "
+        f"({lag.get('count', 0)} samples); chunk stamps wait as long, and about 1 ms is asyncio's own floor. "
+        f"Client CPU: this process's CPU time over the phase's wall time{inside}; one event loop can use one core. "
+        f"Warning beyond an event-loop lag p99 of {LOOP_LAG_WARN_S * 1000:.0f} ms, or "
+        f"{CLIENT_CPU_WARN_CORES:.0%} of a core while the loop lags."
+    )
     return html.section("The client", html.cards(items) + verdict, note)
 
 
@@ -335,13 +422,28 @@ def _latency_cdfs(run: RunResult):
     fig = figures.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=340)
     for i, (key, label) in enumerate(panels, start=1):
         x, y = figures.cdf_points(data[key] * 1000)
-        fig.add_trace(figures.trace("scatter", x=x, y=y, mode="lines", line=dict(color=figures.color(i - 1), shape="hv"), name=label,
-                                 hovertemplate=f"{label} %{{x:.1f}} ms<br>fraction ≤ %{{y:.3f}}<extra></extra>"), 1, i)
+        fig.add_trace(
+            figures.trace(
+                "scatter",
+                x=x,
+                y=y,
+                mode="lines",
+                line=dict(color=figures.color(i - 1), shape="hv"),
+                name=label,
+                hovertemplate=f"{label} %{{x:.1f}} ms<br>fraction ≤ %{{y:.3f}}<extra></extra>",
+            ),
+            1,
+            i,
+        )
         fig.update_xaxes(title_text="ms", row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
     fig.update_layout(showlegend=False)
-    return ("latency-cdf", "Latency distributions (CDF)", fig,
-            "Fraction of completed requests at or below each latency. TTFT includes queueing and prefill.")
+    return (
+        "latency-cdf",
+        "Latency distributions (CDF)",
+        fig,
+        "Fraction of completed requests at or below each latency. TTFT includes queueing and prefill.",
+    )
 
 
 def _itl_figure(run: RunResult):
@@ -350,8 +452,18 @@ def _itl_figure(run: RunResult):
     if gaps.size == 0:
         return None
     fig = figures.figure(1, 2, ["ITL histogram (ms)", "ITL by position in the output (ms)"], height=340)
-    fig.add_trace(figures.trace("histogram", x=gaps * 1000, nbinsx=60, marker=dict(color=figures.color(0)), name="ITL",
-                               hovertemplate="%{x} ms: %{y} gaps<extra></extra>"), 1, 1)
+    fig.add_trace(
+        figures.trace(
+            "histogram",
+            x=gaps * 1000,
+            nbinsx=60,
+            marker=dict(color=figures.color(0)),
+            name="ITL",
+            hovertemplate="%{x} ms: %{y} gaps<extra></extra>",
+        ),
+        1,
+        1,
+    )
     fig.update_xaxes(title_text="ms", row=1, col=1)
     fig.update_yaxes(title_text="token gaps", row=1, col=1)
     lists = [np.asarray(lst, dtype=float) for lst in ok["itl_s"] if lst is not None and len(lst)]
@@ -364,11 +476,21 @@ def _itl_figure(run: RunResult):
         warnings.simplefilter("ignore", RuntimeWarning)  # positions no request reached
         p50 = np.nanpercentile(padded, 50, axis=0) * 1000
         p90 = np.nanpercentile(padded, 90, axis=0) * 1000
-    fig.add_trace(figures.trace("scatter", x=pos, y=p50, mode="lines", name="p50", line=dict(color=figures.color(0))), 1, 2)
-    fig.add_trace(figures.trace("scatter", x=pos, y=p90, mode="lines", name="p90", line=dict(color=figures.color(1), dash="dot")), 1, 2)
+    fig.add_trace(
+        figures.trace("scatter", x=pos, y=p50, mode="lines", name="p50", line=dict(color=figures.color(0))), 1, 2
+    )
+    fig.add_trace(
+        figures.trace("scatter", x=pos, y=p90, mode="lines", name="p90", line=dict(color=figures.color(1), dash="dot")),
+        1,
+        2,
+    )
     fig.update_xaxes(title_text="output token", row=1, col=2)
-    return ("itl", "Inter-token latency", fig,
-            "Gaps between consecutive output tokens, pooled over all requests (token-weighted); right: median and p90 of the gap before each output token.")
+    return (
+        "itl",
+        "Inter-token latency",
+        fig,
+        "Gaps between consecutive output tokens, pooled over all requests (token-weighted); right: median and p90 of the gap before each output token.",
+    )
 
 
 def _timeline(run: RunResult):
@@ -384,14 +506,27 @@ def _timeline(run: RunResult):
     queue = np.minimum(queue, np.where(np.isnan(ttft), queue, ttft))
     y = np.arange(len(df))
     # hover figures as numbers (compact in the page), the few error texts as escaped text
-    custom = np.column_stack([
-        pd.to_numeric(df[c], errors="coerce").to_numpy(float) * k
-        for c, k in (("request_id", 1), ("session_id", 1), ("turn", 1), ("prompt_tokens", 1), ("output_tokens", 1),
-                     ("start_s", 1), ("queue_wait_s", 1000), ("ttft_s", 1000), ("e2e_s", 1000))
-    ]).astype(np.float32)
-    template = ("request %{customdata[0]} · session %{customdata[1]} · turn %{customdata[2]}<br>"
-                "%{customdata[3]} prompt → %{customdata[4]} output tokens<br>start %{customdata[5]:.3f} s · "
-                "queue %{customdata[6]:.1f} ms · TTFT %{customdata[7]:.1f} ms · E2E %{customdata[8]:.1f} ms<extra></extra>")
+    custom = np.column_stack(
+        [
+            pd.to_numeric(df[c], errors="coerce").to_numpy(float) * k
+            for c, k in (
+                ("request_id", 1),
+                ("session_id", 1),
+                ("turn", 1),
+                ("prompt_tokens", 1),
+                ("output_tokens", 1),
+                ("start_s", 1),
+                ("queue_wait_s", 1000),
+                ("ttft_s", 1000),
+                ("e2e_s", 1000),
+            )
+        ]
+    ).astype(np.float32)
+    template = (
+        "request %{customdata[0]} · session %{customdata[1]} · turn %{customdata[2]}<br>"
+        "%{customdata[3]} prompt → %{customdata[4]} output tokens<br>start %{customdata[5]:.3f} s · "
+        "queue %{customdata[6]:.1f} ms · TTFT %{customdata[7]:.1f} ms · E2E %{customdata[8]:.1f} ms<extra></extra>"
+    )
     errors = np.asarray([esc("error: " + html.excerpt(e, 200)) for e in df["error"]], dtype=object)
     segments = [
         ("queue wait", "queue", start, queue, ok_mask),
@@ -404,23 +539,48 @@ def _timeline(run: RunResult):
         mask = np.asarray(mask) & np.isfinite(base) & np.isfinite(width)
         if not mask.any():
             continue
-        hover = dict(hovertext=errors[mask], hovertemplate=template.replace("<extra>", "<br>%{hovertext}<extra>")) \
-            if key == "failed" else dict(hovertemplate=template)
-        fig.add_trace(figures.trace("bar",
-            y=y[mask], x=np.maximum(width[mask], 0), base=base[mask], orientation="h", name=label,
-            marker=dict(color=PHASE_COLORS[key], line=dict(width=0)), customdata=custom[mask], **hover,
-        ))
+        hover = (
+            dict(hovertext=errors[mask], hovertemplate=template.replace("<extra>", "<br>%{hovertext}<extra>"))
+            if key == "failed"
+            else dict(hovertemplate=template)
+        )
+        fig.add_trace(
+            figures.trace(
+                "bar",
+                y=y[mask],
+                x=np.maximum(width[mask], 0),
+                base=base[mask],
+                orientation="h",
+                name=label,
+                marker=dict(color=PHASE_COLORS[key], line=dict(width=0)),
+                customdata=custom[mask],
+                **hover,
+            )
+        )
     sched = pd.to_numeric(df["scheduled_s"], errors="coerce").to_numpy(float)
     if np.isfinite(sched).any():
         m = np.isfinite(sched)
-        fig.add_trace(figures.trace("scatter", x=sched[m], y=y[m], mode="markers", name="scheduled (open loop)",
-                                 marker=dict(symbol="line-ns-open", size=6, color="#52606d"), hoverinfo="skip"))
+        fig.add_trace(
+            figures.trace(
+                "scatter",
+                x=sched[m],
+                y=y[m],
+                mode="markers",
+                name="scheduled (open loop)",
+                marker=dict(symbol="line-ns-open", size=6, color="#52606d"),
+                hoverinfo="skip",
+            )
+        )
     fig.update_layout(barmode="overlay", bargap=0.15)
     shade_time(fig, run.summary)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
     fig.update_yaxes(title_text="request (by send time)", autorange="reversed")
-    return ("timeline", "Per-request timeline", fig,
-            "Each row is a request: grey while it waited for the engine, orange until its first token, blue until its last; red: failed.")
+    return (
+        "timeline",
+        "Per-request timeline",
+        fig,
+        "Each row is a request: grey while it waited for the engine, orange until its first token, blue until its last; red: failed.",
+    )
 
 
 def token_times(ok: pd.DataFrame) -> np.ndarray:
@@ -448,20 +608,48 @@ def _throughput_over_time(run: RunResult):
     counts, _ = np.histogram(times, bins=edges)
     mids = (edges[:-1] + edges[1:]) / 2
     fig = figures.figure(height=340, secondary_y=True)
-    fig.add_trace(figures.trace("bar", x=mids, y=counts / width, width=width * 0.95, name=f"output tokens/s ({width:g} s bins)",
-                         marker=dict(color=figures.color(0)), hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>"), secondary_y=False)
+    fig.add_trace(
+        figures.trace(
+            "bar",
+            x=mids,
+            y=counts / width,
+            width=width * 0.95,
+            name=f"output tokens/s ({width:g} s bins)",
+            marker=dict(color=figures.color(0)),
+            hovertemplate="t=%{x:.2f} s: %{y:.1f} tok/s<extra></extra>",
+        ),
+        secondary_y=False,
+    )
     inflight = mean_in_flight(run.requests, edges)
     if inflight is not None:
-        fig.add_trace(figures.trace("scatter", x=edges, y=np.append(inflight, inflight[-1]), mode="lines", line=dict(shape="hv", color=figures.color(1)),
-                                 name="requests in flight (mean per bin)",
-                                 hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>"), secondary_y=True)
+        fig.add_trace(
+            figures.trace(
+                "scatter",
+                x=edges,
+                y=np.append(inflight, inflight[-1]),
+                mode="lines",
+                line=dict(shape="hv", color=figures.color(1)),
+                name="requests in flight (mean per bin)",
+                hovertemplate="from t=%{x:.2f} s: %{y:.2f} in flight<extra></extra>",
+            ),
+            secondary_y=True,
+        )
     shade_time(fig, run.summary)
     fig.update_xaxes(title_text="time since the measured phase began (s)")
     fig.update_yaxes(title_text="output tokens/s", secondary_y=False)
-    fig.update_yaxes(title_text="requests in flight", secondary_y=True, rangemode="tozero", showgrid=False,
-                     **({"dtick": 1} if inflight is not None and inflight.max() <= 12 else {}))
-    return ("throughput-time", "Output tokens/s over time", fig,
-            "Tokens delivered per time bin (every output token at its own time), and the number of requests in flight.")
+    fig.update_yaxes(
+        title_text="requests in flight",
+        secondary_y=True,
+        rangemode="tozero",
+        showgrid=False,
+        **({"dtick": 1} if inflight is not None and inflight.max() <= 12 else {}),
+    )
+    return (
+        "throughput-time",
+        "Output tokens/s over time",
+        fig,
+        "Tokens delivered per time bin (every output token at its own time), and the number of requests in flight.",
+    )
 
 
 def mean_in_flight(df: pd.DataFrame, edges: np.ndarray) -> Optional[np.ndarray]:
@@ -477,9 +665,12 @@ def mean_in_flight(df: pd.DataFrame, edges: np.ndarray) -> Optional[np.ndarray]:
 
 
 # the server's neutral series drawn (server_metrics.parquet, kind "neutral"): name, panel title, scale
-SERVER_PANELS = (("kv_cache_usage", "KV-cache use (%)", 100.0), ("requests_running", "requests running", 1.0),
-                 ("requests_waiting", "requests waiting", 1.0),
-                 ("spec_acceptance_rate", "speculative acceptance rate (%, per scrape interval)", 100.0))
+SERVER_PANELS = (
+    ("kv_cache_usage", "KV-cache use (%)", 100.0),
+    ("requests_running", "requests running", 1.0),
+    ("requests_waiting", "requests waiting", 1.0),
+    ("spec_acceptance_rate", "speculative acceptance rate (%, per scrape interval)", 100.0),
+)
 
 
 def server_panels(series: Optional[pd.DataFrame]) -> list[tuple[str, str, float, pd.DataFrame]]:
@@ -487,8 +678,11 @@ def server_panels(series: Optional[pd.DataFrame]) -> list[tuple[str, str, float,
     if series is None or series.empty or "kind" not in series:
         return []
     neutral = series[series["kind"] == "neutral"]
-    return [(name, title, scale, neutral[neutral["name"] == name].sort_values("t_s"))
-            for name, title, scale in SERVER_PANELS if (neutral["name"] == name).any()]
+    return [
+        (name, title, scale, neutral[neutral["name"] == name].sort_values("t_s"))
+        for name, title, scale in SERVER_PANELS
+        if (neutral["name"] == name).any()
+    ]
 
 
 def endpoint_series(series: pd.DataFrame, metric: str) -> list[tuple[str, pd.DataFrame]]:
@@ -509,25 +703,46 @@ def _server_over_time(run: RunResult):
         if sampled is None:  # a run from before the sampler, or no measured phase
             return None
         why = sampled.get("absent") or (
-            "no scrape answered in time" if not sampled.get("ok") else
-            "its /metrics has none of the KV-use, running or waiting gauges the harness knows "
-            "(server_metrics.parquet keeps every gauge and counter)")
+            "no scrape answered in time"
+            if not sampled.get("ok")
+            else "its /metrics has none of the KV-use, running or waiting gauges the harness knows "
+            "(server_metrics.parquet keeps every gauge and counter)"
+        )
         return ("server-time", title, None, f"No server-state panel: {why}.")
-    fig = figures.figure(len(panels), 1, [t for _, t, _, _ in panels], height=170 * len(panels) + 90,
-                         shared_xaxes=True)
+    fig = figures.figure(len(panels), 1, [t for _, t, _, _ in panels], height=170 * len(panels) + 90, shared_xaxes=True)
     t_max = float(run.summary.duration_s or 0.0)
     for row, (name, panel, scale, rows) in enumerate(panels, start=1):
         metric = str(rows["labels"].iloc[0] or name)
         t = rows["t_s"].to_numpy(float)
         t_max = max(t_max, float(t.max()))
-        fig.add_trace(figures.trace("scatter", x=t, y=rows["value"].to_numpy(float) * scale, mode="lines+markers",
-                                    marker=dict(size=4), line=dict(color=figures.color(row - 1)), name=esc(metric),
-                                    hovertemplate=f"{esc(metric)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+        fig.add_trace(
+            figures.trace(
+                "scatter",
+                x=t,
+                y=rows["value"].to_numpy(float) * scale,
+                mode="lines+markers",
+                marker=dict(size=4),
+                line=dict(color=figures.color(row - 1)),
+                name=esc(metric),
+                hovertemplate=f"{esc(metric)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>",
+            ),
+            row,
+            1,
+        )
         for i, part in endpoint_series(run.server_series, metric):  # a run over several endpoints: each one
-            fig.add_trace(figures.trace("scatter", x=part["t_s"].to_numpy(float), y=part["value"].to_numpy(float) * scale,
-                                        mode="lines", line=dict(color=figures.color(row - 1), dash="dot", width=1),
-                                        name=f"endpoint {esc(i)}", hovertemplate=f"endpoint {esc(i)}: %{{y:.3g}} at "
-                                        f"t=%{{x:.2f}} s<extra></extra>"), row, 1)
+            fig.add_trace(
+                figures.trace(
+                    "scatter",
+                    x=part["t_s"].to_numpy(float),
+                    y=part["value"].to_numpy(float) * scale,
+                    mode="lines",
+                    line=dict(color=figures.color(row - 1), dash="dot", width=1),
+                    name=f"endpoint {esc(i)}",
+                    hovertemplate=f"endpoint {esc(i)}: %{{y:.3g}} at t=%{{x:.2f}} s<extra></extra>",
+                ),
+                row,
+                1,
+            )
         fig.update_yaxes(rangemode="tozero", row=row, col=1)
     shade_time(fig, run.summary)
     fig.update_xaxes(range=[0, t_max])
@@ -537,22 +752,30 @@ def _server_over_time(run: RunResult):
 
 def _server_note(server_metrics: dict[str, Any]) -> str:
     s = server_metrics.get("sampled") or {}
-    parts = [f"The server's /metrics, scraped every {fmt(s.get('interval_s'), 2)} s during the measured phase "
-             f"({s.get('scrapes', 0)} scrapes: {s.get('ok', 0)} answered, {s.get('failed', 0)} failed, "
-             f"{s.get('slow', 0)} slower than {fmt(s.get('timeout_s'), 2)} s, {s.get('skipped', 0)} skipped)."]
+    parts = [
+        f"The server's /metrics, scraped every {fmt(s.get('interval_s'), 2)} s during the measured phase "
+        f"({s.get('scrapes', 0)} scrapes: {s.get('ok', 0)} answered, {s.get('failed', 0)} failed, "
+        f"{s.get('slow', 0)} slower than {fmt(s.get('timeout_s'), 2)} s, {s.get('skipped', 0)} skipped)."
+    ]
     for name, label, scale in SERVER_PANELS:
         d = s.get(name)
         if d:
             unit = " %" if scale == 100.0 else ""
-            per = "".join(f"; endpoint {i}: peak {fmt(e.get('peak'), 2, scale, unit)}, mean {fmt(e.get('mean'), 2, scale, unit)}"
-                          for i, e in (d.get("endpoints") or {}).items())
-            parts.append(f"{label.split(' (')[0]} ({d.get('metric') or name}): peak {fmt(d.get('peak'), 2, scale, unit)}, "
-                         f"time-weighted mean {fmt(d.get('mean'), 2, scale, unit)}{per}.")
+            per = "".join(
+                f"; endpoint {i}: peak {fmt(e.get('peak'), 2, scale, unit)}, mean {fmt(e.get('mean'), 2, scale, unit)}"
+                for i, e in (d.get("endpoints") or {}).items()
+            )
+            parts.append(
+                f"{label.split(' (')[0]} ({d.get('metric') or name}): peak {fmt(d.get('peak'), 2, scale, unit)}, "
+                f"time-weighted mean {fmt(d.get('mean'), 2, scale, unit)}{per}."
+            )
     spec = server_metrics.get("speculative")
     if spec:
-        parts.append(f"Speculative decoding over the phase (counters): acceptance rate "
-                     f"{fmt(spec.get('acceptance_rate'), 1, 100, ' %')}, mean acceptance length "
-                     f"{fmt(spec.get('mean_acceptance_length'), 2)}.")
+        parts.append(
+            f"Speculative decoding over the phase (counters): acceptance rate "
+            f"{fmt(spec.get('acceptance_rate'), 1, 100, ' %')}, mean acceptance length "
+            f"{fmt(spec.get('mean_acceptance_length'), 2)}."
+        )
     return " ".join(parts)
 
 
@@ -562,19 +785,44 @@ def _memory_over_time(run: RunResult):
         return None
     fig = figures.figure(height=320)
     t = pd.to_numeric(mem["t_s"], errors="coerce")
-    fig.add_trace(figures.trace("scatter", x=t, y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20, mode="lines",
-                             name="RSS (MiB)", line=dict(color=figures.color(0))))
+    fig.add_trace(
+        figures.trace(
+            "scatter",
+            x=t,
+            y=pd.to_numeric(mem["rss_bytes"], errors="coerce") / 2**20,
+            mode="lines",
+            name="RSS (MiB)",
+            line=dict(color=figures.color(0)),
+        )
+    )
     gpu = pd.to_numeric(mem.get("gpu_used_bytes"), errors="coerce") if "gpu_used_bytes" in mem else None
     if gpu is not None and gpu.notna().any():  # runs from before gpu.parquet
-        fig.add_trace(figures.trace("scatter", x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=figures.color(2))))
+        fig.add_trace(
+            figures.trace(
+                "scatter", x=t, y=gpu / 2**20, mode="lines", name="GPU used (MiB)", line=dict(color=figures.color(2))
+            )
+        )
     for i, (name, gt, values) in enumerate(gpu_memory_series(run.gpu)):
-        fig.add_trace(figures.trace("scatter", x=gt, y=values / 2**20, mode="lines", name=f"{name} (MiB)", line=dict(color=figures.color(2 + i))))
+        fig.add_trace(
+            figures.trace(
+                "scatter",
+                x=gt,
+                y=values / 2**20,
+                mode="lines",
+                name=f"{name} (MiB)",
+                line=dict(color=figures.color(2 + i)),
+            )
+        )
     fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), annotation_text="measured phase")
     fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up")
     fig.update_yaxes(title_text="MiB", rangemode="tozero")
-    return ("memory", "Memory over time", fig,
-            "Resident memory of the harness process and its children; where NVML sampled the GPUs, their memory used "
-            "(Σ over the visible GPUs) and the part held by the engine's processes.")
+    return (
+        "memory",
+        "Memory over time",
+        fig,
+        "Resident memory of the harness process and its children; where NVML sampled the GPUs, their memory used "
+        "(Σ over the visible GPUs) and the part held by the engine's processes.",
+    )
 
 
 def gpu_memory_series(gpu: Optional[pd.DataFrame]) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -595,7 +843,9 @@ def _gpu_over_time(run: RunResult):
     gpu = run.gpu
     if gpu is None or gpu.empty or not gpu[["util_pct", "power_w"]].notna().any().any():
         return None
-    fig = figures.figure(2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12)
+    fig = figures.figure(
+        2, 1, ["GPU utilisation (%)", "GPU power (W)"], height=520, shared_xaxes=True, vertical_spacing=0.12
+    )
     names = {d.get("index"): d.get("name") for d in (run.summary.gpu or {}).get("devices") or []}
     for i, (device, rows) in enumerate(gpu.sort_values("t_s").groupby("device")):
         label = esc(f"GPU {int(device)}" + (f" ({names[device]})" if names.get(device) else ""))
@@ -603,20 +853,37 @@ def _gpu_over_time(run: RunResult):
         for row, key, unit in ((1, "util_pct", "%"), (2, "power_w", "W")):
             values = pd.to_numeric(rows[key], errors="coerce")
             if values.notna().any():
-                fig.add_trace(figures.trace("scatter", x=rows["t_s"], y=values, mode="lines", name=label, legendgroup=f"gpu{i}",
-                                         showlegend=not drawn, line=dict(color=figures.color(i)),
-                                         hovertemplate=f"{label}: %{{y:.1f}} {unit} at t=%{{x:.2f}} s<extra></extra>"), row, 1)
+                fig.add_trace(
+                    figures.trace(
+                        "scatter",
+                        x=rows["t_s"],
+                        y=values,
+                        mode="lines",
+                        name=label,
+                        legendgroup=f"gpu{i}",
+                        showlegend=not drawn,
+                        line=dict(color=figures.color(i)),
+                        hovertemplate=f"{label}: %{{y:.1f}} {unit} at t=%{{x:.2f}} s<extra></extra>",
+                    ),
+                    row,
+                    1,
+                )
                 drawn = True
     for row in (1, 2):
         fig.add_vline(x=0, line=dict(color="#52606d", dash="dash", width=1), row=row, col=1)
     fig.update_yaxes(rangemode="tozero")
     fig.update_xaxes(title_text="time since the measured phase began (s); negative: loading and warm-up", row=2, col=1)
     section = run.summary.gpu or {}
-    source = {"nvml_energy_counter": "from NVML's energy counter", "sampled_power": "from the sampled power",
-              "mixed": "from NVML's energy counter where a GPU has one, else from its sampled power"}.get(
-        section.get("energy_source") or "", "")
-    note = (f"NVML's samples of each visible GPU, every {fmt(section.get('sample_interval_s'), 2)} s. Energy over the "
-            f"measured phase: {fmt(section.get('energy_j'), 1, unit=' J')} {source}. " + " ".join(section.get("notes") or []))
+    source = {
+        "nvml_energy_counter": "from NVML's energy counter",
+        "sampled_power": "from the sampled power",
+        "mixed": "from NVML's energy counter where a GPU has one, else from its sampled power",
+    }.get(section.get("energy_source") or "", "")
+    note = (
+        f"NVML's samples of each visible GPU, every {fmt(section.get('sample_interval_s'), 2)} s. Energy over the "
+        f"measured phase: {fmt(section.get('energy_j'), 1, unit=' J')} {source}. "
+        + " ".join(section.get("notes") or [])
+    )
     return ("gpu", "GPU utilisation and power", fig, note)
 
 
@@ -630,17 +897,50 @@ def _chat_figures(run: RunResult):
     for i, turn in enumerate(turns):
         rows = ok[ok["turn"] == turn]
         ttft_ms = rows["ttft_s"].astype(float) * 1000
-        fig.add_trace(figures.trace("box", x=[turn] * len(rows), y=ttft_ms, name=f"turn {turn}", marker=dict(color=figures.color(i)),
-                             boxpoints="all", jitter=0.3, pointpos=0, showlegend=False), 1, 1)
-        fig.add_trace(figures.trace("scatter", x=rows["prompt_tokens"], y=ttft_ms, mode="markers", name=f"turn {turn}",
-                                 marker=dict(color=figures.color(i), size=7),
-                                 hovertemplate="%{x} context tokens: TTFT %{y:.1f} ms<extra>turn " + str(turn) + "</extra>"), 1, 2)
+        fig.add_trace(
+            figures.trace(
+                "box",
+                x=[turn] * len(rows),
+                y=ttft_ms,
+                name=f"turn {turn}",
+                marker=dict(color=figures.color(i)),
+                boxpoints="all",
+                jitter=0.3,
+                pointpos=0,
+                showlegend=False,
+            ),
+            1,
+            1,
+        )
+        fig.add_trace(
+            figures.trace(
+                "scatter",
+                x=rows["prompt_tokens"],
+                y=ttft_ms,
+                mode="markers",
+                name=f"turn {turn}",
+                marker=dict(color=figures.color(i), size=7),
+                hovertemplate="%{x} context tokens: TTFT %{y:.1f} ms<extra>turn " + str(turn) + "</extra>",
+            ),
+            1,
+            2,
+        )
     med = ok.groupby("turn")["ttft_s"].median() * 1000
-    fig.add_trace(figures.trace("scatter", x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")), 1, 1)
+    fig.add_trace(
+        figures.trace(
+            "scatter", x=med.index, y=med.values, mode="lines+markers", name="median", line=dict(color="#1f2933")
+        ),
+        1,
+        1,
+    )
     fig.update_xaxes(title_text="turn", dtick=1, row=1, col=1)
     fig.update_xaxes(title_text="context length (prompt tokens)", row=1, col=2)
-    return ("ttft-turn", "Chat: TTFT against turn and context length", fig,
-            "Each turn re-sends the whole conversation, so the context grows with the turn number.")
+    return (
+        "ttft-turn",
+        "Chat: TTFT against turn and context length",
+        fig,
+        "Each turn re-sends the whole conversation, so the context grows with the turn number.",
+    )
 
 
 # --- requests and details -----------------------------------------------------------------
@@ -661,15 +961,21 @@ def _prompts(workload: Optional[dict[str, Any]]) -> dict[tuple[int, int], str]:
 def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
     rows = []
     for r in df.itertuples():
-        rows.append({
-            "request": r.request_id, "session": r.session_id, "turn": r.turn,
-            "prompt tok": r.prompt_tokens, "output tok": r.output_tokens,
-            "TTFT ms": fmt(r.ttft_s, 1, 1000), "E2E ms": fmt(r.e2e_s, 1, 1000),
-            "finish": "" if r.finish_reason is None else r.finish_reason,
-            "error": html.excerpt(r.error, 400),
-            "prompt": html.excerpt(prompts.get((r.session_id, r.turn)), 300),
-            "output": html.excerpt(r.output_text, 300),
-        })
+        rows.append(
+            {
+                "request": r.request_id,
+                "session": r.session_id,
+                "turn": r.turn,
+                "prompt tok": r.prompt_tokens,
+                "output tok": r.output_tokens,
+                "TTFT ms": fmt(r.ttft_s, 1, 1000),
+                "E2E ms": fmt(r.e2e_s, 1, 1000),
+                "finish": "" if r.finish_reason is None else r.finish_reason,
+                "error": html.excerpt(r.error, 400),
+                "prompt": html.excerpt(prompts.get((r.session_id, r.turn)), 300),
+                "output": html.excerpt(r.output_text, 300),
+            }
+        )
     return rows
 
 
@@ -682,16 +988,37 @@ def _requests_html(run: RunResult, limit: int = 10) -> str:
     failed = df[~df.index.isin(run.completed.index)]
     if not failed.empty:
         parts.append(f'<p class="note">Failed requests ({len(failed)}; the first {min(len(failed), 2 * limit)}):</p>')
-        parts.append(html.table(_request_rows(failed.head(2 * limit), prompts),
-                                 ["request", "session", "turn", "prompt tok", "error", "prompt"],
-                                 text_columns=["error"], excerpt_columns=["prompt"]))
+        parts.append(
+            html.table(
+                _request_rows(failed.head(2 * limit), prompts),
+                ["request", "session", "turn", "prompt tok", "error", "prompt"],
+                text_columns=["error"],
+                excerpt_columns=["prompt"],
+            )
+        )
     ok = run.completed
     if not ok.empty:
         slow = ok.sort_values("e2e_s", ascending=False).head(limit)
         parts.append(f'<p class="note">The {len(slow)} slowest completed requests (by E2E):</p>')
-        parts.append(html.table(_request_rows(slow, prompts),
-                                 ["request", "session", "turn", "prompt tok", "output tok", "TTFT ms", "E2E ms", "finish", "prompt", "output"],
-                                 text_columns=["finish"], excerpt_columns=["prompt", "output"]))
+        parts.append(
+            html.table(
+                _request_rows(slow, prompts),
+                [
+                    "request",
+                    "session",
+                    "turn",
+                    "prompt tok",
+                    "output tok",
+                    "TTFT ms",
+                    "E2E ms",
+                    "finish",
+                    "prompt",
+                    "output",
+                ],
+                text_columns=["finish"],
+                excerpt_columns=["prompt", "output"],
+            )
+        )
     return html.section("Requests", "".join(parts))
 
 
@@ -703,9 +1030,13 @@ def _details_html(run: RunResult) -> str:
         parts.append(f"<details><summary>env.json</summary><pre>{esc(json.dumps(run.env, indent=2))}</pre></details>")
     memory = run.summary.memory
     if memory:
-        parts.append(f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>")
+        parts.append(
+            f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>"
+        )
     if run.summary.gpu:
-        parts.append(f"<details><summary>GPUs (summary.json)</summary><pre>{esc(json.dumps(run.summary.gpu, indent=2))}</pre></details>")
+        parts.append(
+            f"<details><summary>GPUs (summary.json)</summary><pre>{esc(json.dumps(run.summary.gpu, indent=2))}</pre></details>"
+        )
     return html.section("Run details", "".join(parts)) if parts else ""
 
 

@@ -2,11 +2,12 @@
 
 Cells are strings; formatting numbers is the caller's (it knows each metric's digits).
 """
+
 from __future__ import annotations
 
 import re
 import textwrap
-from typing import Sequence
+from collections.abc import Sequence
 
 CONSOLE_WIDTH = 120  # what compare's console output fits in
 GAP = "  "
@@ -23,8 +24,9 @@ def aligned(n: int, align: str = "") -> str:
     return (align or "l").ljust(n, "r")[:n]
 
 
-def text_table(headers: Sequence[Sequence[str]], rows: Sequence[Sequence[str]], align: str = "",
-               indent: str = "") -> list[str]:
+def text_table(
+    headers: Sequence[Sequence[str]], rows: Sequence[Sequence[str]], align: str = "", indent: str = ""
+) -> list[str]:
     """Lines of a fixed-width table; each header is a list of lines (bottom-aligned); ``align``:
     one ``l`` or ``r`` per column (default: the first column left, the others right)."""
     sides = aligned(len(headers), align)
@@ -42,8 +44,9 @@ def text_table(headers: Sequence[Sequence[str]], rows: Sequence[Sequence[str]], 
 def wrap(text: str, indent: str = "  ", width: int = CONSOLE_WIDTH, first: str = "") -> list[str]:
     """``text`` wrapped to ``width``; the first line starts with ``first``, the others with ``indent``.
     Words are never split, so a single word longer than the width (a path) stays whole."""
-    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return textwrap.wrap(
+        text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    ) or [first.rstrip()]
 
 
 # --- markdown -----------------------------------------------------------------------------

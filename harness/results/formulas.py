@@ -5,10 +5,12 @@ The clock of a request starts just before it is handed to the engine (``send``);
 time is when the engine produced it (in-process) or when its chunk was parsed (HTTP).
 docs/metrics.md lists the same definitions.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -115,12 +117,18 @@ def http_phases(send_t: float, phases: Optional[dict[str, float]]) -> dict[str, 
     ``http_last_byte_s`` = t(first / last response byte received) − t(send)."""
     if not phases:
         return {}
+
     def since(key: str) -> Optional[float]:
         return phases[key] - send_t if key in phases else None
+
     connect = phases["connect_end"] - phases["connect_start"] if "connect_start" in phases else None
-    return {"http_connect_s": connect, "http_reused": "connect_start" not in phases,
-            "http_sent_s": since("sent"), "http_first_byte_s": since("first_byte"),
-            "http_last_byte_s": since("last_byte")}
+    return {
+        "http_connect_s": connect,
+        "http_reused": "connect_start" not in phases,
+        "http_sent_s": since("sent"),
+        "http_first_byte_s": since("first_byte"),
+        "http_last_byte_s": since("last_byte"),
+    }
 
 
 # --- per run ----------------------------------------------------------------------------

@@ -11,11 +11,13 @@ run was cut short before it ended (a request cancelled, or planned requests neve
 The summary's ``jobs`` section (:func:`job_figures`) holds the distributions over completed
 jobs of the :data:`JOB_METRICS` with ``per_job``, and the run figures of the others.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Optional
 
 from harness.results import formulas
 from harness.results.metrics import Metric
@@ -218,8 +220,12 @@ def job_runs(records: Sequence[RequestRecord], planned: Optional[Mapping[int, in
     return out
 
 
-def job_figures(records: Sequence[RequestRecord], duration_s: float, slo_job_s: Optional[float],
-                planned: Optional[Mapping[int, int]] = None) -> Optional[dict[str, Any]]:
+def job_figures(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    slo_job_s: Optional[float],
+    planned: Optional[Mapping[int, int]] = None,
+) -> Optional[dict[str, Any]]:
     """The summary's ``jobs`` section; None for a run without agent jobs. ``planned``: each
     job's number of requests in the plan.
 
@@ -230,8 +236,13 @@ def job_figures(records: Sequence[RequestRecord], duration_s: float, slo_job_s: 
     if not jobs:
         return None
     done = [j for j in jobs if j.ok]
-    out: dict[str, Any] = {"count": len(jobs), "completed": len(done), "failed": sum(j.state == FAILED for j in jobs),
-                           "unfinished": sum(j.state == UNFINISHED for j in jobs), "slo_job_s": slo_job_s}
+    out: dict[str, Any] = {
+        "count": len(jobs),
+        "completed": len(done),
+        "failed": sum(j.state == FAILED for j in jobs),
+        "unfinished": sum(j.state == UNFINISHED for j in jobs),
+        "slo_job_s": slo_job_s,
+    }
     for key, metric in JOB_METRICS.items():
         if metric.per_job:
             out[key] = formulas.distribution([v for v in (metric.value(j) for j in done) if v is not None])
@@ -241,11 +252,14 @@ def job_figures(records: Sequence[RequestRecord], duration_s: float, slo_job_s: 
     for r in records:
         if r.job_id is not None and r.ok:
             by_depth[int(r.depth or 0)].append(r)
-    out["by_depth"] = {str(d): {"requests": len(rs),
-                                "prompt_tokens_mean": sum(r.prompt_tokens for r in rs) / len(rs),
-                                "cached_share": formulas.cached_share([r.cached_tokens for r in rs],
-                                                                      [r.prompt_tokens for r in rs])}
-                       for d, rs in sorted(by_depth.items())}
+    out["by_depth"] = {
+        str(d): {
+            "requests": len(rs),
+            "prompt_tokens_mean": sum(r.prompt_tokens for r in rs) / len(rs),
+            "cached_share": formulas.cached_share([r.cached_tokens for r in rs], [r.prompt_tokens for r in rs]),
+        }
+        for d, rs in sorted(by_depth.items())
+    }
     out["reported_by_engine"] = any(r.cached_tokens is not None for r in records if r.job_id is not None)
     return out
 
@@ -261,8 +275,11 @@ def job_table(jobs: Optional[dict[str, Any]]) -> list[tuple[str, str]]:
         if metric.per_job:
             d = value or {}
             if d.get("count"):
-                shown = ", ".join(f"{stat} {metric.show(d[stat]):.{metric.digits}f}" for stat in ("p50", "p90", "mean")
-                                  if d.get(stat) is not None)
+                shown = ", ".join(
+                    f"{stat} {metric.show(d[stat]):.{metric.digits}f}"
+                    for stat in ("p50", "p90", "mean")
+                    if d.get(stat) is not None
+                )
                 rows.append((f"{metric.label} ({metric.unit})", shown))
         elif value is not None:
             slo = jobs.get("slo_job_s")
@@ -288,10 +305,15 @@ def jobs_line(jobs: Optional[dict[str, Any]]) -> Optional[str]:
     if length.get("count"):
         parts.append(f"critical path {length['mean']:.1f} requests, {share.get('mean', 0) * 100:.0f}% of JCT (mean)")
     if jobs.get("job_goodput_share") is not None:
-        parts.append(f"{jobs['job_goodput_share'] * 100:.0f}% within slo.job_s={jobs.get('slo_job_s'):g} s "
-                     f"({jobs.get('job_goodput_per_s') or 0:.3f} jobs/s)")
-    depths = [f"{d} {v['cached_share'] * 100:.0f}%" for d, v in (jobs.get("by_depth") or {}).items()
-              if v.get("cached_share") is not None]
+        parts.append(
+            f"{jobs['job_goodput_share'] * 100:.0f}% within slo.job_s={jobs.get('slo_job_s'):g} s "
+            f"({jobs.get('job_goodput_per_s') or 0:.3f} jobs/s)"
+        )
+    depths = [
+        f"{d} {v['cached_share'] * 100:.0f}%"
+        for d, v in (jobs.get("by_depth") or {}).items()
+        if v.get("cached_share") is not None
+    ]
     if depths:
         parts.append("cached by depth: " + ", ".join(depths))
     return "jobs: " + " · ".join(parts)

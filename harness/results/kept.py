@@ -24,12 +24,14 @@ The summary reads a :class:`RequestTable` by column (:meth:`RequestTable.column`
 object a request at its end. Iterating a table yields :class:`KeptRecord` views, read-only, with
 a :class:`RequestRecord`'s fields, for the few figures that walk requests one by one (agent jobs).
 """
+
 from __future__ import annotations
 
 import math
 import typing
 from array import array
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -140,7 +142,7 @@ class _Columns:
     def _pack(self, name: str, request_id: int, gaps: Sequence[float]) -> None:
         self.seen[name] += len(gaps)
         before = len(self.gaps[name])
-        self.gaps[name].extend(gaps if self.stride == 1 else gaps[_phase(request_id, self.stride)::self.stride])
+        self.gaps[name].extend(gaps if self.stride == 1 else gaps[_phase(request_id, self.stride) :: self.stride])
         self.kept[name] += len(self.gaps[name]) - before
         self.ends[name].append(len(self.gaps[name]))
 
@@ -158,7 +160,7 @@ class _Columns:
             for i in range(self.n):
                 a, b = self.span(name, i)
                 start = _phase(int(ids[i]), self.stride) // (self.stride // 2) % 2
-                new.extend(old[a + start:b:2])
+                new.extend(old[a + start : b : 2])
                 ends.append(len(new))
             self.gaps[name], self.ends[name] = new, ends
         lengths = np.diff(np.frombuffer(self.ends["itl_s"], dtype=np.int64), prepend=0)
@@ -216,11 +218,11 @@ class RequestTable(Sequence["KeptRecord"]):
             return np.ones(len(self), dtype=bool)
         return self._take(np.frombuffer(codes, dtype=np.int32)) == 0
 
-    def where(self, mask: np.ndarray) -> "RequestTable":
+    def where(self, mask: np.ndarray) -> RequestTable:
         """The rows where ``mask`` (a bool array over this table's rows) holds."""
         return RequestTable(self._columns, self.rows()[np.asarray(mask, dtype=bool)])
 
-    def ok(self) -> "RequestTable":
+    def ok(self) -> RequestTable:
         """The completed requests (no error)."""
         return self.where(self.ok_mask())
 
@@ -238,8 +240,12 @@ class RequestTable(Sequence["KeptRecord"]):
         # a row's chunk gaps: its own, or its token gaps where they are the same
         token_ends, chunk_ends = (np.frombuffer(cols.ends[n], dtype=np.int64) for n in _GAP_LISTS)
         token_lens, chunk_lens = np.diff(token_ends, prepend=0), np.diff(chunk_ends, prepend=0)
-        flat = np.concatenate([np.frombuffer(cols.gaps["itl_s"], dtype=np.float64),
-                               np.frombuffer(cols.gaps["itl_chunk_s"], dtype=np.float64)])
+        flat = np.concatenate(
+            [
+                np.frombuffer(cols.gaps["itl_s"], dtype=np.float64),
+                np.frombuffer(cols.gaps["itl_chunk_s"], dtype=np.float64),
+            ]
+        )
         rows = self.rows()
         starts = np.where(same, token_ends - token_lens, len(cols.gaps["itl_s"]) + chunk_ends - chunk_lens)[rows]
         lengths = np.where(same, token_lens, chunk_lens)[rows]
@@ -250,22 +256,25 @@ class RequestTable(Sequence["KeptRecord"]):
         cols = self._columns
         if cols.stride == 1:
             return None
-        return {"one_in": cols.stride, **{f"{name}_kept": cols.kept[name] for name in _GAP_LISTS},
-                **{f"{name}_seen": cols.seen[name] for name in _GAP_LISTS}}
+        return {
+            "one_in": cols.stride,
+            **{f"{name}_kept": cols.kept[name] for name in _GAP_LISTS},
+            **{f"{name}_seen": cols.seen[name] for name in _GAP_LISTS},
+        }
 
     @typing.overload
-    def __getitem__(self, index: int) -> "KeptRecord": ...
+    def __getitem__(self, index: int) -> KeptRecord: ...
 
     @typing.overload
-    def __getitem__(self, index: slice) -> list["KeptRecord"]: ...
+    def __getitem__(self, index: slice) -> list[KeptRecord]: ...
 
-    def __getitem__(self, index: Union[int, slice]) -> Union["KeptRecord", list["KeptRecord"]]:
+    def __getitem__(self, index: Union[int, slice]) -> Union[KeptRecord, list[KeptRecord]]:
         rows = self.rows()
         if isinstance(index, slice):
             return [KeptRecord(self._columns, int(i)) for i in rows[index]]
         return KeptRecord(self._columns, int(rows[index]))
 
-    def __iter__(self) -> Iterator["KeptRecord"]:
+    def __iter__(self) -> Iterator[KeptRecord]:
         for i in self.rows():
             yield KeptRecord(self._columns, int(i))
 
@@ -297,7 +306,7 @@ class KeptRequests(RequestTable):
     def stride(self, value: int) -> None:
         self._columns.stride = value
 
-    def add(self, record: RequestRecord) -> "KeptRecord":
+    def add(self, record: RequestRecord) -> KeptRecord:
         """Keep ``record``'s summary inputs; the full record is the caller's (it is on disk already)."""
         self._columns.add(record)
         return KeptRecord(self._columns, self._columns.n - 1)
@@ -354,6 +363,7 @@ def _number_getter(name: str, kind: type) -> property:
             return None
         v = col[self._i]
         return None if v != v else kind(v)
+
     return property(get)
 
 
@@ -361,6 +371,7 @@ def _text_getter(name: str) -> property:
     def get(self: KeptRecord) -> Optional[str]:
         col = self._columns.codes.get(name)
         return None if col is None else self._columns.words[col[self._i]]
+
     return property(get)
 
 

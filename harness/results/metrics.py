@@ -15,11 +15,13 @@ table iterate over :data:`REQUEST_METRICS` and :data:`RUN_METRICS`. Adding a met
 class here, registered with :func:`register`; the per-request formulas it uses live in
 ``harness/results/formulas.py``. The class docstring is the formula, and docs/formulas.md lists it.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
@@ -78,7 +80,7 @@ class RequestMetric(Metric):
         return ok.gaps(cls.key) if cls.pooled else ok.values(cls.key)
 
     @classmethod
-    def frame_values(cls, ok_requests: "Any") -> np.ndarray:
+    def frame_values(cls, ok_requests: Any) -> np.ndarray:
         """The same values from the completed rows of a requests table (pandas)."""
         if ok_requests is None or len(ok_requests) == 0 or cls.key not in ok_requests:
             return np.empty(0)
@@ -339,7 +341,9 @@ class TotalThroughput(RunMetric):
     @classmethod
     def compute(cls, totals: RunTotals) -> Optional[float]:
         ok = totals.ok
-        return formulas.total_token_throughput(ok.values("prompt_tokens"), ok.values("output_tokens"), totals.duration_s)
+        return formulas.total_token_throughput(
+            ok.values("prompt_tokens"), ok.values("output_tokens"), totals.duration_s
+        )
 
 
 @register
@@ -518,29 +522,72 @@ class _DecodeStage(EngineStage):
         return t.column("e2e_s") - t.column("ttft_s")
 
 
-_QUEUE_H = ("queue wait (queue_wait_s)", "harness send → the engine's scheduler first schedules it: includes the "
-            "engine's input path (vLLM: processing and IPC to the engine core) as well as its scheduler queue")
+_QUEUE_H = (
+    "queue wait (queue_wait_s)",
+    "harness send → the engine's scheduler first schedules it: includes the "
+    "engine's input path (vLLM: processing and IPC to the engine core) as well as its scheduler queue",
+)
 _PREFILL_H = ("TTFT − queue wait", "first scheduled → first token received by the harness")
 _DECODE_H = ("E2E − TTFT", "first token → last token, as received by the harness")
-ENGINE_STAGES: dict[str, EngineStage] = {s.key: s for s in (
-    _QueueStage("vllm_queue_s", "vllm", "vLLM scheduler queue (vllm_queue_s)",
-                "queued_ts → scheduled_ts: from when vLLM's scheduler queued the request to when it first scheduled it; "
-                "time in vLLM's input path before the scheduler queued it is not in it", *_QUEUE_H),
-    _PrefillStage("vllm_prefill_s", "vllm", "vLLM prefill (vllm_prefill_s)",
-                  "scheduled_ts → first_token_ts, in vLLM's engine core", *_PREFILL_H),
-    _DecodeStage("vllm_decode_s", "vllm", "vLLM decode (vllm_decode_s)",
-                 "first_token_ts → last_token_ts, in vLLM's engine core", *_DECODE_H),
-    _PrefillStage("llama_t_p_eval_ms", "llama.cpp", "llama.cpp prompt eval (llama_t_p_eval_ms)",
-                  "llama.cpp's time in llama_decode over the prompt (compute only: no sampling, no queue)",
-                  *_PREFILL_H, scale=1000.0),
-    _DecodeStage("llama_t_eval_ms", "llama.cpp", "llama.cpp eval (llama_t_eval_ms)",
-                 "llama.cpp's time in llama_decode for the tokens after the first (compute only)", *_DECODE_H, scale=1000.0),
-    _PrefillStage("llama_server_prompt_ms", "llama-server", "llama-server prompt (timings.prompt_ms)",
-                  "llama-server's prompt processing of the request's slot, up to the first token (no queue)",
-                  *_PREFILL_H, scale=1000.0),
-    _DecodeStage("llama_server_predicted_ms", "llama-server", "llama-server predicted (timings.predicted_ms)",
-                 "llama-server's generation of the tokens after the first", *_DECODE_H, scale=1000.0),
-)}
+ENGINE_STAGES: dict[str, EngineStage] = {
+    s.key: s
+    for s in (
+        _QueueStage(
+            "vllm_queue_s",
+            "vllm",
+            "vLLM scheduler queue (vllm_queue_s)",
+            "queued_ts → scheduled_ts: from when vLLM's scheduler queued the request to when it first scheduled it; "
+            "time in vLLM's input path before the scheduler queued it is not in it",
+            *_QUEUE_H,
+        ),
+        _PrefillStage(
+            "vllm_prefill_s",
+            "vllm",
+            "vLLM prefill (vllm_prefill_s)",
+            "scheduled_ts → first_token_ts, in vLLM's engine core",
+            *_PREFILL_H,
+        ),
+        _DecodeStage(
+            "vllm_decode_s",
+            "vllm",
+            "vLLM decode (vllm_decode_s)",
+            "first_token_ts → last_token_ts, in vLLM's engine core",
+            *_DECODE_H,
+        ),
+        _PrefillStage(
+            "llama_t_p_eval_ms",
+            "llama.cpp",
+            "llama.cpp prompt eval (llama_t_p_eval_ms)",
+            "llama.cpp's time in llama_decode over the prompt (compute only: no sampling, no queue)",
+            *_PREFILL_H,
+            scale=1000.0,
+        ),
+        _DecodeStage(
+            "llama_t_eval_ms",
+            "llama.cpp",
+            "llama.cpp eval (llama_t_eval_ms)",
+            "llama.cpp's time in llama_decode for the tokens after the first (compute only)",
+            *_DECODE_H,
+            scale=1000.0,
+        ),
+        _PrefillStage(
+            "llama_server_prompt_ms",
+            "llama-server",
+            "llama-server prompt (timings.prompt_ms)",
+            "llama-server's prompt processing of the request's slot, up to the first token (no queue)",
+            *_PREFILL_H,
+            scale=1000.0,
+        ),
+        _DecodeStage(
+            "llama_server_predicted_ms",
+            "llama-server",
+            "llama-server predicted (timings.predicted_ms)",
+            "llama-server's generation of the tokens after the first",
+            *_DECODE_H,
+            scale=1000.0,
+        ),
+    )
+}
 
 
 def engine_stage_figures(ok: RequestTable) -> dict[str, dict[str, Any]]:
@@ -555,8 +602,10 @@ def engine_stage_figures(ok: RequestTable) -> dict[str, dict[str, Any]]:
         if not told.any():
             continue
         out[key] = {
-            "label": stage.label, "interval": stage.interval,
-            "harness_label": stage.harness_label, "harness_interval": stage.harness_interval,
+            "label": stage.label,
+            "interval": stage.interval,
+            "harness_label": stage.harness_label,
+            "harness_interval": stage.harness_interval,
             "engine": formulas.distribution(engine[told]),
             "harness": formulas.distribution(stage.harness_values(ok)[told]),
         }
@@ -568,7 +617,7 @@ def shown_run_metrics(throughput: dict[str, Optional[float]]) -> list[str]:
     return [k for k, m in RUN_METRICS.items() if m.source is None or throughput.get(k) is not None]
 
 
-def distributions(ok: "RequestTable | Sequence[RequestRecord]") -> dict[str, dict[str, Optional[float]]]:
+def distributions(ok: RequestTable | Sequence[RequestRecord]) -> dict[str, dict[str, Optional[float]]]:
     """``latency`` of the summary: each request metric's distribution over completed requests."""
     table = as_table(ok, ENGINE_STAGES)
     return {key: formulas.distribution(m.values(table)) for key, m in REQUEST_METRICS.items()}

@@ -1,4 +1,5 @@
 """One request's record (a row of requests.parquet), built from its stamps with the formulas of :mod:`harness.results.formulas`."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ from core.types import GenerationRequest, RequestDone
 from harness.results.formulas import (
     client_wait,
     decode_tokens_per_second,
+    e2e_latency,
     from_scheduled,
     http_phases,
-    e2e_latency,
     inter_chunk_latencies,
     inter_token_latencies,
     output_tokens_per_second,
@@ -24,7 +25,6 @@ from harness.results.formulas import (
     ttft,
     ttst,
 )
-
 
 # the start of the error of a request the client cancelled when its run ended early
 CANCELLED = "cancelled: "
@@ -116,7 +116,6 @@ class RequestRecord(RequestOutcome):
     ids_text: Optional[str] = None
 
 
-
 @dataclass
 class RequestTiming:
     """One request as the client saw it: stamps on its clock (``perf_counter`` seconds) and what
@@ -131,9 +130,14 @@ class RequestTiming:
     delivery_lag_max_s: Optional[float] = None  # the worst token's hand-over from the engine to the client
 
 
-def build_record(request: GenerationRequest, timing: RequestTiming, done: Optional[RequestDone],
-                 output_token_ids: Optional[list[int]] = None, error: Optional[str] = None,
-                 error_stats: Optional[dict[str, Any]] = None) -> RequestRecord:
+def build_record(
+    request: GenerationRequest,
+    timing: RequestTiming,
+    done: Optional[RequestDone],
+    output_token_ids: Optional[list[int]] = None,
+    error: Optional[str] = None,
+    error_stats: Optional[dict[str, Any]] = None,
+) -> RequestRecord:
     """Apply the per-request formulas to one request's timestamps.
 
     Token counts are the engine's own where it reports them (``engine_stats["prompt_tokens"]``,
@@ -181,7 +185,8 @@ def build_record(request: GenerationRequest, timing: RequestTiming, done: Option
         request_id=request.request_id,
         session_id=request.session_id,
         turn=request.turn,
-        prompt_tokens=len(request.prompt_token_ids) if _bad_count(engine_stats, "prompt_tokens")
+        prompt_tokens=len(request.prompt_token_ids)
+        if _bad_count(engine_stats, "prompt_tokens")
         else int(engine_stats.get("prompt_tokens", len(request.prompt_token_ids))),
         output_tokens=n_out,
         requested_output_tokens=request.max_new_tokens,
@@ -224,8 +229,9 @@ def check_output(record: RequestRecord, request: GenerationRequest) -> None:
     if not record.ok or (request.response_format is None and not request.tools):
         return
     calls = json.loads(record.tool_calls) if record.tool_calls is not None else None
-    result = check_reply(record.output_text, calls, request.response_format, request.tools, request.tool_choice,
-                         record.finish_reason)
+    result = check_reply(
+        record.output_text, calls, request.response_format, request.tools, request.tool_choice, record.finish_reason
+    )
     if result is not None:
         record.output_check, record.output_valid = result.kind, result.valid
         record.output_invalid_reason = result.reason
@@ -253,6 +259,12 @@ def _bad_count(engine_stats: dict[str, Any], key: str) -> Optional[str]:
     if key not in engine_stats:
         return None
     value = engine_stats[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or value < 0
+        or value != int(value)
+    ):
         return f"the engine reported an invalid {key.replace('_', ' ')} count: {str(value)[:40]!r}"
     return None

@@ -25,6 +25,7 @@ This module alone names the files of a run folder:
 Writing and reading them is :mod:`harness.results.store`'s job; report and compare render a
 loaded :class:`RunResult` and never recompute what the summary holds.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,17 +76,54 @@ METRICS_BEFORE, METRICS_AFTER = "metrics_before.txt", "metrics_after.txt"
 REPORT = "report.html"
 
 REQUEST_COLUMNS = (
-    "request_id", "session_id", "turn", "prompt_tokens", "output_tokens", "requested_output_tokens",
-    "exact_output_len", "expected_prompt_tokens", "scheduled_s", "start_s", "end_s", "ttft_s", "tpot_s",
-    "e2e_s", "itl_s", "itl_chunk_s", "output_tps", "decode_tps", "queue_wait_s", "cached_tokens", "delivery_lag_max_s",
-    "ttfo_s", "ttst_s", "reasoning_tokens", "client_wait_s", "ttft_from_scheduled_s", "e2e_from_scheduled_s", "stage",
-    "engine_timings_source", "http_connect_s", "http_reused", "http_sent_s", "http_first_byte_s", "http_last_byte_s",
+    "request_id",
+    "session_id",
+    "turn",
+    "prompt_tokens",
+    "output_tokens",
+    "requested_output_tokens",
+    "exact_output_len",
+    "expected_prompt_tokens",
+    "scheduled_s",
+    "start_s",
+    "end_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_s",
+    "itl_chunk_s",
+    "output_tps",
+    "decode_tps",
+    "queue_wait_s",
+    "cached_tokens",
+    "delivery_lag_max_s",
+    "ttfo_s",
+    "ttst_s",
+    "reasoning_tokens",
+    "client_wait_s",
+    "ttft_from_scheduled_s",
+    "e2e_from_scheduled_s",
+    "stage",
+    "engine_timings_source",
+    "http_connect_s",
+    "http_reused",
+    "http_sent_s",
+    "http_first_byte_s",
+    "http_last_byte_s",
     "endpoint",
     "adapter",
-    "job_id", "depth", "parent_request_id",
-    "output_check", "output_valid", "output_invalid_reason", "tool_calls",
+    "job_id",
+    "depth",
+    "parent_request_id",
+    "output_check",
+    "output_valid",
+    "output_invalid_reason",
+    "tool_calls",
     "finish_reason",
-    "error", "output_text", "engine_stats", "output_token_ids",
+    "error",
+    "output_text",
+    "engine_stats",
+    "output_token_ids",
 )
 
 TEXT_COLUMNS = ("finish_reason", "error", "output_text", "output_invalid_reason", "tool_calls")
@@ -163,13 +201,23 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("server_metrics", "gpu", "window", "whole_run", "stages", "endpoints", "adapters", "structured", "jobs"):
+        for key in (
+            "server_metrics",
+            "gpu",
+            "window",
+            "whole_run",
+            "stages",
+            "endpoints",
+            "adapters",
+            "structured",
+            "jobs",
+        ):
             if out[key] is None:
                 del out[key]
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSummary":
+    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
         """From summary.json; keys this version does not know are dropped, missing ones default."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -9,6 +9,7 @@
   rebuilt from ``requests.jsonl`` when it left no ``summary.json``). Report and compare render
   it and never recompute what the summary holds.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,9 @@ import json
 import math
 import os
 import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import orjson
 import pandas as pd
@@ -66,8 +68,12 @@ def clean_text(value: Any) -> Optional[str]:
 
 
 class RunWriter:
-    def __init__(self, run_dir: Path, save_output_text: bool = True,
-                 tokenize: Optional[Callable[[list[str]], list[list[int]]]] = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        save_output_text: bool = True,
+        tokenize: Optional[Callable[[list[str]], list[list[int]]]] = None,
+    ):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # the model's tokenizer over a batch of texts: the ids of HTTP replies that came
@@ -153,8 +159,10 @@ class RunWriter:
                 kept = data.count(b"\n", 0, end)
         except OSError:
             pass
-        return DiskFull(f"the disk holding {self.run_dir} is full ({exc.strerror or exc}): {kept} finished requests "
-                        f"are kept in {path.name}, readable; free space, then run again")
+        return DiskFull(
+            f"the disk holding {self.run_dir} is full ({exc.strerror or exc}): {kept} finished requests "
+            f"are kept in {path.name}, readable; free space, then run again"
+        )
 
     def _row(self, record: RequestRecord) -> dict[str, Any]:
         # shallow: asdict would deep-copy every element of the per-token lists
@@ -166,8 +174,9 @@ class RunWriter:
         row["engine_stats"] = json.dumps(_jsonable(row["engine_stats"]), sort_keys=True)
         return row
 
-    def write_tables(self, memory_samples: Sequence[tuple[float, int]], t0: float,
-                     gpu_samples: Sequence[tuple] = ()) -> None:
+    def write_tables(
+        self, memory_samples: Sequence[tuple[float, int]], t0: float, gpu_samples: Sequence[tuple] = ()
+    ) -> None:
         """requests.parquet, memory.parquet and (with NVML samples) gpu.parquet; times from ``t0``."""
         if self._jsonl is not None:
             self._jsonl.close()
@@ -341,9 +350,14 @@ def summary_from_jsonl(run_dir: Path) -> RunSummary:
     duration = max((r.end_s for r in records), default=0.0)
     figures = summarize(records, duration, SLOConfig())
     owner = running_owner(Path(run_dir))
-    error = (f"the run is still going (pid {owner}): the figures of its requests so far, from requests.jsonl"
-             if owner else "the run left no summary.json (killed?); figures rebuilt from requests.jsonl")
-    return RunSummary(status="running" if owner else "incomplete", error=error, **config_names(Path(run_dir)), **figures)
+    error = (
+        f"the run is still going (pid {owner}): the figures of its requests so far, from requests.jsonl"
+        if owner
+        else "the run left no summary.json (killed?); figures rebuilt from requests.jsonl"
+    )
+    return RunSummary(
+        status="running" if owner else "incomplete", error=error, **config_names(Path(run_dir)), **figures
+    )
 
 
 def running_owner(run_dir: Path) -> Optional[int]:
@@ -364,8 +378,10 @@ def config_names(run_dir: Path) -> dict[str, dict[str, Any]]:
     workload, for a summary rebuilt without summary.json; {} when it is missing or unreadable."""
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-        return {section: {key: (config.get(section) or {}).get(key) for key in keys}
-                for section, keys in CONFIG_KEYS.items()}
+        return {
+            section: {key: (config.get(section) or {}).get(key) for key in keys}
+            for section, keys in CONFIG_KEYS.items()
+        }
     except (OSError, yaml.YAMLError, AttributeError):
         return {}
 
@@ -381,11 +397,15 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
     try:
         summary = json.loads(path.read_text())
     except ValueError as exc:  # not JSON, or not UTF-8
-        raise UnreadableSummary(f"{path} is not JSON ({exc}); move it aside and the run reads as killed "
-                                "(its figures rebuilt from requests.jsonl)") from None
+        raise UnreadableSummary(
+            f"{path} is not JSON ({exc}); move it aside and the run reads as killed "
+            "(its figures rebuilt from requests.jsonl)"
+        ) from None
     if not isinstance(summary, dict) or "status" not in summary:
-        raise UnreadableSummary(f"{path} is not a run's summary (it has no status); move it aside and the run "
-                                "reads as killed (its figures rebuilt from requests.jsonl)")
+        raise UnreadableSummary(
+            f"{path} is not a run's summary (it has no status); move it aside and the run "
+            "reads as killed (its figures rebuilt from requests.jsonl)"
+        )
     return summary
 
 
@@ -410,9 +430,15 @@ def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:
     gpu = pd.read_parquet(run_dir / GPU) if (run_dir / GPU).exists() else None
     server_series = pd.read_parquet(run_dir / SERVER_METRICS) if (run_dir / SERVER_METRICS).exists() else None
     return RunResult(
-        run_dir, summary, requests, read_json(run_dir / ENV) or {},
+        run_dir,
+        summary,
+        requests,
+        read_json(run_dir / ENV) or {},
         config.read_text() if config.exists() else None,
-        read_json(run_dir / WORKLOAD) if with_workload else None, memory, gpu, server_series,
+        read_json(run_dir / WORKLOAD) if with_workload else None,
+        memory,
+        gpu,
+        server_series,
     )
 
 

@@ -3,16 +3,17 @@
 Which figures exist, their units and formulas come from the metric registry
 (harness/results/formulas.py); this module fills and prints them.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
 from core.lora import BASE
-from harness.results import formulas
-from harness.results import metrics
 from core.structured import validator_name
+from harness.results import formulas, metrics
 from harness.results.jobs import job_figures
 from harness.results.kept import RequestTable, as_table
 from harness.results.record import RequestRecord
@@ -26,11 +27,16 @@ OVERHEAD_WARN_S = 0.05
 OVERHEAD_WARN_SHARE_OF_E2E = 0.2
 
 
-def summarize(records: "RequestTable | Sequence[RequestRecord]", duration_s: float, slo: Any,
-              gpu: Optional[GpuPhase] = None, usd_per_hour: Optional[float] = None,
-              endpoint_urls: Optional[Sequence[Optional[str]]] = None,
-              lora: Optional[Sequence[dict[str, Any]]] = None,
-              job_calls: Optional[Mapping[int, int]] = None) -> dict[str, Any]:
+def summarize(
+    records: RequestTable | Sequence[RequestRecord],
+    duration_s: float,
+    slo: Any,
+    gpu: Optional[GpuPhase] = None,
+    usd_per_hour: Optional[float] = None,
+    endpoint_urls: Optional[Sequence[Optional[str]]] = None,
+    lora: Optional[Sequence[dict[str, Any]]] = None,
+    job_calls: Optional[Mapping[int, int]] = None,
+) -> dict[str, Any]:
     """Per-run figures. Failed requests are counted apart and never enter a distribution.
     ``records``: the run's kept requests (:class:`harness.results.kept.RequestTable`), or records.
     ``gpu``: the measured phase's GPU figures, and ``usd_per_hour`` the machine's price
@@ -85,8 +91,9 @@ def _cached_share(ok: RequestTable) -> Optional[float]:
     return formulas.cached_share(cached[told].tolist(), ok.column("prompt_tokens")[told].tolist())
 
 
-def _job_figures(table: RequestTable, duration_s: float, slo: Any,
-                 job_calls: Optional[Mapping[int, int]]) -> Optional[dict[str, Any]]:
+def _job_figures(
+    table: RequestTable, duration_s: float, slo: Any, job_calls: Optional[Mapping[int, int]]
+) -> Optional[dict[str, Any]]:
     """The agent jobs' figures from their own requests (none in a run without jobs)."""
     in_jobs = table.where(~np.isnan(table.column("job_id")))
     return job_figures(list(in_jobs), duration_s, getattr(slo, "job_s", None), job_calls) if len(in_jobs) else None
@@ -97,18 +104,25 @@ def _counts(table: RequestTable) -> dict[str, int]:
     return {"sent": len(table), "completed": ok, "failed": len(table) - ok}
 
 
-def _load_figures(table: RequestTable, duration_s: float, slo: Any,
-                  usd_per_hour: Optional[float]) -> dict[str, Any]:
+def _load_figures(table: RequestTable, duration_s: float, slo: Any, usd_per_hour: Optional[float]) -> dict[str, Any]:
     """requests, latency and throughput of some of a run's requests over ``duration_s``: the
     metric registry's own figures (GPU figures need the whole phase: none here)."""
     ok = table.ok()
-    return {"requests": _counts(table), "latency": metrics.distributions(ok),
-            "throughput": metrics.run_figures(metrics.RunTotals(ok, _meeting(ok, slo), duration_s, None, usd_per_hour))}
+    return {
+        "requests": _counts(table),
+        "latency": metrics.distributions(ok),
+        "throughput": metrics.run_figures(metrics.RunTotals(ok, _meeting(ok, slo), duration_s, None, usd_per_hour)),
+    }
 
 
-def time_windows(figures: dict[str, Any], records: "RequestTable | Sequence[RequestRecord]", slo: Any,
-                 window: Optional[tuple[float, float]] = None, stages: Optional[Sequence[dict[str, Any]]] = None,
-                 usd_per_hour: Optional[float] = None) -> dict[str, Any]:
+def time_windows(
+    figures: dict[str, Any],
+    records: RequestTable | Sequence[RequestRecord],
+    slo: Any,
+    window: Optional[tuple[float, float]] = None,
+    stages: Optional[Sequence[dict[str, Any]]] = None,
+    usd_per_hour: Optional[float] = None,
+) -> dict[str, Any]:
     """``figures`` (what :func:`summarize` made) with the steady-state window and the stages.
 
     ``window`` (start_s, end_s): latency and throughput become those of the requests that
@@ -126,14 +140,20 @@ def time_windows(figures: dict[str, Any], records: "RequestTable | Sequence[Requ
         inside = table.where((starts >= start) & (starts <= end))
         length = max(end - start, 0.0)
         windowed = _load_figures(inside, length, slo, usd_per_hour)
-        out["whole_run"] = {"requests": figures["requests"], "duration_s": figures["duration_s"],
-                            "latency": figures["latency"], "throughput": figures["throughput"]}
+        out["whole_run"] = {
+            "requests": figures["requests"],
+            "duration_s": figures["duration_s"],
+            "latency": figures["latency"],
+            "throughput": figures["throughput"],
+        }
         out["window"] = {"start_s": start, "end_s": end, "duration_s": length, "requests": windowed["requests"]}
         out["latency"], out["throughput"] = windowed["latency"], windowed["throughput"]
         if not len(inside):
-            out["warnings"] = [*figures.get("warnings", []),
-                               f"No request started in the steady-state window [{start:g}, {end:g}] s: "
-                               "shorten workload.warmup_s or workload.cooldown_s."]
+            out["warnings"] = [
+                *figures.get("warnings", []),
+                f"No request started in the steady-state window [{start:g}, {end:g}] s: "
+                "shorten workload.warmup_s or workload.cooldown_s.",
+            ]
     if stages:
         told = table.column("stage")
         ends = np.array([stage["end_s"] for stage in stages], dtype=float)
@@ -143,15 +163,20 @@ def time_windows(figures: dict[str, Any], records: "RequestTable | Sequence[Requ
         stage_of = np.where(np.isnan(told), by_start, told)
         rows = []
         for stage in stages:
-            figs = _load_figures(table.where(stage_of == stage["index"]), stage["end_s"] - stage["start_s"], slo,
-                                 usd_per_hour)
+            figs = _load_figures(
+                table.where(stage_of == stage["index"]), stage["end_s"] - stage["start_s"], slo, usd_per_hour
+            )
             rows.append({**stage, **figs})
         out["stages"] = rows
     return out
 
 
-def endpoints(records: "RequestTable | Sequence[RequestRecord]", duration_s: float, slo: Any,
-              urls: Optional[Sequence[Optional[str]]] = None) -> Optional[dict[str, dict[str, Any]]]:
+def endpoints(
+    records: RequestTable | Sequence[RequestRecord],
+    duration_s: float,
+    slo: Any,
+    urls: Optional[Sequence[Optional[str]]] = None,
+) -> Optional[dict[str, dict[str, Any]]]:
     """Figures per endpoint (``backend.urls``, ``backend.replicas``), keyed by its index as a
     string: its public URL, requests sent, completed and failed, the registry's distributions
     and run figures over its completed requests (throughputs over the whole run's duration: each
@@ -177,8 +202,12 @@ def endpoints(records: "RequestTable | Sequence[RequestRecord]", duration_s: flo
     return out
 
 
-def adapters(records: "RequestTable | Sequence[RequestRecord]", duration_s: float, slo: Any,
-             lora: Optional[Sequence[dict[str, Any]]] = None) -> Optional[dict[str, dict[str, Any]]]:
+def adapters(
+    records: RequestTable | Sequence[RequestRecord],
+    duration_s: float,
+    slo: Any,
+    lora: Optional[Sequence[dict[str, Any]]] = None,
+) -> Optional[dict[str, dict[str, Any]]]:
     """Figures per LoRA adapter (workload.lora.adapters), keyed by its name ("base": requests
     without an adapter), in the plan's order: its planned share (s_i / Σ s), requests sent,
     completed and failed, the registry's distributions and run figures over its completed
@@ -209,7 +238,7 @@ def adapters(records: "RequestTable | Sequence[RequestRecord]", duration_s: floa
     return out
 
 
-def structured(records: "RequestTable | Sequence[RequestRecord]") -> Optional[dict[str, Any]]:
+def structured(records: RequestTable | Sequence[RequestRecord]) -> Optional[dict[str, Any]]:
     """The checks of constrained replies (workload.response_format, workload.tools; core/structured.py):
     ``checked`` (completed requests whose reply was checked), ``valid``, ``valid_share`` = valid /
     checked, the same ``by_kind`` (json_schema, regex, tool_call), up to three ``examples`` of why
@@ -228,8 +257,12 @@ def structured(records: "RequestTable | Sequence[RequestRecord]") -> Optional[di
 
     reasons = table.column("output_invalid_reason")[checked_rows][~valid]
     examples = sorted({r or "" for r in reasons})
-    return {**counts(np.ones(len(valid), dtype=bool)), "by_kind": {k: counts(kind == k) for k in sorted(set(kind))},
-            "examples": examples[:3], "validator": validator_name()}
+    return {
+        **counts(np.ones(len(valid), dtype=bool)),
+        "by_kind": {k: counts(kind == k) for k in sorted(set(kind))},
+        "examples": examples[:3],
+        "validator": validator_name(),
+    }
 
 
 def structured_line(section: Optional[dict[str, Any]]) -> Optional[str]:
@@ -237,8 +270,10 @@ def structured_line(section: Optional[dict[str, Any]]) -> Optional[str]:
     if not section or not section.get("checked"):
         return None
     kinds = " · ".join(f"{k} {v['valid']}/{v['checked']}" for k, v in (section.get("by_kind") or {}).items())
-    line = (f"structured output: {section['valid']} of {section['checked']} checked replies valid "
-            f"({section['valid_share'] * 100:.1f} %; {kinds})")
+    line = (
+        f"structured output: {section['valid']} of {section['checked']} checked replies valid "
+        f"({section['valid_share'] * 100:.1f} %; {kinds})"
+    )
     examples = section.get("examples") or []
     return line + (f" · e.g. {examples[0]}" if examples else "")
 
@@ -249,11 +284,15 @@ def run_warnings(summary: RunSummary) -> list[str]:
     req = summary.requests
     planned = summary.workload.get("requests_planned")
     if summary.status == INTERRUPTED:
-        out.append(f"The run was interrupted: {req.get('completed', 0)} of {planned} planned requests completed "
-                   f"({req.get('sent', 0)} sent); the figures cover those.")
+        out.append(
+            f"The run was interrupted: {req.get('completed', 0)} of {planned} planned requests completed "
+            f"({req.get('sent', 0)} sent); the figures cover those."
+        )
     elif summary.status == SATURATED:
-        out.append(f"The point was stopped early, over-saturated ({summary.saturated}); "
-                   f"{req.get('sent', 0)} of {planned} planned requests were sent.")
+        out.append(
+            f"The point was stopped early, over-saturated ({summary.saturated}); "
+            f"{req.get('sent', 0)} of {planned} planned requests were sent."
+        )
     elif summary.status != COMPLETE:
         out.append(f"The run {summary.status}: {summary.error or 'no error recorded'}")
     if req.get("completed", 0) == 0:
@@ -272,8 +311,10 @@ def client_warnings(summary: RunSummary) -> list[str]:
     harness, out = summary.harness, []
     lag = (harness.get("loop_lag_s") or {}).get("p99")
     if is_number(lag) and lag > LOOP_LAG_WARN_S:
-        out.append(f"The client may be the bottleneck: its event loop ran {lag * 1000:.0f} ms late (p99), "
-                   "and chunk stamps wait as long.")
+        out.append(
+            f"The client may be the bottleneck: its event loop ran {lag * 1000:.0f} ms late (p99), "
+            "and chunk stamps wait as long."
+        )
     cores = harness.get("cpu_cores")
     if is_number(cores):
         cores /= harness.get("workers") or 1  # each worker's loop uses one core at most
@@ -289,7 +330,9 @@ def overhead_warnings(harness: dict[str, Any], latency: dict[str, Any]) -> list[
     out = []
     lag = (harness.get("delivery_lag_max_s") or {}).get("p90")
     e2e = (latency.get("e2e_s") or {}).get("p50")
-    if is_number(lag) and (lag > OVERHEAD_WARN_S or (is_number(e2e) and e2e > 0 and lag > OVERHEAD_WARN_SHARE_OF_E2E * e2e)):
+    if is_number(lag) and (
+        lag > OVERHEAD_WARN_S or (is_number(e2e) and e2e > 0 and lag > OVERHEAD_WARN_SHARE_OF_E2E * e2e)
+    ):
         e2e_text = f"{e2e * 1000:.0f}" if is_number(e2e) else "–"
         out.append(
             f"Large harness overhead: tokens reached the runner up to {lag * 1000:.0f} ms after the engine made them "
@@ -297,7 +340,9 @@ def overhead_warnings(harness: dict[str, Any], latency: dict[str, Any]) -> list[
         )
     send = (harness.get("send_lag_s") or {}).get("p90")
     if is_number(send) and send > OVERHEAD_WARN_S:
-        out.append(f"Large harness overhead: open-loop requests were sent {send * 1000:.0f} ms late (p90) after their scheduled time.")
+        out.append(
+            f"Large harness overhead: open-loop requests were sent {send * 1000:.0f} ms late (p90) after their scheduled time."
+        )
     return out
 
 
@@ -305,7 +350,7 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and v == v
 
 
-def per_turn(ok: "RequestTable | Sequence[RequestRecord]") -> list[dict[str, Any]]:
+def per_turn(ok: RequestTable | Sequence[RequestRecord]) -> list[dict[str, Any]]:
     """TTFT and context length by turn number (chat); one row for single-turn workloads."""
     table = as_table(ok, metrics.ENGINE_STAGES)
     turns = table.column("turn")
@@ -329,7 +374,7 @@ def per_turn(ok: "RequestTable | Sequence[RequestRecord]") -> list[dict[str, Any
     return rows
 
 
-def warnings(records: "RequestTable | Sequence[RequestRecord]") -> list[str]:
+def warnings(records: RequestTable | Sequence[RequestRecord]) -> list[str]:
     """What makes a run's numbers suspect: failures and lengths that differ from the request."""
     table = as_table(records, metrics.ENGINE_STAGES)
     out = []
@@ -355,8 +400,10 @@ def warnings(records: "RequestTable | Sequence[RequestRecord]") -> list[str]:
     if len(invalid):
         checked = int((ok_rows & ~np.isnan(valid)).sum())
         i = invalid[0]
-        out.append(f"{len(invalid)} of {checked} checked replies broke their constraint "
-                   f"(e.g. {table.column('output_check')[i]}: {table.column('output_invalid_reason')[i]})")
+        out.append(
+            f"{len(invalid)} of {checked} checked replies broke their constraint "
+            f"(e.g. {table.column('output_check')[i]}: {table.column('output_invalid_reason')[i]})"
+        )
     prompt, expected = table.column("prompt_tokens"), table.column("expected_prompt_tokens")
     off = np.flatnonzero(~np.isnan(expected) & (prompt != expected))
     if len(off):

@@ -4,15 +4,17 @@ Each entry holds the point's overrides, run folder(s), status, load_s, whether t
 reused, and its key figures (mean and 95 % CI across repeats); the file also counts
 ``engine_loads`` and, for an SLO search, holds the probes and the answer.
 """
+
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import json
 import math
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 from harness.results import metrics
 from harness.results.schema import FAILED, FINISHED, RunSummary
@@ -24,8 +26,16 @@ SKIPPED = "skipped"  # resume: a finished run of the same config exists
 
 # the figures sweep.json keeps per point: (metric key, statistic; None for run metrics)
 KEY_FIGURES: tuple[tuple[str, Optional[str]], ...] = (
-    ("ttft_s", "p50"), ("ttft_s", "p99"), ("tpot_s", "p50"), ("tpot_s", "p99"), ("itl_s", "p99"), ("e2e_s", "p50"),
-    ("output_tokens_per_s", None), ("requests_per_s", None), ("goodput_requests_per_s", None), ("slo_attainment", None),
+    ("ttft_s", "p50"),
+    ("ttft_s", "p99"),
+    ("tpot_s", "p50"),
+    ("tpot_s", "p99"),
+    ("itl_s", "p99"),
+    ("e2e_s", "p50"),
+    ("output_tokens_per_s", None),
+    ("requests_per_s", None),
+    ("goodput_requests_per_s", None),
+    ("slo_attainment", None),
 )
 
 
@@ -43,8 +53,38 @@ def key_figures(summary: RunSummary) -> dict[str, Optional[float]]:
 
 
 # two-sided 95 % quantiles of Student's t for 1…30 degrees of freedom; 1.96 beyond
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def mean_ci95(values: Sequence[Optional[float]]) -> dict[str, Any]:
@@ -93,12 +133,25 @@ def combine_stages(summaries: Sequence[RunSummary]) -> list[dict[str, Any]]:
     stages = (summaries[0].stages or []) if summaries else []
     out = []
     for stage in stages:
-        per_run = [stage_figures(st) for s in summaries for st in (s.stages or [])
-                   if st.get("index") == stage.get("index")]
-        figures = per_run[0] if len(per_run) == 1 else {
-            name: mean_ci95([f.get(name) for f in per_run]) for name in dict.fromkeys(n for f in per_run for n in f)}
-        out.append({"index": stage.get("index"), "start_s": stage.get("start_s"), "end_s": stage.get("end_s"),
-                    "load": stage_load(stage), "figures": figures})
+        per_run = [
+            stage_figures(st) for s in summaries for st in (s.stages or []) if st.get("index") == stage.get("index")
+        ]
+        figures = (
+            per_run[0]
+            if len(per_run) == 1
+            else {
+                name: mean_ci95([f.get(name) for f in per_run]) for name in dict.fromkeys(n for f in per_run for n in f)
+            }
+        )
+        out.append(
+            {
+                "index": stage.get("index"),
+                "start_s": stage.get("start_s"),
+                "end_s": stage.get("end_s"),
+                "load": stage_load(stage),
+                "figures": figures,
+            }
+        )
     return out
 
 
@@ -161,8 +214,19 @@ def point_run_dirs(sweep: dict[str, Any]) -> list[Path]:
 
 def new_entry(index: int, overrides: Sequence[str], run_dir: Path, **fields: Any) -> dict[str, Any]:
     """A point's entry in sweep.json, as it stands before the point has run (failed until it does)."""
-    return {"index": index, "overrides": list(overrides), "run_dir": str(run_dir), "run_dirs": [], "status": FAILED,
-            "error": None, "load_s": 0.0, "engine_reused": False, "prefix_cache_reset": None, "figures": {}, **fields}
+    return {
+        "index": index,
+        "overrides": list(overrides),
+        "run_dir": str(run_dir),
+        "run_dirs": [],
+        "status": FAILED,
+        "error": None,
+        "load_s": 0.0,
+        "engine_reused": False,
+        "prefix_cache_reset": None,
+        "figures": {},
+        **fields,
+    }
 
 
 def varying_overrides(overrides: Sequence[Sequence[str]]) -> list[list[str]]:

@@ -32,6 +32,7 @@ interrupted experiment keeps what it measured), ``ab.md`` (the decision as markd
 ``compare.html`` (the runs side by side, with the decision). Exit codes: 0 pass or
 inconclusive (and an A/A that completed), 1 regression, 2 bad input, 3 the runs failed, 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,10 +44,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from core.parent import die_with
 from harness.gate import noise, paired, verdicts
@@ -126,8 +128,11 @@ class Experiment:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m harness.ab", description=__doc__.splitlines()[0],
-                                epilog="Overrides after -- are common to both arms.")
+    p = argparse.ArgumentParser(
+        prog="python -m harness.ab",
+        description=__doc__.splitlines()[0],
+        epilog="Overrides after -- are common to both arms.",
+    )
     p.add_argument("common", nargs="*", help="Hydra overrides for both arms (after --)")
     p.add_argument("--a", default="", help="arm A's overrides, one quoted string (the baseline)")
     p.add_argument("--b", default="", help="arm B's overrides (the candidate)")
@@ -136,23 +141,43 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--a-cwd", default=str(REPO), help="arm A's checkout of the harness")
     p.add_argument("--b-cwd", default=None, help="arm B's checkout (default: arm A's)")
     p.add_argument("--aa", action="store_true", help="A/A: arm A as both arms; store the noise floor")
-    p.add_argument("--keep-loaded", action="store_true",
-                   help="one engine per arm, loaded once and kept for all its runs (both loaded at once)")
+    p.add_argument(
+        "--keep-loaded",
+        action="store_true",
+        help="one engine per arm, loaded once and kept for all its runs (both loaded at once)",
+    )
     p.add_argument("--blocks", type=int, default=5, help="blocks before the first look (default 5)")
     p.add_argument("--max-blocks", type=int, default=10, help="the cap (default 10; A/A runs --blocks blocks)")
     p.add_argument("--look-every", type=int, default=None, help="blocks between looks (default: --blocks)")
     p.add_argument("--figures", default=DEFAULT_FIGURES, help=f"figures decided (default {DEFAULT_FIGURES})")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="the smallest slowdown that counts (%%); raised to 3 × the noise floor when one is stored")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="the smallest slowdown that counts (%%); raised to 3 × the noise floor when one is stored",
+    )
     p.add_argument("--noise-dir", type=Path, default=Path("results/noise"), help="where noise floors are kept")
-    p.add_argument("--precision", type=float, default=2.0, metavar="PCT",
-                   help="A/A: the half-width of the interval to plan runs for (%%, default 2)")
+    p.add_argument(
+        "--precision",
+        type=float,
+        default=2.0,
+        metavar="PCT",
+        help="A/A: the half-width of the interval to plan runs for (%%, default 2)",
+    )
     p.add_argument("--seed", type=int, default=None, help="the order of the arms in each block (default: random)")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="one run's time limit")
     p.add_argument("--out", type=Path, default=None, help="default results/ab-<date>-<time>")
-    p.add_argument("--markdown", default=None, metavar="FILE", help="append the decision as markdown (e.g. $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--history", type=Path, default=None, metavar="DIR",
-                   help="add every run and the decision to this history (python -m harness.history)")
+    p.add_argument(
+        "--markdown", default=None, metavar="FILE", help="append the decision as markdown (e.g. $GITHUB_STEP_SUMMARY)"
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="add every run and the decision to this history (python -m harness.history)",
+    )
     return p.parse_args(argv)
 
 
@@ -173,7 +198,10 @@ def check_args(a: argparse.Namespace) -> list[Figure]:
         raise CompareError("--aa runs arm A as both arms: drop --b, --b-python and --b-cwd")
     if not a.aa and not (a.b or a.b_python or a.b_cwd or a.a):
         raise CompareError("the arms are the same: give --b (or --b-python / --b-cwd), or --aa for an A/A experiment")
-    if any(o.startswith(("hydra.run.dir", "repeat=", "-m", "--multirun")) for o in [*a.common, *shlex.split(a.a), *shlex.split(a.b)]):
+    if any(
+        o.startswith(("hydra.run.dir", "repeat=", "-m", "--multirun"))
+        for o in [*a.common, *shlex.split(a.a), *shlex.split(a.b)]
+    ):
         raise CompareError("hydra.run.dir, repeat= and -m are set by harness.ab: remove them from the overrides")
     for python in (a.a_python, a.b_python):
         if python and not os.access(python, os.X_OK):
@@ -186,8 +214,10 @@ def check_args(a: argparse.Namespace) -> list[Figure]:
     if a.keep_loaded:
         ports = [_last_value("backend.port", [*a.common, *shlex.split(arm)]) for arm in (a.a, a.a if a.aa else a.b)]
         if ports[0] is not None and ports[0] == ports[1]:
-            raise CompareError("--keep-loaded keeps both arms' servers up at once: they cannot share "
-                               f"backend.port={ports[0]} (drop it, or give each arm its own in --a and --b)")
+            raise CompareError(
+                "--keep-loaded keeps both arms' servers up at once: they cannot share "
+                f"backend.port={ports[0]} (drop it, or give each arm its own in --a and --b)"
+            )
     try:
         return [parse_figure(f.strip()) for f in a.figures.split(",") if f.strip()]
     except ValueError as exc:
@@ -211,8 +241,9 @@ class RunProcess:
         self.block, self.arm, self.run_dir, self.start = block, arm, run_dir, time.perf_counter()
         self.log = open(log, "w")
         # a SIGKILL of harness.ab (no clean-up of its own) ends the run as SIGTERM does: interrupted, kept
-        self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=die_with(os.getpid()))
+        self.proc = subprocess.Popen(
+            command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=die_with(os.getpid())
+        )
 
     def wait(self, timeout_s: float) -> Optional[int]:
         try:
@@ -232,8 +263,15 @@ class RunProcess:
         return RunRecord(self.block, self.arm, self.run_dir, self.proc.poll(), time.perf_counter() - self.start)
 
 
-def run_one(block: int, arm: Arm, common: Sequence[str], run_dir: Path, timeout_s: float,
-            current: list[RunProcess], held: Optional[HeldEngine] = None) -> RunRecord:
+def run_one(
+    block: int,
+    arm: Arm,
+    common: Sequence[str],
+    run_dir: Path,
+    timeout_s: float,
+    current: list[RunProcess],
+    held: Optional[HeldEngine] = None,
+) -> RunRecord:
     """One run: a fresh ``python -m harness`` process, or a run asked of the arm's held engine."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
@@ -264,15 +302,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # A/A: arm B is arm A again (check_args refused --b* with --aa, so they default to A's)
     b = Arm("B", shlex.split(args.a if args.aa else args.b), args.b_python or args.a_python, args.b_cwd or args.a_cwd)
     arms = {"A": a, "B": b}
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 31)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     every = args.look_every or args.blocks
     max_blocks = args.blocks if args.aa else args.max_blocks
-    exp = Experiment({k: asdict(v) for k, v in arms.items()}, list(args.common), args.aa, seed,
-                     [f.name for f in figures], args.threshold, args.blocks, max_blocks, every,
-                     keep_loaded=args.keep_loaded)
+    exp = Experiment(
+        {k: asdict(v) for k, v in arms.items()},
+        list(args.common),
+        args.aa,
+        seed,
+        [f.name for f in figures],
+        args.threshold,
+        args.blocks,
+        max_blocks,
+        every,
+        keep_loaded=args.keep_loaded,
+    )
     current: list[RunProcess] = []
-    held = {name: HeldEngine(arm.held_command(exp.common), arm.cwd, out / "runs" / f"held-{name}.log", STOP_GRACE_S)
-            for name, arm in arms.items()} if args.keep_loaded else {}
+    held = (
+        {
+            name: HeldEngine(arm.held_command(exp.common), arm.cwd, out / "runs" / f"held-{name}.log", STOP_GRACE_S)
+            for name, arm in arms.items()
+        }
+        if args.keep_loaded
+        else {}
+    )
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     start = time.perf_counter()
     try:
@@ -299,9 +352,17 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], args: argparse.Namespace, out: Path,
-               current: list[RunProcess], rng: random.Random, start: float,
-               held: Optional[dict[str, HeldEngine]] = None) -> int:
+def run_blocks(
+    exp: Experiment,
+    arms: dict[str, Arm],
+    figures: list[Figure],
+    args: argparse.Namespace,
+    out: Path,
+    current: list[RunProcess],
+    rng: random.Random,
+    start: float,
+    held: Optional[dict[str, HeldEngine]] = None,
+) -> int:
     looks = look_points(exp.blocks, exp.max_blocks, exp.look_every)
     blocks: list[paired.BlockRuns] = []
     reruns_left = max(1, exp.max_blocks // 5)
@@ -323,7 +384,9 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
             print(f"block {index} {name}: exit {record.exit_code} in {record.wall_s:.1f} s", flush=True)
             if record.exit_code == EXIT_BAD_INPUT:
                 exp.status = "failed"
-                print(f"error: arm {name} was refused: {last_error_line(run_dir)} (log: {run_dir}.log)", file=sys.stderr)
+                print(
+                    f"error: arm {name} was refused: {last_error_line(run_dir)} (log: {run_dir}.log)", file=sys.stderr
+                )
                 return EXIT_BAD_INPUT
         block = paired.load_block(index, dirs["A"], dirs["B"])
         blocks.append(block)
@@ -342,16 +405,19 @@ def run_blocks(exp: Experiment, arms: dict[str, Arm], figures: list[Figure], arg
             continue
         used = len(paired.usable(blocks)[0])
         if used in looks:
-            evaluation = paired.evaluate(blocks, figures, exp.threshold / 100, looks=len(looks),
-                                         noise_dir=args.noise_dir, engine=exp.engine)
+            evaluation = paired.evaluate(
+                blocks, figures, exp.threshold / 100, looks=len(looks), noise_dir=args.noise_dir, engine=exp.engine
+            )
             exp.looks.append(look_record(evaluation, used))
             exp.save(out)
             if not exp.aa and evaluation.verdict != verdicts.INCONCLUSIVE:
                 break
     if evaluation is None:
         exp.status = "failed"
-        print(f"error: too few usable blocks to decide ({len(paired.usable(blocks)[0])}); see the logs in {out / 'runs'}",
-              file=sys.stderr)
+        print(
+            f"error: too few usable blocks to decide ({len(paired.usable(blocks)[0])}); see the logs in {out / 'runs'}",
+            file=sys.stderr,
+        )
         return EXIT_RUNS_FAILED
     exp.status, exp.verdict = "complete", evaluation.verdict
     exp.engine_starts = {name: engine.starts for name, engine in (held or {}).items()}
@@ -383,12 +449,28 @@ def last_error_line(run_dir: Path) -> str:
 
 
 def look_record(evaluation: paired.Evaluation, blocks: int) -> dict[str, Any]:
-    return {"blocks": blocks, "verdict": evaluation.verdict, "left_out": evaluation.left_out,
-            "decisions": [{"figure": d.figure.name, "verdict": d.verdict, "change": d.change,
-                           "ci_low": d.interval.low - 1, "ci_high": d.interval.high - 1,
-                           "lower_bound": d.interval.lower_bound - 1, "upper_bound": d.interval.upper_bound - 1,
-                           "alpha": d.interval.alpha, "margin": d.margin, "margin_source": d.margin_source,
-                           "sd_log": d.interval.sd_log, "reason": d.reason} for d in evaluation.decisions]}
+    return {
+        "blocks": blocks,
+        "verdict": evaluation.verdict,
+        "left_out": evaluation.left_out,
+        "decisions": [
+            {
+                "figure": d.figure.name,
+                "verdict": d.verdict,
+                "change": d.change,
+                "ci_low": d.interval.low - 1,
+                "ci_high": d.interval.high - 1,
+                "lower_bound": d.interval.lower_bound - 1,
+                "upper_bound": d.interval.upper_bound - 1,
+                "alpha": d.interval.alpha,
+                "margin": d.margin,
+                "margin_source": d.margin_source,
+                "sd_log": d.interval.sd_log,
+                "reason": d.reason,
+            }
+            for d in evaluation.decisions
+        ],
+    }
 
 
 def summary_lines(exp: Experiment, evaluation: paired.Evaluation) -> list[str]:
@@ -397,36 +479,48 @@ def summary_lines(exp: Experiment, evaluation: paired.Evaluation) -> list[str]:
     lines = ["", head + f" ({len(exp.runs)} runs in {exp.wall_s:.0f} s{held})", *decision_lines(evaluation.decisions)]
     lines += [f"left out: {p}" for p in evaluation.left_out]
     if evaluation.verdict == verdicts.INCONCLUSIVE and not exp.aa:
-        lines.append(f"WARNING: inconclusive at the cap of {exp.max_blocks} blocks: not failing; "
-                     "raise --max-blocks or reduce the noise (see --aa)")
+        lines.append(
+            f"WARNING: inconclusive at the cap of {exp.max_blocks} blocks: not failing; "
+            "raise --max-blocks or reduce the noise (see --aa)"
+        )
     return lines
 
 
-def record_noise_floor(exp: Experiment, blocks: list[paired.BlockRuns], figures: list[Figure],
-                       args: argparse.Namespace, out: Path) -> list[str]:
+def record_noise_floor(
+    exp: Experiment, blocks: list[paired.BlockRuns], figures: list[Figure], args: argparse.Namespace, out: Path
+) -> list[str]:
     walls = [r.wall_s for r in exp.runs if r.exit_code == 0]
     floor = paired.measure_noise_floor(blocks, figures, walls, source=str(out), engine=exp.engine)
     path = noise.save(args.noise_dir, floor)
     exp.noise_floor = str(path)
     kind = ", engines kept loaded" if exp.keep_loaded else ""
-    lines = ["", f"noise floor ({floor.hardware}, config {floor.config_sha256[:12]}{kind}): {path}",
-             f"  a run costs {floor.cost_run_s:.1f} s before its requests, a request {floor.cost_request_s:.3f} s"]
+    lines = [
+        "",
+        f"noise floor ({floor.hardware}, config {floor.config_sha256[:12]}{kind}): {path}",
+        f"  a run costs {floor.cost_run_s:.1f} s before its requests, a request {floor.cost_request_s:.3f} s",
+    ]
     for name, fig in floor.figures.items():
         p = noise.plan(name, fig, args.precision / 100, floor.cost_run_s, floor.cost_request_s)
         apart = f" (runs apart: {fig.sd_run_apart * 100:.2f}%)" if fig.sd_run_apart is not None else ""
-        lines.append(f"  {name}: run-to-run sd {fig.sd_run * 100:.2f}%{apart}; ±{args.precision:g}% needs {p.blocks} "
-                     f"blocks of {p.requests_per_run} requests per run; gate margin at least {3 * fig.sd_run * 100:.1f}%")
+        lines.append(
+            f"  {name}: run-to-run sd {fig.sd_run * 100:.2f}%{apart}; ±{args.precision:g}% needs {p.blocks} "
+            f"blocks of {p.requests_per_run} requests per run; gate margin at least {3 * fig.sd_run * 100:.1f}%"
+        )
     return lines
 
 
 def ab_markdown(exp: Experiment, evaluation: paired.Evaluation) -> str:
     kind = "A/A (noise floor)" if exp.aa else "A/B"
-    lines = [f"### {kind}: **{evaluation.verdict.upper()}** after {evaluation.blocks_used} interleaved blocks", "",
-             f"Arm A: `{' '.join(exp.arms['A']['overrides']) or '(common only)'}`; "
-             f"arm B: `{' '.join(exp.arms['B']['overrides']) or '(common only)'}`; "
-             f"common: `{' '.join(exp.common)}`; {len(exp.runs)} runs"
-             f"{' on one engine per arm, kept loaded' if exp.keep_loaded else ''}.", "",
-             *decision_table_markdown(evaluation.decisions)]
+    lines = [
+        f"### {kind}: **{evaluation.verdict.upper()}** after {evaluation.blocks_used} interleaved blocks",
+        "",
+        f"Arm A: `{' '.join(exp.arms['A']['overrides']) or '(common only)'}`; "
+        f"arm B: `{' '.join(exp.arms['B']['overrides']) or '(common only)'}`; "
+        f"common: `{' '.join(exp.common)}`; {len(exp.runs)} runs"
+        f"{' on one engine per arm, kept loaded' if exp.keep_loaded else ''}.",
+        "",
+        *decision_table_markdown(evaluation.decisions),
+    ]
     lines += [f"- left out: {p}" for p in evaluation.left_out]
     return "\n".join(lines) + "\n\n"
 
@@ -438,24 +532,42 @@ def record_history(root: Path, exp: Experiment, evaluation: paired.Evaluation) -
             add_run(root, Path(record.run_dir))
     for d in evaluation.decisions:
         i = d.interval
-        add_decision(root, {
-            "started_at": exp.started_at, "kind": "A/A" if exp.aa else "A/B", "figure": d.figure.name,
-            "arm_a": " ".join(exp.arms["A"]["overrides"]), "arm_b": " ".join(exp.arms["B"]["overrides"]),
-            "common": " ".join(exp.common), "verdict": d.verdict, "experiment_verdict": evaluation.verdict,
-            "ratio": i.ratio, "ci_low": i.low, "ci_high": i.high, "alpha": i.alpha, "margin": d.margin,
-            "margin_source": d.margin_source, "blocks": evaluation.blocks_used, "runs": len(exp.runs),
-            "wall_s": exp.wall_s, "seed": exp.seed,
-        })
+        add_decision(
+            root,
+            {
+                "started_at": exp.started_at,
+                "kind": "A/A" if exp.aa else "A/B",
+                "figure": d.figure.name,
+                "arm_a": " ".join(exp.arms["A"]["overrides"]),
+                "arm_b": " ".join(exp.arms["B"]["overrides"]),
+                "common": " ".join(exp.common),
+                "verdict": d.verdict,
+                "experiment_verdict": evaluation.verdict,
+                "ratio": i.ratio,
+                "ci_low": i.low,
+                "ci_high": i.high,
+                "alpha": i.alpha,
+                "margin": d.margin,
+                "margin_source": d.margin_source,
+                "blocks": evaluation.blocks_used,
+                "runs": len(exp.runs),
+                "wall_s": exp.wall_s,
+                "seed": exp.seed,
+            },
+        )
     print(f"history: {len(exp.runs)} runs and {len(evaluation.decisions)} decisions added to {root}", flush=True)
 
 
-def write_compare(blocks: list[paired.BlockRuns], out: Path, figures: list[Figure], evaluation: paired.Evaluation) -> None:
+def write_compare(
+    blocks: list[paired.BlockRuns], out: Path, figures: list[Figure], evaluation: paired.Evaluation
+) -> None:
     good, _ = paired.usable(blocks)
     a_dirs = [b.a.run_dir for b in good]
     b_dirs = [b.b.run_dir for b in good]
     try:
-        compare_runs(a_dirs + b_dirs, out, metric=figures[0].metric, baseline_count=len(a_dirs),
-                     decisions=evaluation.decisions)
+        compare_runs(
+            a_dirs + b_dirs, out, metric=figures[0].metric, baseline_count=len(a_dirs), decisions=evaluation.decisions
+        )
     except CompareError as exc:
         print(f"note: no compare.html: {exc}", file=sys.stderr)
 

@@ -16,6 +16,7 @@ training: speed is measured, not quality), built once into the cache
 
 A ``path`` is a PEFT folder (adapter_config.json), a GGUF LoRA file, or a folder with both.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,10 @@ def resolve_adapter(spec: AdapterSpec, model: ModelFiles) -> LoraAdapter:
     if is_store_path(spec.path):
         match = STORE_ADAPTER.match(spec.path)
         if match is None:
-            raise ConfigError(f"adapter {spec.name}: unknown store adapter {spec.path!r}: use {STORE_PREFIX}adapter-N "
-                              "(N = 0, 1, 2 …: a seeded adapter made for the model)")
+            raise ConfigError(
+                f"adapter {spec.name}: unknown store adapter {spec.path!r}: use {STORE_PREFIX}adapter-N "
+                "(N = 0, 1, 2 …: a seeded adapter made for the model)"
+            )
         return store_adapter(model, int(match.group(1)), spec.name)
     return local_adapter(spec.name, Path(spec.path).expanduser())
 
@@ -71,8 +74,14 @@ def local_adapter(name: str, path: Path) -> LoraAdapter:
     if hf is None and not ggufs:
         raise ConfigError(f"adapter {name}: {path} has no adapter_config.json and no .gguf file")
     rank, alpha = _rank_alpha(hf) if hf is not None else (None, None)
-    return LoraAdapter(name, str(path), hf_dir=hf.resolve() if hf else None,
-                       gguf_file=ggufs[0].resolve() if len(ggufs) == 1 else None, rank=rank, alpha=alpha)
+    return LoraAdapter(
+        name,
+        str(path),
+        hf_dir=hf.resolve() if hf else None,
+        gguf_file=ggufs[0].resolve() if len(ggufs) == 1 else None,
+        rank=rank,
+        alpha=alpha,
+    )
 
 
 def store_adapter(model: ModelFiles, index: int, name: Optional[str] = None) -> LoraAdapter:
@@ -88,8 +97,14 @@ def store_adapter(model: ModelFiles, index: int, name: Optional[str] = None) -> 
         if model.gguf_file is not None and not gguf.with_suffix(".ready").is_file():
             write_gguf_lora(folder / "hf", model.gguf_file, gguf)
             gguf.with_suffix(".ready").write_text("{}\n")
-    return LoraAdapter(name or f"adapter-{index}", f"{STORE_PREFIX}adapter-{index}", hf_dir=folder / "hf",
-                       gguf_file=gguf if model.gguf_file is not None else None, rank=RANK, alpha=ALPHA)
+    return LoraAdapter(
+        name or f"adapter-{index}",
+        f"{STORE_PREFIX}adapter-{index}",
+        hf_dir=folder / "hf",
+        gguf_file=gguf if model.gguf_file is not None else None,
+        rank=RANK,
+        alpha=ALPHA,
+    )
 
 
 def build_peft_adapter(base_hf: Path, out: Path, seed: int) -> None:
@@ -99,15 +114,24 @@ def build_peft_adapter(base_hf: Path, out: Path, seed: int) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError as exc:
-        raise ModelError(f"making a store adapter needs torch, transformers and peft ({exc.name} is missing): "
-                         "pip install -e '.[transformers]'") from None
+        raise ModelError(
+            f"making a store adapter needs torch, transformers and peft ({exc.name} is missing): "
+            "pip install -e '.[transformers]'"
+        ) from None
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     config = AutoConfig.from_pretrained(base_hf)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # shapes only: its weights are not saved
     torch.manual_seed(seed)
-    lora = LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=list(TARGETS), lora_dropout=0.0, bias="none",
-                      init_lora_weights=False, task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=RANK,
+        lora_alpha=ALPHA,
+        target_modules=list(TARGETS),
+        lora_dropout=0.0,
+        bias="none",
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
     peft_model = get_peft_model(model, lora)
     peft_model.peft_config["default"].base_model_name_or_path = str(base_hf)
     peft_model.save_pretrained(tmp)
@@ -133,8 +157,9 @@ def write_gguf_lora(peft_dir: Path, base_gguf: Path, out: Path) -> None:
     for key, value in tensors.items():
         match = pattern.search(key)
         if match is None or match.group(2) not in GGUF_NAMES:
-            raise ModelError(f"adapter {peft_dir}: tensor {key} has no llama.cpp name "
-                             "(LoRA on attention projections only)")
+            raise ModelError(
+                f"adapter {peft_dir}: tensor {key} has no llama.cpp name (LoRA on attention projections only)"
+            )
         layer, module, which = match.groups()
         array = value.astype(np.float32)
         if which == "B" and module in ("q_proj", "k_proj") and n_head:
@@ -156,10 +181,13 @@ def write_gguf_lora(peft_dir: Path, base_gguf: Path, out: Path) -> None:
     tmp.replace(out)
 
 
-def _permute_rows(weights: "np.ndarray", n_head: int) -> "np.ndarray":
+def _permute_rows(weights: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's converter's permute of q/k rows (HF rotary halves → interleaved pairs)."""
-    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-            .swapaxes(1, 2).reshape(weights.shape))
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def _tensor_order(name: str) -> tuple[int, str]:

@@ -19,6 +19,7 @@ under workload=structured's JSON schema; the valid share is printed per engine),
 ``lora`` (chats split between the store's ``adapter-0`` and the base model: engines that
 apply the same adapter agree as the base model does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from backends.registry import backend_registry
 from core.errors import BackendUnavailable
@@ -80,8 +82,7 @@ def agentic(requests: int, output_len: int) -> list[str]:
 
 def lora(requests: int, output_len: int) -> list[str]:
     """Chats split between the store's seeded adapter-0 and the base model."""
-    return [*chat(requests, output_len),
-            'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: base}]']
+    return [*chat(requests, output_len), 'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: base}]']
 
 
 # --workload → (its overrides, its default --output-len: a JSON object needs room to close)
@@ -94,9 +95,17 @@ def workload_overrides(model: str, requests: int, output_len: Optional[int], wor
     """The workload, each reply answered until its end-of-sequence or ``output_len`` tokens,
     greedily and one at a time."""
     build, default_len = WORKLOADS[workload]
-    return [f"model={model}", *build(requests, output_len or default_len), "workload.exact_output_len=false",
-            "workload.concurrency=1", "workload.temperature=0", "workload.warmup_requests=0", "seed=0",
-            "progress=false", "report=false"]
+    return [
+        f"model={model}",
+        *build(requests, output_len or default_len),
+        "workload.exact_output_len=false",
+        "workload.concurrency=1",
+        "workload.temperature=0",
+        "workload.warmup_requests=0",
+        "seed=0",
+        "progress=false",
+        "report=false",
+    ]
 
 
 def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -> tuple[Optional[Path], str]:
@@ -120,7 +129,9 @@ def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -
     took = f"{time.perf_counter() - start:.0f} s"
     if code != 0:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-        last = next((line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else "(no output)")
+        last = next(
+            (line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else "(no output)"
+        )
         return None, f"failed (exit {code}, {took}): {last.strip()}"
     return run_dir, f"ok ({took})"
 
@@ -148,32 +159,52 @@ def numerics_lines(results: Sequence[RunResult], labels: Sequence[str]) -> list[
     for r, lab in zip(results, labels):
         dtype, quant = agreement.numerics(r)
         b = r.summary.backend
-        rows.append([lab, f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip(), b.get("mode") or "?",
-                     dtype or "–", quant or "–", *([valid_share(r)] if constrained else [])])
+        rows.append(
+            [
+                lab,
+                f"{b.get('engine') or '?'} {b.get('engine_version') or ''}".strip(),
+                b.get("mode") or "?",
+                dtype or "–",
+                quant or "–",
+                *([valid_share(r)] if constrained else []),
+            ]
+        )
     heads = [["run"], ["engine"], ["mode"], ["dtype"], ["quantization"], *([["valid"]] if constrained else [])]
     return text_table(heads, rows, align="l" * len(heads))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m harness.agree", description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default=",".join(ENGINES),
-                        help=f"comma-separated, the first is the baseline (default: {','.join(ENGINES)})")
+    parser.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated, the first is the baseline (default: {','.join(ENGINES)})",
+    )
     parser.add_argument("--model", default="smollm2-135m", help="model config name (default: smollm2-135m)")
     parser.add_argument("--requests", type=int, default=4, help="one-turn chats (default: 4)")
-    parser.add_argument("--workload", choices=list(WORKLOADS), default="chat",
-                        help="what every engine is sent (default: chat)")
-    parser.add_argument("--output-len", type=int, default=None,
-                        help="most tokens per reply (default: 24; structured 96, agentic 16)")
-    parser.add_argument("--out", type=Path, default=None, help="folder of the runs (default: results/agree-<date>-<time>)")
+    parser.add_argument(
+        "--workload", choices=list(WORKLOADS), default="chat", help="what every engine is sent (default: chat)"
+    )
+    parser.add_argument(
+        "--output-len", type=int, default=None, help="most tokens per reply (default: 24; structured 96, agentic 16)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder of the runs (default: results/agree-<date>-<time>)"
+    )
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="per engine run (default: 1200)")
-    parser.add_argument("--runs", nargs="+", type=Path, default=None, help="compare these run folders instead of running")
+    parser.add_argument(
+        "--runs", nargs="+", type=Path, default=None, help="compare these run folders instead of running"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}  # both end it as Ctrl-C does
+    previous = {
+        sig: signal.signal(sig, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }  # both end it as Ctrl-C does
     try:
         return agree(args)
     except KeyboardInterrupt:

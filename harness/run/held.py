@@ -21,6 +21,7 @@ run → the run ends as Ctrl-C would end it (it keeps what it measured), its ans
 engine is stopped and the loop returns 130; while waiting for a command → the engine is stopped
 and the loop returns 130.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, TextIO
+from typing import Any, Optional, TextIO
 
 from core.errors import HarnessError
 from harness.config import RunConfig
@@ -67,12 +69,20 @@ def serve(cfg: RunConfig, overrides: Sequence[str], commands: TextIO, answers: T
 def run_command(cfg: RunConfig, overrides: Sequence[str], run_dir: Path, log_path: Path) -> dict[str, Any]:
     """One run on the held session; never raises but for a second Ctrl-C while it ends."""
     start = time.perf_counter()
-    answer: dict[str, Any] = {"run_dir": str(run_dir), "exit_code": EXIT_OK, "status": None,
-                              "engine_reused": SESSIONS.session is not None and SESSIONS.session.loaded}
+    answer: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "exit_code": EXIT_OK,
+        "status": None,
+        "engine_reused": SESSIONS.session is not None and SESSIONS.session.loaded,
+    }
     log_path.parent.mkdir(parents=True, exist_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)  # for harness.log, as Hydra makes it before a run
-    with open(log_path, "a") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
-            _log_lines_to(out, run_dir):
+    with (
+        open(log_path, "a") as out,
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(out),
+        _log_lines_to(out, run_dir),
+    ):
         try:
             entry = run_sweep_point(cfg, run_dir, run_dir, 0, overrides, single=True, keep_engine=True)
             answer["status"] = entry["status"]
@@ -116,14 +126,15 @@ class HeldEngine:
     def __init__(self, command: list[str], cwd: str, log_path: Path, stop_grace_s: float = 30.0):
         self.command, self.cwd, self.log_path, self.stop_grace_s = command, cwd, Path(log_path), stop_grace_s
         self.proc: Optional[subprocess.Popen] = None
-        self._answers: "queue.Queue[Optional[dict[str, Any]]]" = queue.Queue()
+        self._answers: queue.Queue[Optional[dict[str, Any]]] = queue.Queue()
         self.starts = 0
 
     def _start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log_file:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(self.command, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=log_file, text=True)
+            self.proc = subprocess.Popen(
+                self.command, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, text=True
+            )
         self._answers = queue.Queue()
         threading.Thread(target=_read_answers, args=(self.proc.stdout, self._answers), daemon=True).start()
         self.starts += 1
@@ -152,8 +163,10 @@ class HeldEngine:
             code = self.proc.wait()
             with open(log_path, "a") as out:
                 reason = _last_error(self.log_path)
-                out.write(f"error: {reason or f'the held engine process ended with exit code {code}'} "
-                          f"(its log: {self.log_path})\n")
+                out.write(
+                    f"error: {reason or f'the held engine process ended with exit code {code}'} "
+                    f"(its log: {self.log_path})\n"
+                )
             return code or EXIT_FAILED
         return int(answer["exit_code"])
 
@@ -196,7 +209,7 @@ def stop_as_ctrl_c(proc: subprocess.Popen, grace_s: float, signalled: bool = Fal
             proc.wait()
 
 
-def _read_answers(stdout: TextIO, answers: "queue.Queue[Optional[dict[str, Any]]]") -> None:
+def _read_answers(stdout: TextIO, answers: queue.Queue[Optional[dict[str, Any]]]) -> None:
     for line in stdout:
         try:
             answers.put(json.loads(line))

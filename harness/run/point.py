@@ -17,6 +17,7 @@ the backend can be driven from them (``Backend.worker_client()``): the point cho
 
 ``run_benchmark(cfg, run_dir)`` is one point on its own session, opened and closed for it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,10 +25,11 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -45,7 +47,15 @@ from harness.results.formulas import kv_cache_bytes_per_token, kv_tokens_in_budg
 from harness.results.kept import RequestTable
 from harness.results.record import RequestRecord
 from harness.results.schema import (
-    COMPLETE, FAILED, INTERRUPTED, INTERRUPTED_ERROR, MACHINE, METRICS_AFTER, METRICS_BEFORE, SATURATED, SERVER_METRICS,
+    COMPLETE,
+    FAILED,
+    INTERRUPTED,
+    INTERRUPTED_ERROR,
+    MACHINE,
+    METRICS_AFTER,
+    METRICS_BEFORE,
+    SATURATED,
+    SERVER_METRICS,
     RunSummary,
 )
 from harness.results.store import RunWriter, check_run_dir_free
@@ -83,9 +93,14 @@ def run_benchmark(cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None
 
 
 def run_point(
-    session: EngineSession, cfg: RunConfig, run_dir: Path, progress: Optional[bool] = None,
-    repeat: Optional[dict[str, int]] = None, prefix_cache_reset: Optional[bool] = None,
-    on_loaded: Optional[Callable[[], None]] = None, overrides: Sequence[str] = (),
+    session: EngineSession,
+    cfg: RunConfig,
+    run_dir: Path,
+    progress: Optional[bool] = None,
+    repeat: Optional[dict[str, int]] = None,
+    prefix_cache_reset: Optional[bool] = None,
+    on_loaded: Optional[Callable[[], None]] = None,
+    overrides: Sequence[str] = (),
 ) -> RunOutcome:
     """Run ``cfg``'s workload against ``session``'s engine (loading it first if needed).
 
@@ -107,8 +122,12 @@ def run_point(
         if plan_s >= 2.0:  # a long timed run plans its requests for minutes before the first is sent
             log.info("workload plan: %d requests in %.1f s", plan.num_requests, plan_s)
         if plan.bytes_on_disk is not None:  # where TMPDIR is a tmpfs, that is memory: point it at a disk
-            log.info("workload plan: %d sessions kept on disk in %s (%.0f MB, removed at exit; TMPDIR sets the folder)",
-                     len(plan.sessions), tempfile.gettempdir(), plan.bytes_on_disk / 1e6)
+            log.info(
+                "workload plan: %d sessions kept on disk in %s (%.0f MB, removed at exit; TMPDIR sets the folder)",
+                len(plan.sessions),
+                tempfile.gettempdir(),
+                plan.bytes_on_disk / 1e6,
+            )
         warn_of_a_long_span(plan)
         session.backend.check_workload(plan)
         load_s = session.ensure_loaded()
@@ -129,17 +148,38 @@ def run_point(
     writer.write_json("env.json", capture_environment())
     detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
     on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
-    driver = Driver(session.backend, session.renderer, plan, on_record=on_record, saturation=detector,
-                    spin=cfg.client.pacing == "spin", schedule=plan.schedule)
+    driver = Driver(
+        session.backend,
+        session.renderer,
+        plan,
+        on_record=on_record,
+        saturation=detector,
+        spin=cfg.client.pacing == "spin",
+        schedule=plan.schedule,
+    )
     point = PointRun(
-        session=session, cfg=cfg, plan=plan, workload_hashes=hashes, writer=writer, sampler=sampler,
-        driver=driver, load_s=load_s, plan_s=plan_s, repeat=repeat,
-        engine={"reused": reused, "session_load_s": session.load_s, "import_s": session.import_s,
-                "points_served": session.points_served, "prefix_cache_reset": prefix_cache_reset},
+        session=session,
+        cfg=cfg,
+        plan=plan,
+        workload_hashes=hashes,
+        writer=writer,
+        sampler=sampler,
+        driver=driver,
+        load_s=load_s,
+        plan_s=plan_s,
+        repeat=repeat,
+        engine={
+            "reused": reused,
+            "session_load_s": session.load_s,
+            "import_s": session.import_s,
+            "points_served": session.points_served,
+            "prefix_cache_reset": prefix_cache_reset,
+        },
     )
     point.scraper = server_series.DeadlineScrape(
         lambda deadline_s: session.backend.scrape_metrics(deadline_s) if session.backend is not None else None,
-        cfg.server_metrics.timeout_s)
+        cfg.server_metrics.timeout_s,
+    )
     measurement = _measurement(driver, session, cfg, plan)
     try:
         try:
@@ -174,9 +214,12 @@ def warn_of_a_long_span(plan: WorkloadPlan) -> None:
         return
     last = plan.last_arrival()
     if last > LONG_SPAN_S:
-        log.warning("open loop: the last of %d requests is due %.3g h after the first (check workload.rate, or a "
-                    "trace's timestamps and workload.time_scale); Ctrl-C keeps what was measured", plan.num_requests,
-                    last / 3600)
+        log.warning(
+            "open loop: the last of %d requests is due %.3g h after the first (check workload.rate, or a "
+            "trace's timestamps and workload.time_scale); Ctrl-C keeps what was measured",
+            plan.num_requests,
+            last / 3600,
+        )
 
 
 def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: WorkloadPlan) -> Measurement:
@@ -205,7 +248,9 @@ async def _warm_up_then_measure(point: PointRun, measurement: Measurement) -> fl
     point.engine["warmed_up"] = warm_up
     if warm_up:
         log.info("warm-up: %d requests (not counted)", len(plan.warmup))
-        await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(plan.warmup, open_loop=False)
+        await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(
+            plan.warmup, open_loop=False
+        )
         _check_engine(session, point.writer, point.writer.run_dir)
         if cfg.sweep.reset_prefix_cache:  # the warm-up's prompts must not be cached for the measured ones
             point.engine["prefix_cache_reset"] = await session.reset_prefix_cache_async()
@@ -240,7 +285,9 @@ class PointRun:
     plan_s: float  # building the workload's plan (summary.workload.plan_s), before the engine's load
     engine: dict[str, Any]  # summary.engine: reused, session_load_s, import_s, points_served, …
     repeat: Optional[dict[str, int]] = None
-    started_at: str = field(default_factory=lambda: datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"))
+    started_at: str = field(
+        default_factory=lambda: datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    )
     client_load: ClientLoad = field(default_factory=ClientLoad)
     worker_loads: list[tuple[list[float], float]] = field(default_factory=list)
     scrapes: dict[str, Optional[str]] = field(default_factory=lambda: {"before": None, "after": None})
@@ -271,10 +318,16 @@ class PointRun:
         """Sample /metrics during the measured phase (``server_metrics.enabled``) where the
         backend has one (a slow or failed scrape before the phase does not stop it); a sampler
         that fails to start costs only its table."""
-        if not self.cfg.server_metrics.enabled or self.scraper is None or self.scrape_status.get("before", "none") == "none":
+        if (
+            not self.cfg.server_metrics.enabled
+            or self.scraper is None
+            or self.scrape_status.get("before", "none") == "none"
+        ):
             return
         try:
-            self.server_sampler = server_series.ServerMetricsSampler(self.scraper, self.cfg.server_metrics.interval_s).start()
+            self.server_sampler = server_series.ServerMetricsSampler(
+                self.scraper, self.cfg.server_metrics.interval_s
+            ).start()
         except Exception as exc:  # noqa: BLE001 - the measurement goes on without it
             log.warning("the server's metrics are not sampled (%s: %s)", type(exc).__name__, exc)
 
@@ -291,7 +344,9 @@ class PointRun:
             return
         try:
             self.machine_monitor = MachineMonitor(
-                settings.interval_s, engine_process=self.session.engine_process, gpu=self.sampler.gpu,
+                settings.interval_s,
+                engine_process=self.session.engine_process,
+                gpu=self.sampler.gpu,
                 ignore=settings.ignore,
             ).start()
         except Exception as exc:  # noqa: BLE001 - the measurement goes on without it
@@ -318,16 +373,38 @@ class PointRun:
             self.duration_s = max(ran, float(np.max(records.values("end_s"), initial=0.0)))
         gpu = self._gpu_figures()
         summary = RunSummary(
-            status=self.status, error=self.error, started_at=self.started_at, backend=self.session.describe(),
+            status=self.status,
+            error=self.error,
+            started_at=self.started_at,
+            backend=self.session.describe(),
             model=self.session.model.describe() if self.session.model else {},
-            workload=self._workload_summary(), seed=self.cfg.seed,
-            **time_windows(summarize(records, self.duration_s, self.cfg.slo, gpu.phase if gpu else None,
-                                     self.cfg.cost.machine_usd_per_hour(), endpoint_urls=self._endpoint_urls(),
-                                     lora=self.plan.lora, job_calls=self._job_calls()),
-                           records, self.cfg.slo, self._window(), self._stages(), self.cfg.cost.machine_usd_per_hour()),
-            memory=self._memory_summary(gpu), load_s=self.load_s, engine=self.engine,
-            config_sha256=config_sha256(self.cfg), repeat=self.repeat, saturated=self.driver.saturated,
-            server_metrics=self._server_metrics(), gpu=gpu.section if gpu else None,
+            workload=self._workload_summary(),
+            seed=self.cfg.seed,
+            **time_windows(
+                summarize(
+                    records,
+                    self.duration_s,
+                    self.cfg.slo,
+                    gpu.phase if gpu else None,
+                    self.cfg.cost.machine_usd_per_hour(),
+                    endpoint_urls=self._endpoint_urls(),
+                    lora=self.plan.lora,
+                    job_calls=self._job_calls(),
+                ),
+                records,
+                self.cfg.slo,
+                self._window(),
+                self._stages(),
+                self.cfg.cost.machine_usd_per_hour(),
+            ),
+            memory=self._memory_summary(gpu),
+            load_s=self.load_s,
+            engine=self.engine,
+            config_sha256=config_sha256(self.cfg),
+            repeat=self.repeat,
+            saturated=self.driver.saturated,
+            server_metrics=self._server_metrics(),
+            gpu=gpu.section if gpu else None,
             taint=self.taint(),
         )
         summary.harness.update(self.client_load.figures())
@@ -347,10 +424,15 @@ class PointRun:
         """When the summary itself failed: how the run ended and its request counts."""
         records = self.writer.records
         completed = int(records.ok_mask().sum())
-        return RunSummary(status=self.status, error=self.error, started_at=self.started_at, load_s=self.load_s,
-                          engine=self.engine, requests={"sent": len(records), "completed": completed,
-                                                        "failed": len(records) - completed},
-                          taint=self.taint())
+        return RunSummary(
+            status=self.status,
+            error=self.error,
+            started_at=self.started_at,
+            load_s=self.load_s,
+            engine=self.engine,
+            requests={"sent": len(records), "completed": completed, "failed": len(records) - completed},
+            taint=self.taint(),
+        )
 
     def taint(self) -> list[str]:
         return list(self.machine.taint) if self.machine is not None else []
@@ -405,11 +487,17 @@ class PointRun:
             "open_loop": plan.open_loop,
             "concurrency": plan.concurrency,
             "rate": getattr(self.cfg.workload, "rate", None),
-            **({"schedule": {"kind": plan.schedule.kind, "duration_s": plan.schedule.duration_s}}
-               if plan.schedule is not None else {}),
+            **(
+                {"schedule": {"kind": plan.schedule.kind, "duration_s": plan.schedule.duration_s}}
+                if plan.schedule is not None
+                else {}
+            ),
             "exact_output_len": plan.exact_output_len,
-            **({"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
-               if plan.source else {}),
+            **(
+                {"data": {k: v for k, v in plan.source.items() if k in ("path", "format", "sha256", "records")}}
+                if plan.source
+                else {}
+            ),
             **plan.info,
             "greedy": float(plan.sampling.get("temperature", 0.0)) == 0.0,
             **({"constraint": describe_constraint(plan.structured)} if getattr(plan, "structured", None) else {}),
@@ -450,9 +538,13 @@ class PointRun:
             why = "server_metrics.enabled=false"
         elif status.get("before") == "none" or not status:
             mode = getattr(self.cfg.backend, "mode", None)
-            why = ("the backend exposes no Prometheus /metrics" +
-                   (" (an in-process engine)" if mode == "inprocess" else
-                    " (backend.metrics_url is not set)" if mode == "remote" else ""))
+            why = "the backend exposes no Prometheus /metrics" + (
+                " (an in-process engine)"
+                if mode == "inprocess"
+                else " (backend.metrics_url is not set)"
+                if mode == "remote"
+                else ""
+            )
         else:
             why = f"the scrape before the measured phase was {status.get('before')}"
         return {"absent": why, "around": status}
@@ -464,8 +556,15 @@ class PointRun:
             return None
         t0 = self.t_measured
         t1 = t0 + self.duration_s if t0 is not None else None
-        return run_figures([d.describe() for d in sampler.gpu.devices], sampler.gpu.notes, sampler.gpu_samples,
-                           sampler.engine_local, t0, t1, max(sampler.interval_s, sampler.GPU_MIN_INTERVAL_S))
+        return run_figures(
+            [d.describe() for d in sampler.gpu.devices],
+            sampler.gpu.notes,
+            sampler.gpu_samples,
+            sampler.engine_local,
+            t0,
+            t1,
+            max(sampler.interval_s, sampler.GPU_MIN_INTERVAL_S),
+        )
 
     def _memory_summary(self, gpu: Optional[GpuRun]) -> dict[str, Any]:
         sampler, cfg = self.sampler, self.cfg
@@ -508,8 +607,11 @@ def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
         summary = point.fallback_summary()
     writer, sampler = point.writer, point.sampler
     t0 = point.t_measured if point.t_measured is not None else point.t_created
-    _guarded("requests.parquet and memory.parquet",
-             lambda: writer.write_tables(sampler.samples, t0, sampler.gpu_samples), run_dir)
+    _guarded(
+        "requests.parquet and memory.parquet",
+        lambda: writer.write_tables(sampler.samples, t0, sampler.gpu_samples),
+        run_dir,
+    )
     point.stop_server_sampler()
     series = point.server_sampler
     if series is not None and series.rows:
@@ -536,8 +638,13 @@ def _guarded(what: str, write: Callable[[], Any], run_dir: Path) -> Any:
     try:
         return write()
     except Exception as exc:  # noqa: BLE001 - the other files of the run folder still get written
-        log.warning("%s not written (%s: %s); requests.jsonl in %s has every finished request",
-                    what, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
+        log.warning(
+            "%s not written (%s: %s); requests.jsonl in %s has every finished request",
+            what,
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
+            run_dir,
+        )
         return None
 
 
@@ -546,8 +653,12 @@ def _write_report(run_dir: Path) -> None:
     try:
         log.info("report: %s", write_report(run_dir))
     except Exception as exc:  # noqa: BLE001 - the run's tables and summary are already on disk
-        log.warning("report.html not written (%s: %s); rebuild it with: python -m harness.report %s",
-                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", run_dir)
+        log.warning(
+            "report.html not written (%s: %s); rebuild it with: python -m harness.report %s",
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
+            run_dir,
+        )
 
 
 def _check_engine(session: EngineSession, writer: RunWriter, run_dir: Path) -> None:

@@ -13,13 +13,15 @@ checks its workload before anything loads — and it is a context manager::
 :class:`SessionCache` keeps one session open across the points of a sweep and replaces it
 when the next point needs another engine (or the engine died).
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 from backends import Backend
 from backends.factory import check_backend_available, create_backend
@@ -54,7 +56,7 @@ class EngineSession:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def open(self) -> "EngineSession":
+    def open(self) -> EngineSession:
         """Everything short of loading: the engine is installed, the model found, the tokenizer read."""
         if self.backend is not None:
             return self
@@ -63,8 +65,10 @@ class EngineSession:
         model = self.model
         # LoRA adapters load with the engine: their files are found (or made) before it starts
         model.adapters = resolve_adapters(adapter_specs(getattr(self.cfg.workload, "lora", None)), model)
-        self.backend = _one_line(lambda: create_backend(self.cfg.backend, model),
-                                 f"backend {self.cfg.backend.name} cannot use model {model.name} ({model.source})")
+        self.backend = _one_line(
+            lambda: create_backend(self.cfg.backend, model),
+            f"backend {self.cfg.backend.name} cannot use model {model.name} ({model.source})",
+        )
         self.backend.run_dir = self.workdir
         backend = self.backend
         try:
@@ -77,9 +81,11 @@ class EngineSession:
             t = time.perf_counter()
             if _one_line(backend.begin_load, f"backend {self.cfg.backend.name} could not start its server"):
                 self._load_began = t  # a server: it loads while the tokenizer is read
-            tokenizer = _one_line(backend.get_tokenizer,
-                                  f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
-                                  "tokenizer.json (or tokenizer.model) and tokenizer_config.json")
+            tokenizer = _one_line(
+                backend.get_tokenizer,
+                f"could not read the tokenizer of model {model.name} ({model.source}); the folder needs "
+                "tokenizer.json (or tokenizer.model) and tokenizer_config.json",
+            )
             self.renderer = PromptRenderer(tokenizer)
             if model.hf_dir is not None:  # never convert a GGUF just for this
                 self.renderer.max_context = _context_length(_safe(model.hf_config) or {})
@@ -131,7 +137,7 @@ class EngineSession:
             if runner is not None:
                 runner.close()
 
-    def __enter__(self) -> "EngineSession":
+    def __enter__(self) -> EngineSession:
         return self.open()
 
     def __exit__(self, *exc: Any) -> None:
@@ -215,8 +221,11 @@ class SessionCache:
             alive = current.backend is None or current.fatal_error() is None  # a server may run before its load
             if reuse and current.key == engine_key(cfg) and alive:
                 return current
-            log.info("closing the %s engine: the next point needs %s", current.cfg.backend.name,
-                     "a fresh load" if current.key == engine_key(cfg) else "another engine")
+            log.info(
+                "closing the %s engine: the next point needs %s",
+                current.cfg.backend.name,
+                "a fresh load" if current.key == engine_key(cfg) else "another engine",
+            )
             self.close()
         self.session = EngineSession(cfg, workdir)
         return self.session

@@ -11,6 +11,7 @@ until a probe fails (or ``high`` is reached), then bisects between the highest p
 the lowest failing load until they are within ``tolerance`` (relative; 1 for concurrency).
 The answer, ``slo_max_rate`` or ``slo_max_concurrency``, is printed and written to sweep.json.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,8 +63,9 @@ def run_slo_search(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
         n = len(probes) + 1
         value = int(round(value)) if integer else round(value, 6)
         text = f"{value:g}"
-        entry = run_sweep_point(with_load(base, key, value), out_dir / f"probe-{n:02d}-{key}={text}", out_dir, n,
-                                [f"workload.{key}={text}"])
+        entry = run_sweep_point(
+            with_load(base, key, value), out_dir / f"probe-{n:02d}-{key}={text}", out_dir, n, [f"workload.{key}={text}"]
+        )
         passed, share = probe_passes(entry, search.attainment)
         probes.append({"probe": n, key: value, "passed": passed, "slo_met_share": share, "status": entry["status"]})
         if passed:
@@ -71,8 +73,11 @@ def run_slo_search(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
         else:
             worst_fail = value if worst_fail is None else min(worst_fail, value)
         share_text = "-" if share is None else f"{share * 100:.1f}%"
-        print(f"probe {n}: {key} {text} → {share_text} of requests met the SLO (need {search.attainment * 100:g}%), "
-              f"{entry['status']} → {'pass' if passed else 'fail'}", flush=True)
+        print(
+            f"probe {n}: {key} {text} → {share_text} of requests met the SLO (need {search.attainment * 100:g}%), "
+            f"{entry['status']} → {'pass' if passed else 'fail'}",
+            flush=True,
+        )
         _write_search(out_dir, cfg, probes, best_pass, final=False, worst_fail=worst_fail)
         return passed
 
@@ -82,8 +87,12 @@ def run_slo_search(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
             if search.high is not None and value >= search.high:
                 break
             value = value * 2 if search.high is None else min(value * 2, search.high)
-        while (best_pass is not None and worst_fail is not None and len(probes) < search.max_probes
-               and _apart(best_pass, worst_fail, search.tolerance, integer)):
+        while (
+            best_pass is not None
+            and worst_fail is not None
+            and len(probes) < search.max_probes
+            and _apart(best_pass, worst_fail, search.tolerance, integer)
+        ):
             mid = (best_pass + worst_fail) / 2
             mid = float(int(mid)) if integer else mid
             if mid <= best_pass:
@@ -98,8 +107,14 @@ def _apart(lo: float, hi: float, tolerance: float, integer: bool) -> bool:
     return hi - lo > 1 if integer else (hi - lo) / hi > tolerance
 
 
-def _write_search(out_dir: Path, cfg: RunConfig, probes: list[dict[str, Any]], best: Optional[float],
-                  final: bool, worst_fail: Optional[float] = None) -> dict[str, Any]:
+def _write_search(
+    out_dir: Path,
+    cfg: RunConfig,
+    probes: list[dict[str, Any]],
+    best: Optional[float],
+    final: bool,
+    worst_fail: Optional[float] = None,
+) -> dict[str, Any]:
     key = cfg.slo_search.over
     slo = {k: getattr(cfg.slo, k) for k in ("ttft_s", "tpot_s", "e2e_s") if getattr(cfg.slo, k) is not None}
     limits = " and ".join(f"{k.removesuffix('_s').upper()} ≤ {v * 1000:g} ms" for k, v in slo.items())
@@ -112,9 +127,15 @@ def _write_search(out_dir: Path, cfg: RunConfig, probes: list[dict[str, Any]], b
     if not final:  # interrupted, or still probing: no answer yet, only what the probes so far say
         answer = f"no answer: the search did not finish (so far: {answer})"
     record = {
-        "over": key, "slo": slo, "attainment": cfg.slo_search.attainment, "probes": probes,
-        f"slo_max_{key}": best if final else None, "best_so_far": best, "lowest_failing": worst_fail,
-        "finished": final, "answer_text": answer,
+        "over": key,
+        "slo": slo,
+        "attainment": cfg.slo_search.attainment,
+        "probes": probes,
+        f"slo_max_{key}": best if final else None,
+        "best_so_far": best,
+        "lowest_failing": worst_fail,
+        "finished": final,
+        "answer_text": answer,
     }
     with locked_sweep(out_dir) as data:
         data["kind"] = "slo_search"

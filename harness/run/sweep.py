@@ -18,6 +18,7 @@ The sweep folder holds, refreshed after every point (a killed sweep keeps them):
 saturated) with the same resolved config (``config_sha256``). ``repeat=N`` runs a point N
 times into ``repeat-1/ … repeat-N/`` of its folder.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,9 @@ import copy
 import functools
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from core.errors import DiskFull, EngineFailed, HarnessError
 from harness.config import RunConfig, config_sha256
@@ -141,8 +143,15 @@ def add_to_history(root: Path, run_dirs: list[str]) -> None:
             print(f"warning: {run_dir} not added to the history {root}: {exc}", file=sys.stderr)
 
 
-def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, overrides: Sequence[str],
-                    single: bool = False, keep_engine: bool = True) -> dict[str, Any]:
+def run_sweep_point(
+    cfg: RunConfig,
+    run_dir: Path,
+    sweep_dir: Path,
+    index: int,
+    overrides: Sequence[str],
+    single: bool = False,
+    keep_engine: bool = True,
+) -> dict[str, Any]:
     """Run one point of a sweep (all its repeats) and record it in sweep.json; never raises
     for a failed point (KeyboardInterrupt still ends the sweep, after recording the point; a
     full disk ends it too, with nothing more written).
@@ -163,13 +172,20 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
         for i in range(1, cfg.repeat + 1):
             rep_dir = run_dir if cfg.repeat == 1 else run_dir / f"repeat-{i}"
             if i in done:
-                log.info("resume: point %d%s already finished in %s", index, f" repeat {i}" if cfg.repeat > 1 else "", done[i])
+                log.info(
+                    "resume: point %d%s already finished in %s",
+                    index,
+                    f" repeat {i}" if cfg.repeat > 1 else "",
+                    done[i],
+                )
                 entry["run_dirs"].append(str(done[i]))
                 summaries.append(RunSummary.from_dict(load_summary(done[i])))
                 continue
             if cfg.resume:
                 set_aside_unfinished(rep_dir)
-            outcome = _run_once(cfg, rep_dir, run_dir if single else sweep_dir, sweep_dir if write_sweep else None, entry, i)
+            outcome = _run_once(
+                cfg, rep_dir, run_dir if single else sweep_dir, sweep_dir if write_sweep else None, entry, i
+            )
             summaries.append(outcome.summary)
             entry["run_dirs"].append(str(rep_dir))
             if write_sweep and i < cfg.repeat:
@@ -211,8 +227,9 @@ def run_sweep_point(cfg: RunConfig, run_dir: Path, sweep_dir: Path, index: int, 
     return entry
 
 
-def _run_once(cfg: RunConfig, run_dir: Path, workdir: Path, sweep_dir: Optional[Path], entry: dict[str, Any],
-              repeat_index: int) -> RunOutcome:
+def _run_once(
+    cfg: RunConfig, run_dir: Path, workdir: Path, sweep_dir: Optional[Path], entry: dict[str, Any], repeat_index: int
+) -> RunOutcome:
     """One run of a point on the shared session (loaded here if it is not yet)."""
     session = SESSIONS.get(cfg, workdir, reuse=cfg.sweep.reuse_engine)
     reset = session.reset_prefix_cache() if session.loaded and cfg.sweep.reset_prefix_cache else None
@@ -225,8 +242,15 @@ def _run_once(cfg: RunConfig, run_dir: Path, workdir: Path, sweep_dir: Optional[
 
     if repeat_index == 1:
         entry["engine_reused"], entry["prefix_cache_reset"] = session.loaded, reset
-    outcome = run_point(session, cfg, run_dir, repeat=repeat, prefix_cache_reset=reset, on_loaded=on_loaded,
-                        overrides=entry["overrides"])
+    outcome = run_point(
+        session,
+        cfg,
+        run_dir,
+        repeat=repeat,
+        prefix_cache_reset=reset,
+        on_loaded=on_loaded,
+        overrides=entry["overrides"],
+    )
     if repeat_index == 1:  # a fresh engine's cache is emptied after its warm-up instead
         entry["prefix_cache_reset"] = (outcome.summary.engine or {}).get("prefix_cache_reset", reset)
     return outcome

@@ -4,13 +4,15 @@ process on the machine uses, so a run can tell which *other* processes competed 
 Read from Linux's sysfs and /proc through psutil; a file or figure the machine does not have
 (no cpufreq driver in a VM, a process that denies access) is None, never an error.
 """
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Optional
 
 import psutil
 
@@ -107,8 +109,15 @@ def scan_processes() -> list[ProcessReading]:
     for proc in psutil.process_iter(["ppid", "name", "create_time", "cpu_times"]):
         info = proc.info
         times = info.get("cpu_times")
-        out.append(ProcessReading(proc.pid, info.get("ppid"), info.get("name") or "?", info.get("create_time") or 0.0,
-                                  times.user + times.system if times is not None else None))
+        out.append(
+            ProcessReading(
+                proc.pid,
+                info.get("ppid"),
+                info.get("name") or "?",
+                info.get("create_time") or 0.0,
+                times.user + times.system if times is not None else None,
+            )
+        )
     return out
 
 
@@ -122,8 +131,8 @@ def _scan_proc() -> list[ProcessReading]:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
             # "pid (comm) state ppid … utime stime … starttime …": comm may hold spaces and parentheses
-            comm = stat[stat.index(b"(") + 1:stat.rindex(b")")].decode(errors="replace")
-            fields = stat[stat.rindex(b")") + 2:].split()
+            comm = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode(errors="replace")
+            fields = stat[stat.rindex(b")") + 2 :].split()
             ppid, cpu_ticks, start_ticks = int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
         except (OSError, ValueError, IndexError):  # gone meanwhile
             continue
@@ -186,8 +195,12 @@ class ProcessTracker:
     """The CPU time each process used since :meth:`prime`, sample by sample. Processes that are
     ours (``roots`` and theirs, see :func:`own_processes`) at any sample are left out of :meth:`busy`."""
 
-    def __init__(self, scan: Callable[[], list[ProcessReading]] = scan_processes,
-                 clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        scan: Callable[[], list[ProcessReading]] = scan_processes,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ):
         self._scan, self._clock, self._wall = scan, clock, wall_clock
         self._tracks: dict[tuple[int, float], _Track] = {}
         self._ours: set[tuple[int, float]] = set()
@@ -243,8 +256,16 @@ class ProcessTracker:
         for key, track in self._tracks.items():
             mean = 100 * (track.cpu_last_s - track.cpu_base_s) / window
             if key not in self._ours and mean >= floor_pct:
-                found.append(BusyProcess(key[0], track.name, command_line(key[0]), round(mean, 1),
-                                         round(max(track.peak_pct, mean), 1), track.samples))
+                found.append(
+                    BusyProcess(
+                        key[0],
+                        track.name,
+                        command_line(key[0]),
+                        round(mean, 1),
+                        round(max(track.peak_pct, mean), 1),
+                        track.samples,
+                    )
+                )
         found.sort(key=lambda b: b.cpu_pct_mean, reverse=True)
         return found[:top]
 

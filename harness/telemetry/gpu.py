@@ -16,13 +16,15 @@ Each reading is probed once when the telemetry opens; a reading the device does 
 again and its column stays empty. :meth:`GpuTelemetry.read` runs on the sampler's thread
 (harness/telemetry/memory.py), never on the event loop.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Optional
 
 log = logging.getLogger("harness")
 
@@ -42,8 +44,14 @@ class GpuDevice:
     unsupported: dict[str, str] = field(default_factory=dict)  # reading → why NVML refused it
 
     def describe(self) -> dict[str, Any]:
-        return {"index": self.index, "nvml_index": self.nvml_index, "name": self.name, "uuid": self.uuid,
-                "memory_total_bytes": self.memory_total_bytes, "unsupported": dict(self.unsupported)}
+        return {
+            "index": self.index,
+            "nvml_index": self.nvml_index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "memory_total_bytes": self.memory_total_bytes,
+            "unsupported": dict(self.unsupported),
+        }
 
 
 class GpuTelemetry:
@@ -61,7 +69,7 @@ class GpuTelemetry:
             self._probe(device)
 
     @classmethod
-    def open(cls, environ: Optional[dict[str, str]] = None) -> Optional["GpuTelemetry"]:
+    def open(cls, environ: Optional[dict[str, str]] = None) -> Optional[GpuTelemetry]:
         """NVML on the engine's visible GPUs, or None (one info line says why)."""
         nvml, why = _init_nvml()
         if nvml is None:
@@ -169,8 +177,10 @@ def visible_devices(nvml: Any, environ: Any) -> tuple[list[GpuDevice], list[str]
         devices.append(GpuDevice(cuda_index, nvml_index, names[nvml_index], uuids[nvml_index], total, h))
     numeric = spec is not None and any(part.strip().isdigit() for part in spec.split(","))
     if numeric and len(set(names)) > 1 and environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-        notes.append("CUDA_VISIBLE_DEVICES holds indices and the GPUs differ: CUDA numbers them fastest first, "
-                     "NVML in PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID (or use GPU UUIDs) so both mean the same GPUs")
+        notes.append(
+            "CUDA_VISIBLE_DEVICES holds indices and the GPUs differ: CUDA numbers them fastest first, "
+            "NVML in PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID (or use GPU UUIDs) so both mean the same GPUs"
+        )
     return devices, notes
 
 

@@ -14,11 +14,13 @@ The run's energy is Σ_d E_d (absent if a device has neither counter nor power),
 utilisation the mean of U_d over the devices that report it. A phase the samples do not cover
 (no sample at or before t0, or none at or after t1) has no figure.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -36,7 +38,9 @@ class GpuPhase:
     energy_j: Optional[float]
     util: Optional[float]
     energy_source: Optional[str] = None  # COUNTER, POWER or "mixed"
-    devices: list[dict[str, Any]] = field(default_factory=list)  # per device: energy_j, energy_source, mean_power_w, util
+    devices: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # per device: energy_j, energy_source, mean_power_w, util
 
 
 def frame(rows: Sequence[tuple]) -> pd.DataFrame:
@@ -55,13 +59,15 @@ def measured_phase(samples: pd.DataFrame, devices: Sequence[int], t0: float, t1:
             energy, source = integral(t, _floats(rows["power_w"]), t0, t1), POWER
         util = integral(t, _floats(rows["util_pct"]), t0, t1)
         span = t1 - t0
-        per_device.append({
-            "device": d,
-            "energy_j": energy,
-            "energy_source": source if energy is not None else None,
-            "mean_power_w": energy / span if energy is not None and span > 0 else None,
-            "util": util / span / 100.0 if util is not None and span > 0 else None,
-        })
+        per_device.append(
+            {
+                "device": d,
+                "energy_j": energy,
+                "energy_source": source if energy is not None else None,
+                "mean_power_w": energy / span if energy is not None and span > 0 else None,
+                "util": util / span / 100.0 if util is not None and span > 0 else None,
+            }
+        )
     energies = [p["energy_j"] for p in per_device]
     utils = [p["util"] for p in per_device if p["util"] is not None]
     sources = {p["energy_source"] for p in per_device}
@@ -108,7 +114,8 @@ def memory_peaks(samples: pd.DataFrame) -> dict[str, Any]:
             out[key] = int(values.groupby("t")[key].sum().max())
     for d, rows in samples.groupby("device"):
         out["per_device"][int(d)] = {
-            key: int(rows[key].max()) if rows[key].notna().any() else None for key in ("used_bytes", "process_used_bytes")
+            key: int(rows[key].max()) if rows[key].notna().any() else None
+            for key in ("used_bytes", "process_used_bytes")
         }
     return out
 
@@ -139,19 +146,32 @@ class GpuRun:
 
 
 WHOLE_DEVICE = "Energy, power and utilisation are whole-GPU figures (NVML has none per process): other work on these GPUs counts too."
-REMOTE = ("The engine is no local process (a remote server): there is no per-process GPU memory, and every figure is the "
-          "whole GPUs', the engine's only when its server runs on these GPUs.")
-UNLISTED = ("No process of the engine appeared in NVML's list of compute processes (in a container NVML may list the "
-            "host's PIDs): per-process GPU memory is absent.")
+REMOTE = (
+    "The engine is no local process (a remote server): there is no per-process GPU memory, and every figure is the "
+    "whole GPUs', the engine's only when its server runs on these GPUs."
+)
+UNLISTED = (
+    "No process of the engine appeared in NVML's list of compute processes (in a container NVML may list the "
+    "host's PIDs): per-process GPU memory is absent."
+)
 
 
-def run_figures(devices: Sequence[dict[str, Any]], notes: Sequence[str], rows: Sequence[tuple], engine_local: bool,
-                t0: Optional[float], t1: Optional[float], interval_s: float) -> GpuRun:
+def run_figures(
+    devices: Sequence[dict[str, Any]],
+    notes: Sequence[str],
+    rows: Sequence[tuple],
+    engine_local: bool,
+    t0: Optional[float],
+    t1: Optional[float],
+    interval_s: float,
+) -> GpuRun:
     """Everything the summary says about the GPUs, from the samples; [t0, t1]: the measured
     phase in perf_counter seconds (None: it never began)."""
     samples = frame(rows)
     peaks = memory_peaks(samples)
-    phase = measured_phase(samples, [d["index"] for d in devices], t0, t1) if t0 is not None and t1 is not None else None
+    phase = (
+        measured_phase(samples, [d["index"] for d in devices], t0, t1) if t0 is not None and t1 is not None else None
+    )
     per_phase = {p["device"]: p for p in (phase.devices if phase else [])}
     section_notes = [WHOLE_DEVICE, *notes]
     if not engine_local:
@@ -167,12 +187,18 @@ def run_figures(devices: Sequence[dict[str, Any]], notes: Sequence[str], rows: S
         "samples": int(samples["t"].nunique()),
         "sample_interval_s": interval_s,
         "devices": [
-            {**d, "peak_used_bytes": peaks["per_device"].get(d["index"], {}).get("used_bytes"),
-             "peak_process_used_bytes": peaks["per_device"].get(d["index"], {}).get("process_used_bytes"),
-             **{k: v for k, v in per_phase.get(d["index"], {}).items() if k != "device"}}
+            {
+                **d,
+                "peak_used_bytes": peaks["per_device"].get(d["index"], {}).get("used_bytes"),
+                "peak_process_used_bytes": peaks["per_device"].get(d["index"], {}).get("process_used_bytes"),
+                **{k: v for k, v in per_phase.get(d["index"], {}).items() if k != "device"},
+            }
             for d in devices
         ],
         "notes": section_notes,
     }
-    memory = {"gpu_nvml_peak_used_bytes": peaks["used_bytes"], "gpu_nvml_peak_process_used_bytes": peaks["process_used_bytes"]}
+    memory = {
+        "gpu_nvml_peak_used_bytes": peaks["used_bytes"],
+        "gpu_nvml_peak_process_used_bytes": peaks["process_used_bytes"],
+    }
     return GpuRun(phase, section, memory)

@@ -6,10 +6,12 @@ It reads the devices :mod:`harness.telemetry.gpu` opened (the same NVML handle a
 ``CUDA_VISIBLE_DEVICES`` rules). A reading the driver refuses is None and its reason is kept in
 ``errors``; nothing here raises.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from harness.telemetry.gpu import GpuDevice
 
@@ -78,8 +80,11 @@ def driver_versions(nvml: Any) -> dict[str, Any]:
     errors: dict[str, str] = {}
     driver = _read(lambda: _text(nvml.nvmlSystemGetDriverVersion()), "driver", errors)
     cuda = _read(lambda: int(nvml.nvmlSystemGetCudaDriverVersion()), "cuda", errors)
-    return {"driver": driver, "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
-            **({"errors": errors} if errors else {})}
+    return {
+        "driver": driver,
+        "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
+        **({"errors": errors} if errors else {}),
+    }
 
 
 def read_gpu_states(nvml: Any, devices: list[GpuDevice], full: bool = True) -> list[GpuState]:
@@ -98,8 +103,9 @@ def read_gpu_state(nvml: Any, device: GpuDevice, full: bool = True) -> GpuState:
     violation = lambda policy: int(nvml.nvmlDeviceGetViolationStatus(h, _enum(nvml, policy)).violationTime)  # noqa: E731
     state.violation_power_ns = _read(lambda: violation(PERF_POLICY_POWER), "violation_power_ns", e)
     state.violation_thermal_ns = _read(lambda: violation(PERF_POLICY_THERMAL), "violation_thermal_ns", e)
-    state.temperature_c = _read(lambda: int(nvml.nvmlDeviceGetTemperature(h, _enum(nvml, TEMPERATURE_GPU))),
-                                "temperature_c", e)
+    state.temperature_c = _read(
+        lambda: int(nvml.nvmlDeviceGetTemperature(h, _enum(nvml, TEMPERATURE_GPU))), "temperature_c", e
+    )
     state.performance_state = _read(lambda: int(nvml.nvmlDeviceGetPerformanceState(h)), "performance_state", e)
     state.processes = _read(lambda: [int(p.pid) for p in _compute_processes(nvml, h)], "processes", e) or []
     if full:

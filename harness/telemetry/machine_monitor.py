@@ -1,13 +1,15 @@
 """Samples the machine around a run: :class:`MachineMonitor` gives a
 :class:`harness.telemetry.machine_state.MachineState` (machine.json; the taint rules are there)."""
+
 from __future__ import annotations
 
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from harness.telemetry.cpu_state import (
     BusyProcess,
@@ -45,10 +47,16 @@ class MachineMonitor:
     pieces of processes never counted as others.
     """
 
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S,
-                 engine_process: Callable[[], Optional[int]] = lambda: None, exclude_pids: Iterable[int] = (),
-                 gpu: Optional[GpuTelemetry] = None, ignore: Sequence[str] = (),
-                 tracker: Optional[ProcessTracker] = None, read_cpu: Callable[[], CpuState] = cpu_state):
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        engine_process: Callable[[], Optional[int]] = lambda: None,
+        exclude_pids: Iterable[int] = (),
+        gpu: Optional[GpuTelemetry] = None,
+        ignore: Sequence[str] = (),
+        tracker: Optional[ProcessTracker] = None,
+        read_cpu: Callable[[], CpuState] = cpu_state,
+    ):
         self.interval_s = interval_s
         self._engine_process = engine_process
         self._exclude = set(exclude_pids)
@@ -67,7 +75,7 @@ class MachineMonitor:
         self._gpu_driver: Optional[dict[str, Any]] = None
         self._result: Optional[MachineState] = None
 
-    def start(self) -> "MachineMonitor":
+    def start(self) -> MachineMonitor:
         """The reading before the run (in the caller's thread: tens of ms), then the sampling thread."""
         self._t0 = time.monotonic()
         self.started_at = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
@@ -144,10 +152,16 @@ class MachineMonitor:
         if taint:
             log.warning("the run is tainted: %s", "; ".join(taint))
         return MachineState(
-            started_at=self.started_at, interval_s=self.interval_s,
+            started_at=self.started_at,
+            interval_s=self.interval_s,
             window_s=tracker.window_s or (samples[-1].t_s - self.before.t_s if samples else 0.0),
-            before=self.before, after=samples[-1] if samples else None, cpu=cpu_during(samples), gpus=gpus,
-            busy_processes=busy, taint=taint, gpu_driver=self._gpu_driver,
+            before=self.before,
+            after=samples[-1] if samples else None,
+            cpu=cpu_during(samples),
+            gpus=gpus,
+            busy_processes=busy,
+            taint=taint,
+            gpu_driver=self._gpu_driver,
             errors=[f"{what} (×{n})" if n > 1 else what for what, n in self._errors.items()],
         )
 

@@ -35,10 +35,12 @@ measuring code takes, catches and records its own errors (``errors``), and stops
 sample. A process scan reads each /proc/<pid>/stat once per interval (about 2 ms per hundred
 processes).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 from harness.telemetry.cpu_state import BusyProcess, CpuState
 from harness.telemetry.gpu_state import GpuState, reason_names
@@ -149,12 +151,18 @@ def cpu_during(samples: Sequence[Snapshot]) -> CpuDuring:
     loads = [s.cpu.load_avg[0] for s in samples if s.cpu.load_avg is not None]
     lows = [lo for lo, _ in (s.cpu.freq_range_mhz for s in samples) if lo is not None]
     highs = [hi for _, hi in (s.cpu.freq_range_mhz for s in samples) if hi is not None]
-    return CpuDuring(len(samples), max(loads) if loads else None, round(sum(loads) / len(loads), 3) if loads else None,
-                     min(lows) if lows else None, max(highs) if highs else None)
+    return CpuDuring(
+        len(samples),
+        max(loads) if loads else None,
+        round(sum(loads) / len(loads), 3) if loads else None,
+        min(lows) if lows else None,
+        max(highs) if highs else None,
+    )
 
 
-def gpus_during(before: Snapshot, samples: Sequence[Snapshot], ours: set[int],
-                describe: Callable[[int], GpuProcess]) -> list[GpuDuring]:
+def gpus_during(
+    before: Snapshot, samples: Sequence[Snapshot], ours: set[int], describe: Callable[[int], GpuProcess]
+) -> list[GpuDuring]:
     """Per GPU of the reading before: clock ranges, the reasons seen, the violation counters'
     growth, the hottest reading, and the processes that are not ``ours`` (named by ``describe``)."""
     out = []

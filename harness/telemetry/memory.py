@@ -1,13 +1,15 @@
 """Memory measured the same way for every engine: process RSS (with child processes, since
 some engines run in workers), and on GPUs the torch allocator's peaks and NVML's samples
 (harness/telemetry/gpu.py: memory, utilisation, power and energy of the visible GPUs)."""
+
 from __future__ import annotations
 
 import os
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import psutil
 
@@ -46,7 +48,7 @@ class MemorySampler:
         self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
         self._process = psutil.Process()
 
-    def start(self) -> "MemorySampler":
+    def start(self) -> MemorySampler:
         self._thread.start()
         return self
 

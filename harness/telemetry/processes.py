@@ -7,6 +7,7 @@
   leaves the process tree but stays in);
 - a remote server (``backend=openai``): none; only whole-device figures exist then.
 """
+
 from __future__ import annotations
 
 import os

@@ -19,6 +19,7 @@ Speculative decoding (``speculative``, as ``vllm bench serve`` computes it), fro
 acceptance rate = Δaccepted / Δdraft_tokens; mean acceptance length = 1 + Δaccepted / Δdrafts;
 per position k: Δaccepted_per_pos{position=k} / Δdrafts. Server-wide: other traffic counts too.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,7 @@ QUANTILES = (0.5, 0.9, 0.99)
 # summary key -> metric-name suffixes (first match wins), in seconds
 KEY_METRICS: dict[str, tuple[str, ...]] = {
     "ttft_s": ("time_to_first_token_seconds",),
-    "itl_s": ("inter_token_latency_seconds", "time_per_output_token_seconds",
-              "request_mean_time_per_token_duration"),
+    "itl_s": ("inter_token_latency_seconds", "time_per_output_token_seconds", "request_mean_time_per_token_duration"),
     "e2e_s": ("e2e_request_latency_seconds", "tgi_request_duration"),
     "queue_s": ("request_queue_time_seconds", "queue_time_seconds", "request_queue_duration"),
     "prefill_s": ("request_prefill_time_seconds",),
@@ -108,7 +108,7 @@ class Histogram:
     sum: float
     count: float
 
-    def minus(self, before: Optional["Histogram"]) -> "Histogram":
+    def minus(self, before: Optional[Histogram]) -> Histogram:
         if before is None:
             return self
         return Histogram(
@@ -178,7 +178,10 @@ SPEC_COUNTERS: dict[str, tuple[str, ...]] = {
     "drafts": ("vllm:spec_decode_num_drafts", "llamacpp:spec_decode_num_drafts"),
     "draft_tokens": ("vllm:spec_decode_num_draft_tokens", "llamacpp:spec_decode_num_draft_tokens"),
     "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens", "llamacpp:spec_decode_num_accepted_tokens"),
-    "accepted_per_pos": ("vllm:spec_decode_num_accepted_tokens_per_pos", "llamacpp:spec_decode_num_accepted_tokens_per_pos"),
+    "accepted_per_pos": (
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "llamacpp:spec_decode_num_accepted_tokens_per_pos",
+    ),
 }
 
 
@@ -193,8 +196,9 @@ def spec_totals(families: dict[str, Family]) -> Optional[dict[str, Any]]:
     found = {role: _spec_family(families, role) for role in SPEC_COUNTERS}
     if found["draft_tokens"] is None or found["accepted_tokens"] is None:
         return None
-    out: dict[str, Any] = {role: _scalar(f) if f is not None else 0.0 for role, f in found.items()
-                           if role != "accepted_per_pos"}
+    out: dict[str, Any] = {
+        role: _scalar(f) if f is not None else 0.0 for role, f in found.items() if role != "accepted_per_pos"
+    }
     per_pos: dict[int, float] = {}
     if found["accepted_per_pos"] is not None:
         for s in found["accepted_per_pos"].samples:
@@ -216,11 +220,15 @@ def speculative(before: dict[str, Family], after: dict[str, Family]) -> Optional
     accepted = a["accepted_tokens"] - b["accepted_tokens"]
     if tokens <= 0:
         return None
-    per_pos = [(a["accepted_per_pos"][k] - b["accepted_per_pos"].get(k, 0.0)) / drafts if drafts > 0 else None
-               for k in sorted(a["accepted_per_pos"])]
+    per_pos = [
+        (a["accepted_per_pos"][k] - b["accepted_per_pos"].get(k, 0.0)) / drafts if drafts > 0 else None
+        for k in sorted(a["accepted_per_pos"])
+    ]
     return {
         "source": "counters",
-        "drafts": drafts, "draft_tokens": tokens, "accepted_tokens": accepted,
+        "drafts": drafts,
+        "draft_tokens": tokens,
+        "accepted_tokens": accepted,
         "acceptance_rate": accepted / tokens,
         "mean_acceptance_length": 1.0 + accepted / drafts if drafts > 0 else None,
         "acceptance_per_position": per_pos,

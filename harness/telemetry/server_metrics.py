@@ -38,14 +38,16 @@ the time from the first sample to the last (the one sample's value when there is
 several endpoints also each endpoint's ``peak`` and ``mean`` of the same engine metric
 (``endpoints``).
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -66,16 +68,26 @@ SHARE_GAUGES = {"kv_cache_usage"}
 # neutral name → the engines' gauge names, first present wins
 NEUTRAL: dict[str, tuple[str, ...]] = {
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
-    "requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing",
-                         "tgi_batch_current_size"),
-    "requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred",
-                         "tgi_queue_size"),
+    "requests_running": (
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "llamacpp:requests_processing",
+        "tgi_batch_current_size",
+    ),
+    "requests_waiting": (
+        "vllm:num_requests_waiting",
+        "sglang:num_queue_reqs",
+        "llamacpp:requests_deferred",
+        "tgi_queue_size",
+    ),
 }
 SPEC_RATE, SPEC_LENGTH = "spec_acceptance_rate", "spec_acceptance_length"
 # where a server keeps gauges of the acceptance instead of counters (SGLang: over its last
 # logging interval; 0 until a speculative step, or without speculative decoding)
-SPEC_GAUGES: dict[str, tuple[str, ...]] = {SPEC_RATE: ("sglang:spec_accept_rate",),
-                                           SPEC_LENGTH: ("sglang:spec_accept_length",)}
+SPEC_GAUGES: dict[str, tuple[str, ...]] = {
+    SPEC_RATE: ("sglang:spec_accept_rate",),
+    SPEC_LENGTH: ("sglang:spec_accept_length",),
+}
 NEUTRAL_KIND = "neutral"
 COLUMNS = ("t_s", "name", "labels", "kind", "value")
 
@@ -141,8 +153,9 @@ def scrape_text(scraper: DeadlineScrape, when: str) -> tuple[Optional[str], str]
     when it failed or was slow."""
     result = scraper()
     if result.status in (FAILED, SLOW, SKIPPED):
-        log.warning("could not scrape the engine's metrics %s the measured phase (%s): %s", when, result.status,
-                    result.error)
+        log.warning(
+            "could not scrape the engine's metrics %s the measured phase (%s): %s", when, result.status, result.error
+        )
     return result.text, result.status
 
 
@@ -161,7 +174,7 @@ class ServerMetricsSampler:
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
 
-    def start(self) -> "ServerMetricsSampler":
+    def start(self) -> ServerMetricsSampler:
         self._thread = threading.Thread(target=self._run, name="server-metrics", daemon=True)
         self._thread.start()
         return self
@@ -266,17 +279,25 @@ class ServerMetricsSampler:
         """``server_metrics.sampled`` for the summary (see the module docstring)."""
         with self._lock:
             rows = list(self.rows)
-            out: dict[str, Any] = {"interval_s": self.interval_s, "timeout_s": self.scraper.timeout_s, **self.counts,
-                                   "series": len(self._series), "series_dropped": self.series_dropped,
-                                   "mean": "time-weighted"}
+            out: dict[str, Any] = {
+                "interval_s": self.interval_s,
+                "timeout_s": self.scraper.timeout_s,
+                **self.counts,
+                "series": len(self._series),
+                "series_dropped": self.series_dropped,
+                "mean": "time-weighted",
+            }
         if self.no_endpoint:
             out["absent"] = "the backend exposes no Prometheus /metrics"
         for neutral in (*NEUTRAL, SPEC_RATE, SPEC_LENGTH):
             points = [(t, v, labels) for t, name, labels, kind, v in rows if name == neutral and kind == NEUTRAL_KIND]
             if points:
-                out[neutral] = {"metric": points[0][2] or None, "samples": len(points),
-                                "peak": max(v for _, v, _ in points),
-                                "mean": time_weighted_mean([t for t, _, _ in points], [v for _, v, _ in points])}
+                out[neutral] = {
+                    "metric": points[0][2] or None,
+                    "samples": len(points),
+                    "peak": max(v for _, v, _ in points),
+                    "mean": time_weighted_mean([t for t, _, _ in points], [v for _, v, _ in points]),
+                }
                 by_endpoint = endpoint_figures(rows, points[0][2])
                 if by_endpoint:
                     out[neutral]["endpoints"] = by_endpoint
@@ -292,8 +313,10 @@ def endpoint_figures(rows: list[tuple[float, str, str, str, float]], metric: str
             series.setdefault(labels.removeprefix(f"{ENDPOINT}="), []).append((t, v))
     if len(series) < 2:
         return None
-    return {i: {"peak": max(v for _, v in pts), "mean": time_weighted_mean([t for t, _ in pts], [v for _, v in pts])}
-            for i, pts in sorted(series.items(), key=_label_order)}
+    return {
+        i: {"peak": max(v for _, v in pts), "mean": time_weighted_mean([t for t, _ in pts], [v for _, v in pts])}
+        for i, pts in sorted(series.items(), key=_label_order)
+    }
 
 
 def time_weighted_mean(t: list[float], v: list[float]) -> Optional[float]:

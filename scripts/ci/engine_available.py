@@ -8,6 +8,7 @@ $GITHUB_OUTPUT when that is set. The check is the one a run makes before any mod
 a server of its own needs its program on PATH, or, with $HARNESS_CONTAINER_IMAGE, docker;
 a server that runs as a module of this interpreter needs that module.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from backends.registry import backend_registry  # noqa: E402
 from backends.factory import check_backend_available  # noqa: E402
+from backends.registry import backend_registry  # noqa: E402
 from core.errors import HarnessError  # noqa: E402
 from harness.cli import compose_config  # noqa: E402
 

@@ -17,13 +17,15 @@ artifact) there is no gate: the summary says so and the exit code is 0.
 
 Exit codes: 0 no regression (or no baseline), 1 a regression, 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -56,23 +58,36 @@ def finished_points(sweep_json: Path) -> dict[tuple[str, ...], list[Path]]:
     they moved with the artifact."""
     data = json.loads(sweep_json.read_text())
     points = data.get("points", [])
-    axes = varying_overrides([[o for o in p.get("overrides") or [] if not o.startswith(IGNORED_OVERRIDES)]
-                              for p in points])
+    axes = varying_overrides(
+        [[o for o in p.get("overrides") or [] if not o.startswith(IGNORED_OVERRIDES)] for p in points]
+    )
     found: dict[tuple[str, ...], list[Path]] = {}
     for p, key in zip(points, axes):
         if p.get("status") not in ("complete", "saturated") or not p.get("run_dirs"):
             continue
         point_dir = Path(p["run_dir"])
-        dirs = [sweep_json.parent / Path(d).relative_to(point_dir.parent) if Path(d).is_relative_to(point_dir.parent)
-                else Path(d) for d in p["run_dirs"]]
+        dirs = [
+            sweep_json.parent / Path(d).relative_to(point_dir.parent)
+            if Path(d).is_relative_to(point_dir.parent)
+            else Path(d)
+            for d in p["run_dirs"]
+        ]
         dirs = [d for d in dirs if (d / "summary.json").is_file()]
         if dirs:
             found[tuple(sorted(key))] = dirs
     return found
 
 
-def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, metric: str,
-         stat: str = "median", noise_dir: Optional[Path] = None, fdr: float = 0.05) -> tuple[int, str]:
+def gate(
+    current: Path,
+    baseline: Optional[Path],
+    out: Path,
+    fail_pct: float,
+    metric: str,
+    stat: str = "median",
+    noise_dir: Optional[Path] = None,
+    fdr: float = 0.05,
+) -> tuple[int, str]:
     """(exit code, markdown for the job summary)."""
     current_sweep = find_sweep(current)
     if current_sweep is None:
@@ -80,24 +95,36 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
     title = f"### Benchmark gate: {current.name}\n\n"
     base_sweep = find_sweep(baseline) if baseline is not None else None
     if base_sweep is None:
-        return 0, title + ("**No baseline** (the first run on the default branch, or its artifact expired): "
-                           "no gate this time. This run's results become the next run's baseline.\n")
+        return 0, title + (
+            "**No baseline** (the first run on the default branch, or its artifact expired): "
+            "no gate this time. This run's results become the next run's baseline.\n"
+        )
     now, before = finished_points(current_sweep), finished_points(base_sweep)
     m = metrics.REQUEST_METRICS[metric]
     compared = []
     for key, run_dirs in now.items():
         if key in before:
-            result = compare_runs([*before[key], *run_dirs], out / run_dirs[0].name, metric=metric, stat=stat,
-                                  fail_pct=fail_pct, resamples=1000, baseline_count=len(before[key]),
-                                  noise_dir=noise_dir)
+            result = compare_runs(
+                [*before[key], *run_dirs],
+                out / run_dirs[0].name,
+                metric=metric,
+                stat=stat,
+                fail_pct=fail_pct,
+                resamples=1000,
+                baseline_count=len(before[key]),
+                noise_dir=noise_dir,
+            )
             compared.append((key, result, next(r for r in result.diffs if r["metric"] == metric)))
     decisions = decide_rows([(row, result.floor) for _, result, row in compared], fail_pct, fdr)
-    lines = [f"Metric: **{m.label} {stat}** ({m.unit}). A point **regresses** when it is worse than the baseline "
-             f"beyond noise (Benjamini–Hochberg over the {len(compared)} points at {fdr:g}) and by more than the margin "
-             f"({fail_pct:g}%, or 3 × the noise floor); it **passes** when its one-sided 95% bound is inside the margin; "
-             "otherwise it is **inconclusive** and does not fail. One run against one run decides only with a noise "
-             "floor (`python -m harness.ab --aa`).\n",
-             "| point | baseline | this run | change | 95% CI | runs | gate |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Metric: **{m.label} {stat}** ({m.unit}). A point **regresses** when it is worse than the baseline "
+        f"beyond noise (Benjamini–Hochberg over the {len(compared)} points at {fdr:g}) and by more than the margin "
+        f"({fail_pct:g}%, or 3 × the noise floor); it **passes** when its one-sided 95% bound is inside the margin; "
+        "otherwise it is **inconclusive** and does not fail. One run against one run decides only with a noise "
+        "floor (`python -m harness.ab --aa`).\n",
+        "| point | baseline | this run | change | 95% CI | runs | gate |",
+        "|---|---|---|---|---|---|---|",
+    ]
     details, regressed, unsure = [], 0, 0
     for key in now:
         label = " ".join(key) or "(the one point)"
@@ -110,15 +137,23 @@ def gate(current: Path, baseline: Optional[Path], out: Path, fail_pct: float, me
         unsure += verdict != REGRESSION and verdict != PASS
         ci = f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]" if row["ci_low_pct"] is not None else "-"
         mark = {REGRESSION: "**REGRESSION**"}.get(verdict, verdict)
-        lines.append(f"| {label} | {_num(row['baseline_value'])} | {_num(row['value'])} | {_pct(row['change_pct'])} "
-                     f"| {ci} | {row['baseline_runs']} / {row['runs']} | {mark} |")
+        lines.append(
+            f"| {label} | {_num(row['baseline_value'])} | {_num(row['value'])} | {_pct(row['change_pct'])} "
+            f"| {ci} | {row['baseline_runs']} / {row['runs']} | {mark} |"
+        )
         details.append(f"<details><summary>{label}</summary>\n\n{comparison_markdown(result)}\n</details>\n")
     for key in before.keys() - now.keys():
         lines.append(f"| {' '.join(key) or '(the one point)'} | ran | missing | - | - | - | point not run or failed |")
-    verdict_line = (f"\n**{regressed} point(s) regressed.**\n" if regressed
-                    else f"\nNo regression ({unsure} point(s) inconclusive: more runs or a noise floor would decide).\n"
-                    if unsure else "\nNo regression.\n")
-    return (EXIT_REGRESSION if regressed else 0), title + "\n".join(lines) + "\n" + verdict_line + "\n" + "\n".join(details)
+    verdict_line = (
+        f"\n**{regressed} point(s) regressed.**\n"
+        if regressed
+        else f"\nNo regression ({unsure} point(s) inconclusive: more runs or a noise floor would decide).\n"
+        if unsure
+        else "\nNo regression.\n"
+    )
+    return (EXIT_REGRESSION if regressed else 0), title + "\n".join(lines) + "\n" + verdict_line + "\n" + "\n".join(
+        details
+    )
 
 
 def _num(v: Optional[float]) -> str:
@@ -141,8 +176,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--fdr", type=float, default=0.05, help="Benjamini-Hochberg level over the points (default 0.05)")
     a = p.parse_args(argv)
     try:
-        code, markdown = gate(a.current, a.baseline, a.out, a.fail_on_regression, a.metric, noise_dir=a.noise_dir,
-                              fdr=a.fdr)
+        code, markdown = gate(
+            a.current, a.baseline, a.out, a.fail_on_regression, a.metric, noise_dir=a.noise_dir, fdr=a.fdr
+        )
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -12,23 +12,36 @@ Each one found is printed, stopped (SIGTERM, then SIGKILL after a grace), and th
 1: a job that leaks an engine fails even when its benchmark passed, so the next job on this
 runner does not measure a GPU that is already busy. Nothing found: exit 0.
 """
+
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import psutil
 
 # command-line fragments of the processes a benchmark job starts
 ENGINE_PATTERNS = (
-    "-m refserver", "harness.reference_server", "-m harness", "vllm.entrypoints", "vllm serve", "sglang.launch_server",
-    "llama_cpp.server", "mlx_lm.server", "transformers serve", "text-generation-launcher",
-    "text-generation-router", "trtllm-serve", "mii.entrypoints", "ollama serve", "ollama runner",
+    "-m refserver",
+    "harness.reference_server",
+    "-m harness",
+    "vllm.entrypoints",
+    "vllm serve",
+    "sglang.launch_server",
+    "llama_cpp.server",
+    "mlx_lm.server",
+    "transformers serve",
+    "text-generation-launcher",
+    "text-generation-router",
+    "trtllm-serve",
+    "mii.entrypoints",
+    "ollama serve",
+    "ollama runner",
 )
 CONTAINER_PREFIX = "harness-"
 GRACE_S = 10.0
@@ -55,8 +68,12 @@ def gpu_processes() -> Optional[list[tuple[int, str, str]]]:
     """(pid, name, used memory) of each process on a GPU; None where nvidia-smi is absent."""
     if shutil.which("nvidia-smi") is None:
         return None
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     rows = []
     for line in out.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -69,8 +86,12 @@ def leftover_containers() -> Optional[list[str]]:
     """Names of running harness-* containers; None where docker is absent or not answering."""
     if shutil.which("docker") is None:
         return None
-    out = subprocess.run(["docker", "ps", "--filter", f"name=^{CONTAINER_PREFIX}", "--format", "{{.Names}}"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["docker", "ps", "--filter", f"name=^{CONTAINER_PREFIX}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if out.returncode != 0:
         return None
     return [n for n in out.stdout.split() if n.startswith(CONTAINER_PREFIX)]
@@ -112,8 +133,12 @@ def stop(processes: Sequence[psutil.Process]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="report only; stop nothing")
-    p.add_argument("--only", default="", help="consider only processes and containers whose command line or "
-                   "name holds this text (a shared machine: only this job's)")
+    p.add_argument(
+        "--only",
+        default="",
+        help="consider only processes and containers whose command line or "
+        "name holds this text (a shared machine: only this job's)",
+    )
     a = p.parse_args(argv)
     problems: list[str] = []
 

@@ -1,4 +1,5 @@
 """Ctrl-C held off while a step that must finish runs."""
+
 import os
 import signal
 import threading
@@ -45,7 +46,8 @@ def test_an_entry_module_stopped_as_it_starts_exits_130_even_after_a_string_exec
         "try:\n"
         "    exec('raise KeyboardInterrupt', {})\n"
         "except KeyboardInterrupt:\n"
-        "    exit_interrupted_at_start('interrupted before it started')\n")
+        "    exit_interrupted_at_start('interrupted before it started')\n"
+    )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}"}
     done = subprocess.run([sys.executable, "-m", "starting"], env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (130, "interrupted before it started")

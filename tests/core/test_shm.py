@@ -1,4 +1,5 @@
 """Shared-memory segments an engine left behind: found, and removed only when no process uses them."""
+
 from multiprocessing import shared_memory
 
 from core import shm

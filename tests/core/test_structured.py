@@ -1,4 +1,5 @@
 """The reply checks of structured output (core/structured.py): schemas, regexes, tool calls."""
+
 import json
 
 import pytest
@@ -30,9 +31,17 @@ SCHEMA = {
     "additionalProperties": False,
 }
 FORMAT = {"type": "json_schema", "schema": SCHEMA}
-TOOLS = normalize_tools([{"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}])
+TOOLS = normalize_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        }
+    ]
+)
 
 BAD = [
     ({"title": "x", "topic": "science"}, "'score' is a required property"),
@@ -55,16 +64,19 @@ def test_the_builtin_subset_finds_what_breaks_a_schema(value, words):
 
 
 def test_valid_values_pass_both_validators():
-    for value in ({"title": "x", "topic": "other", "score": 3}, {"title": "abc", "topic": "science", "score": 1,
-                                                                 "tags": ["a"], "formal": True}):
+    for value in (
+        {"title": "x", "topic": "other", "score": 3},
+        {"title": "abc", "topic": "science", "score": 1, "tags": ["a"], "formal": True},
+    ):
         assert subset_error(value, SCHEMA) is None and schema_error(value, SCHEMA) is None
     assert subset_error(3, {"anyOf": [{"type": "string"}, {"type": "integer"}]}) is None
     assert subset_error(3.5, {"oneOf": [{"type": "string"}, {"type": "integer"}]}) is not None
 
 
 def test_a_reply_is_checked_against_its_response_format():
-    assert check_reply('{"title": "x", "topic": "other", "score": 3}', None, FORMAT, None, None) == \
-        OutputCheck("json_schema", True)
+    assert check_reply('{"title": "x", "topic": "other", "score": 3}', None, FORMAT, None, None) == OutputCheck(
+        "json_schema", True
+    )
     cut = check_reply('{"title": "x", "to', None, FORMAT, None, None, finish_reason="length")
     assert not cut.valid and "not JSON (cut at the output limit)" in cut.reason
     wrong = check_reply('{"title": "x", "topic": "other"}', None, FORMAT, None, None)
@@ -94,8 +106,18 @@ def test_the_tool_call_schema_accepts_exactly_the_calls():
     schema = tool_call_schema(TOOLS)
     assert schema_error({"name": "get_weather", "arguments": {"city": "Rome"}}, schema) is None
     assert schema_error({"name": "other", "arguments": {"city": "Rome"}}, schema) is not None
-    two = normalize_tools([*TOOLS, {"type": "function", "function": {"name": "add", "parameters": {
-        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])
+    two = normalize_tools(
+        [
+            *TOOLS,
+            {
+                "type": "function",
+                "function": {
+                    "name": "add",
+                    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                },
+            },
+        ]
+    )
     assert subset_error({"name": "add", "arguments": {"a": 1}}, tool_call_schema(two)) is None
     assert decoding_constraint(None, TOOLS, "required") == ("json_schema", schema)
     assert decoding_constraint(None, TOOLS, "auto") is None
@@ -109,16 +131,23 @@ def test_the_required_share_is_spread_evenly():
     assert {tool_choice_for(i, 0.0) for i in range(5)} == {"auto"}
 
 
-@pytest.mark.parametrize("value,words", [
-    ({"type": "xml"}, "json_schema or regex"),
-    ({"type": "json_schema"}, "schema"),
-    ({"type": "regex", "pattern": "("}, "not a valid regular expression"),
-    ("json", "mapping"),
-    ({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
-     "unknown keys json_schema: a json_schema format takes type, schema, name .write the schema itself under schema"),
-    ({"type": "regex", "pattern": "a+", "flags": "i", "schema": {}},
-     "unknown keys flags: a regex format takes type, pattern$"),
-])
+@pytest.mark.parametrize(
+    "value,words",
+    [
+        ({"type": "xml"}, "json_schema or regex"),
+        ({"type": "json_schema"}, "schema"),
+        ({"type": "regex", "pattern": "("}, "not a valid regular expression"),
+        ("json", "mapping"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+            "unknown keys json_schema: a json_schema format takes type, schema, name .write the schema itself under schema",
+        ),
+        (
+            {"type": "regex", "pattern": "a+", "flags": "i", "schema": {}},
+            "unknown keys flags: a regex format takes type, pattern$",
+        ),
+    ],
+)
 def test_a_bad_response_format_is_one_line(value, words):
     with pytest.raises(ConfigError, match=words):
         normalize_response_format(value)
@@ -134,8 +163,13 @@ def test_bad_tools_are_one_line():
 
 def test_the_constraint_is_described_with_a_fingerprint():
     a = describe_constraint({"response_format": FORMAT, "tools": None, "tool_choice_share": 0.0})
-    b = describe_constraint({"response_format": {**FORMAT, "schema": {**SCHEMA, "required": ["title"]}},
-                             "tools": None, "tool_choice_share": 0.0})
+    b = describe_constraint(
+        {
+            "response_format": {**FORMAT, "schema": {**SCHEMA, "required": ["title"]}},
+            "tools": None,
+            "tool_choice_share": 0.0,
+        }
+    )
     assert a.startswith("json_schema ") and a != b
     tools = describe_constraint({"response_format": None, "tools": TOOLS, "tool_choice_share": 0.5})
     assert tools.startswith("tools get_weather (50 % required)")

@@ -1,4 +1,5 @@
 """core/tokenizer.py: the fast path reads the same tokenizer AutoTokenizer does, without torch."""
+
 import json
 import subprocess
 import sys
@@ -10,8 +11,12 @@ from core.json_tokenizer import JsonTokenizer, json_tokenizer
 from core.tokenizer import load_tokenizer, saved_class
 
 TEXTS = ["Hello, world!", "  leading spaces and ünïcödé → 漢字", "<|im_start|>user\nhi<|im_end|>", ""]
-CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
-        {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}]
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is 2+2?"},
+    {"role": "assistant", "content": "4"},
+    {"role": "user", "content": "And 3+3?"},
+]
 
 
 @pytest.mark.parametrize("model", ["tiny_model", "real_model"])
@@ -26,24 +31,34 @@ def test_the_fast_path_gives_the_ids_and_text_autotokenizer_gives(model, request
     assert fast(TEXTS, add_special_tokens=False)["input_ids"] == auto(TEXTS, add_special_tokens=False)["input_ids"]
     for chat in (CHAT, CHAT[1:], CHAT[1:2]):  # with a system prompt, and the template's default one
         for generation_prompt in (True, False):
-            assert fast.apply_chat_template(chat, add_generation_prompt=generation_prompt, tokenize=False) == \
-                auto.apply_chat_template(chat, add_generation_prompt=generation_prompt, tokenize=False)
+            assert fast.apply_chat_template(
+                chat, add_generation_prompt=generation_prompt, tokenize=False
+            ) == auto.apply_chat_template(chat, add_generation_prompt=generation_prompt, tokenize=False)
     assert fast.chat_template == auto.chat_template
-    ids = auto(auto.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False) + "Ünïcödé → 漢字",
-               add_special_tokens=False)["input_ids"]
+    ids = auto(
+        auto.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False) + "Ünïcödé → 漢字",
+        add_special_tokens=False,
+    )["input_ids"]
     for skip in (True, False):
         assert fast.decode(ids, skip_special_tokens=skip) == auto.decode(ids, skip_special_tokens=skip)
     assert fast.decode(ids[3]) == auto.decode(ids[3])
     assert fast.convert_ids_to_tokens(ids) == auto.convert_ids_to_tokens(ids)
-    assert (fast.eos_token_id, fast.bos_token_id, fast.pad_token_id, len(fast), fast.all_special_ids) == \
-        (auto.eos_token_id, auto.bos_token_id, auto.pad_token_id, len(auto), auto.all_special_ids)
+    assert (fast.eos_token_id, fast.bos_token_id, fast.pad_token_id, len(fast), fast.all_special_ids) == (
+        auto.eos_token_id,
+        auto.bos_token_id,
+        auto.pad_token_id,
+        len(auto),
+        auto.all_special_ids,
+    )
     with pytest.raises(NotImplementedError, match="tokenize=False"):
         fast.apply_chat_template(CHAT)
 
 
 def test_the_fast_path_imports_no_transformers(real_model):
-    code = ("import sys; from core.tokenizer import load_tokenizer; "
-            f"load_tokenizer({str(real_model.require_hf_dir())!r}); print('transformers' in sys.modules)")
+    code = (
+        "import sys; from core.tokenizer import load_tokenizer; "
+        f"load_tokenizer({str(real_model.require_hf_dir())!r}); print('transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,4 +1,5 @@
 """`python -m harness` as a user runs it: output, errors, sweeps, Ctrl-C."""
+
 import json
 import subprocess
 import sys
@@ -17,38 +18,55 @@ def error_line(proc):
     return lines[0]
 
 
-@pytest.mark.parametrize("arg,choices", [
-    ("backend=nope", "unknown backend 'nope': choose one of deepspeed_mii, llamacpp, mlx, ollama, openai, reference, sglang, tensorrt_llm, tgi, transformers, vllm"),
-    ("workload=nope", "unknown workload 'nope': choose one of agentic, chat, jsonl, shared_prefix, sharegpt, structured, synthetic, trace"),
-    ("model=nope", "unknown model 'nope': choose one of smollm2-135m, tiny-random"),
-])
+@pytest.mark.parametrize(
+    "arg,choices",
+    [
+        (
+            "backend=nope",
+            "unknown backend 'nope': choose one of deepspeed_mii, llamacpp, mlx, ollama, openai, reference, sglang, tensorrt_llm, tgi, transformers, vllm",
+        ),
+        (
+            "workload=nope",
+            "unknown workload 'nope': choose one of agentic, chat, jsonl, shared_prefix, sharegpt, structured, synthetic, trace",
+        ),
+        ("model=nope", "unknown model 'nope': choose one of smollm2-135m, tiny-random"),
+    ],
+)
 def test_unknown_choice_is_one_line(tmp_path, arg, choices):
     proc = run_harness_cli(arg, cwd=tmp_path)
     assert error_line(proc).startswith(f"error: {choices}")
 
 
-@pytest.mark.parametrize("arg,message", [
-    ("workload.output_len=-3", "workload.output_len must be >= 1 (got -3)"),
-    ("workload.concurrency=0", "workload.concurrency must be >= 1 (got 0)"),
-    ("workload.rate=0", "workload.rate must be > 0"),
-    ("workload.input_len=-1", "workload.input_len must be >= 1 (got -1)"),
-    ("workload.arrival=weibull", "unknown arrival process 'weibull'"),
-    ("workload.rate=nan", "workload.rate must be a finite number (got nan)"),
-    ("slo.tpot_s=inf", "slo.tpot_s must be a finite number (got inf)"),
-    ("seed=-1", "seed must be >= 0 (got -1)"),
-    ("repeat=0", "repeat must be >= 1 (got 0)"),
-    ("workload.top_p=0", "workload.top_p must be in (0, 1] (got 0"),
-    # Hydra's own errors (several lines, pointing at a stack trace) as one line
-    ("workload.duration_s=abc", "Error merging override workload.duration_s=abc (Value 'abc' of type 'str' could "
-                                "not be converted to Float)"),
-    ("workload.foo=1", "Could not override 'workload.foo'. (Key 'foo' not in 'SyntheticConfig')"),
-    # Hydra's answer to the line above is to add the key with '+': a key no setting reads
-    ("+workload.concurency=8", "workload.concurency: no such setting (check the spelling; workload has arrival, "),
-    ("+backend.foo.bar=1", "backend.foo: no such setting (check the spelling; backend has "),
-])
+@pytest.mark.parametrize(
+    "arg,message",
+    [
+        ("workload.output_len=-3", "workload.output_len must be >= 1 (got -3)"),
+        ("workload.concurrency=0", "workload.concurrency must be >= 1 (got 0)"),
+        ("workload.rate=0", "workload.rate must be > 0"),
+        ("workload.input_len=-1", "workload.input_len must be >= 1 (got -1)"),
+        ("workload.arrival=weibull", "unknown arrival process 'weibull'"),
+        ("workload.rate=nan", "workload.rate must be a finite number (got nan)"),
+        ("slo.tpot_s=inf", "slo.tpot_s must be a finite number (got inf)"),
+        ("seed=-1", "seed must be >= 0 (got -1)"),
+        ("repeat=0", "repeat must be >= 1 (got 0)"),
+        ("workload.top_p=0", "workload.top_p must be in (0, 1] (got 0"),
+        # Hydra's own errors (several lines, pointing at a stack trace) as one line
+        (
+            "workload.duration_s=abc",
+            "Error merging override workload.duration_s=abc (Value 'abc' of type 'str' could "
+            "not be converted to Float)",
+        ),
+        ("workload.foo=1", "Could not override 'workload.foo'. (Key 'foo' not in 'SyntheticConfig')"),
+        # Hydra's answer to the line above is to add the key with '+': a key no setting reads
+        ("+workload.concurency=8", "workload.concurency: no such setting (check the spelling; workload has arrival, "),
+        ("+backend.foo.bar=1", "backend.foo: no such setting (check the spelling; backend has "),
+    ],
+)
 def test_bad_values_fail_before_any_model_loads(tmp_path, arg, message):
     # the model path does not exist: the config error must come first
-    proc = run_harness_cli("workload=synthetic", arg, "model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli(
+        "workload=synthetic", arg, "model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path
+    )
     assert error_line(proc).startswith(f"error: {message}")
     assert list(tmp_path.iterdir()) == []  # no results folder for a run that never started
 
@@ -56,9 +74,13 @@ def test_bad_values_fail_before_any_model_loads(tmp_path, arg, message):
 def test_a_file_in_the_way_of_the_results_is_one_line(tmp_path):
     plain = tmp_path / "plain.txt"
     plain.write_text("")
-    proc = run_harness_cli("workload=synthetic", "model.path=/no/such/model", f"hydra.run.dir={plain}/run", cwd=tmp_path)
+    proc = run_harness_cli(
+        "workload=synthetic", "model.path=/no/such/model", f"hydra.run.dir={plain}/run", cwd=tmp_path
+    )
     assert error_line(proc) == f"error: hydra.run.dir={plain}/run: {plain} is a file, not a folder; give a folder path"
-    proc = run_harness_cli("workload=synthetic", "model.path=/no/such/model", "hydra.run.dir=/proc/nope/run", cwd=tmp_path)
+    proc = run_harness_cli(
+        "workload=synthetic", "model.path=/no/such/model", "hydra.run.dir=/proc/nope/run", cwd=tmp_path
+    )
     assert error_line(proc).startswith("error: hydra.run.dir=/proc/nope/run: cannot make folders in /proc (")
 
 
@@ -73,14 +95,21 @@ def test_bad_model_files_are_one_line(tmp_path, tiny_model):
     fake = tmp_path / "fake.gguf"
     fake.write_text("not a gguf")
     for mode in ("inprocess", "server"):
-        proc = run_harness_cli("backend=llamacpp", f"backend.mode={mode}", f"model.path={fake}", f"output_root={tmp_path}", cwd=tmp_path)
+        proc = run_harness_cli(
+            "backend=llamacpp", f"backend.mode={mode}", f"model.path={fake}", f"output_root={tmp_path}", cwd=tmp_path
+        )
         assert error_line(proc) == f"error: {fake} is not a GGUF file (bad header); give a valid .gguf as model.path"
 
 
 def test_server_command_example_of_the_readme_parses(tmp_path):
-    proc = run_harness_cli("backend=llamacpp", "backend.mode=server",
-                           'backend.server_command=[/opt/llama.cpp/llama-server,-m,"{gguf}",--port,"{port}"]', "--cfg", "job",
-                           cwd=tmp_path)
+    proc = run_harness_cli(
+        "backend=llamacpp",
+        "backend.mode=server",
+        'backend.server_command=[/opt/llama.cpp/llama-server,-m,"{gguf}",--port,"{port}"]',
+        "--cfg",
+        "job",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "- '{gguf}'" in proc.stdout and "- '{port}'" in proc.stdout
 
@@ -99,8 +128,9 @@ def test_hub_model_without_network_points_to_model_path(tmp_path):
 
 
 def test_run_of_a_local_hf_folder_prints_summary_then_results_folder(tmp_path, tiny_model):
-    proc = run_harness_cli(*FAST, f"model.path={tiny_model.hf_dir}", "workload.num_requests=3", f"output_root={tmp_path}",
-                           cwd=tmp_path)
+    proc = run_harness_cli(
+        *FAST, f"model.path={tiny_model.hf_dir}", "workload.num_requests=3", f"output_root={tmp_path}", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[-1].startswith("results: ")
@@ -132,7 +162,18 @@ def test_import_without_any_engine():
 
 
 def test_no_code_outside_the_registry_branches_on_a_backend_name():
-    names = ["transformers", "vllm", "sglang", "llamacpp", "mlx", "openai", "tgi", "tensorrt_llm", "deepspeed_mii", "ollama"]
+    names = [
+        "transformers",
+        "vllm",
+        "sglang",
+        "llamacpp",
+        "mlx",
+        "openai",
+        "tgi",
+        "tensorrt_llm",
+        "deepspeed_mii",
+        "ollama",
+    ]
     offenders = []
     for path in list((REPO / "harness").rglob("*.py")) + list((REPO / "workloads").rglob("*.py")):
         text = path.read_text()
@@ -143,12 +184,23 @@ def test_no_code_outside_the_registry_branches_on_a_backend_name():
     assert offenders == []
 
 
-
-
-@pytest.mark.parametrize("module", ["harness", "harness.compare", "harness.report", "harness.agree", "harness.ab",
-                                    "harness.history", "harness.reference_server", "refserver"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "harness",
+        "harness.compare",
+        "harness.report",
+        "harness.agree",
+        "harness.ab",
+        "harness.history",
+        "harness.reference_server",
+        "refserver",
+    ],
+)
 def test_every_entry_command_answers_help(module):
-    proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.lower().lstrip().startswith("usage:"), proc.stdout[:200]
     if module == "harness":  # the choices a user types (not ConfigStore's schema nodes), then the config

@@ -6,6 +6,7 @@ the config composed and validated, and with ``-m`` every swept value. Nothing is
 whose files or servers exist only on the reader's machine passes as long as its settings are
 valid. A README edit that renames a key or a value is caught here, not by a user.
 """
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,7 @@ def test_the_readme_has_the_commands_a_reader_copies():
     assert any("-m" in args for _, args in COMMANDS)  # sweeps
 
 
-@pytest.mark.parametrize("args", [args for _, args in COMMANDS],
-                         ids=[f"README:{line}" for line, _ in COMMANDS])
+@pytest.mark.parametrize("args", [args for _, args in COMMANDS], ids=[f"README:{line}" for line, _ in COMMANDS])
 def test_a_readme_command_is_accepted(args):
     register_everything()
     try:

@@ -1,4 +1,5 @@
 """The reference server: schedule, lengths, dialects, errors, keys, metrics, exit."""
+
 import json
 import socket
 import time
@@ -6,15 +7,17 @@ import urllib.error
 import urllib.request
 
 import pytest
+from reference_fixtures import reference_server
 
 from harness.telemetry import prometheus
 from refserver.dialects import WORDS, word
-from reference_fixtures import reference_server
 from workloads.prompts import PromptRenderer
 
 
 def post(url, body, headers=None, timeout=30):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode()
@@ -69,8 +72,14 @@ def test_lengths_finish_reasons_and_usage(tmp_path):
         status, text = post(url, {"messages": [{"role": "user", "content": "a b"}], "max_tokens": 4})  # not streamed
         whole = json.loads(text)
         assert whole["usage"]["completion_tokens"] == 4 and len(whole["choices"][0]["message"]["content"].split()) == 4
-        status, text = post(srv.url_root + "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 2, "ignore_eos": True})
-        assert status == 200 and json.loads(text)["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        status, text = post(
+            srv.url_root + "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 2, "ignore_eos": True}
+        )
+        assert status == 200 and json.loads(text)["usage"] == {
+            "prompt_tokens": 3,
+            "completion_tokens": 2,
+            "total_tokens": 5,
+        }
 
 
 def test_dialects_stream_like_their_servers(tmp_path):
@@ -84,13 +93,17 @@ def test_dialects_stream_like_their_servers(tmp_path):
         assert text.startswith(": keepalive")
         assert json.loads(data_events(text)[-2])["usage"]["completion_tokens"] == 2
         assert post(srv.url_root + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1})[0] == 422
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "llamacpp", health_path="/v1/models") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "llamacpp", health_path="/v1/models"
+    ) as srv:
         assert get(srv.url_root + "/health")[0] == 404  # llama_cpp.server has none
         text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2})[1]
         assert text.startswith(": ping")
         assert "usage" not in text  # even with include_usage
         assert json.loads(data_events(text)[0])["choices"][0]["delta"] == {"role": "assistant"}
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "sglang", "--chunk-tokens", "2") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "sglang", "--chunk-tokens", "2"
+    ) as srv:
         text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 4, "ignore_eos": True})[1]
         events = [json.loads(e) for e in data_events(text)[:-1]]
         assert all("matched_stop" in c for e in events for c in e["choices"])
@@ -124,8 +137,9 @@ def test_the_server_only_engines_dialects(tmp_path, monkeypatch):
     with reference_server(tmp_path, *fast, "--dialect", "tensorrt_llm") as srv:
         events = chunks(post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2})[1])
         assert events[0]["choices"] == [{"index": 0, "delta": {"role": "assistant"}}]
-        assert events[1]["choices"] == [{"index": 0, "delta": {"content": events[1]["choices"][0]["delta"]["content"],
-                                                               "reasoning_content": ""}}]  # no null fields
+        assert events[1]["choices"] == [
+            {"index": 0, "delta": {"content": events[1]["choices"][0]["delta"]["content"], "reasoning_content": ""}}
+        ]  # no null fields
         assert events[2]["choices"][0]["finish_reason"] == "length"
         assert events[3]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
         status, text = post(srv.url_root + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1, "stream": True})
@@ -140,7 +154,9 @@ def test_the_server_only_engines_dialects(tmp_path, monkeypatch):
     with reference_server(tmp_path, *fast, "--dialect", "ollama", health_path="/api/version") as srv:
         assert get(srv.url_root + "/health")[0] == 404
         events = chunks(post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 2})[1])
-        assert events[0]["choices"][0]["delta"]["role"] == "assistant" and "role" not in events[1]["choices"][0]["delta"]
+        assert (
+            events[0]["choices"][0]["delta"]["role"] == "assistant" and "role" not in events[1]["choices"][0]["delta"]
+        )
         assert events[2]["choices"] == [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}]
         assert events[3]["choices"] == [] and events[3]["usage"]["completion_tokens"] == 2
         events = chunks(post(srv.url_root + "/v1/completions", {**CHAT, "prompt": "a", "max_tokens": 2})[1])
@@ -164,7 +180,10 @@ def test_schedule_is_kept_by_the_server(tmp_path):
 
 
 def test_prompt_tokens_counted_with_the_chat_template(tmp_path, real_model, real_tokenizer):
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the capital of France?"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     expected = len(PromptRenderer(real_tokenizer).render(messages))
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--tokenizer", str(real_model.hf_dir)) as srv:
         text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "messages": messages, "max_tokens": 1})[1]
@@ -175,7 +194,9 @@ def test_injected_errors_and_dropped_connections(tmp_path):
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "1") as srv:
         status, text = post(srv.url_root + "/v1/chat/completions", CHAT)
         assert status == 500 and "injected" in text
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "1", "--error-kind", "drop") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "1", "--error-kind", "drop"
+    ) as srv:
         with pytest.raises(Exception):  # the chunked body never completes
             post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 10, "ignore_eos": True})
 
@@ -186,7 +207,9 @@ def test_api_key_is_required_when_configured(tmp_path):
         assert get(srv.url_root + "/health")[0] == 200  # health needs no key
         assert post(srv.url_root + "/v1/chat/completions", CHAT)[0] == 401
         assert post(srv.url_root + "/v1/chat/completions", CHAT, {"Authorization": "Bearer wrong"})[0] == 401
-        ok = post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 1}, {"Authorization": "Bearer s3cret-value"})
+        ok = post(
+            srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 1}, {"Authorization": "Bearer s3cret-value"}
+        )
         assert ok[0] == 200
     assert "s3cret-value" not in srv.log_path.read_text()
 
@@ -219,8 +242,12 @@ def test_port_in_use_fails_in_one_line(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "harness.reference_server", "--port", str(port)],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.reference_server", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 1 and "address already in use" in proc.stderr.lower()
 
 
@@ -230,10 +257,10 @@ def test_jitter_moves_tokens_around_an_absolute_schedule(tmp_path, tiny_model):
     import asyncio
 
     import numpy as np
+    from reference_fixtures import chat_request, collect
     from transformers import AutoTokenizer
 
     from backends.http.client import OpenAIClient
-    from reference_fixtures import chat_request, collect
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model.hf_dir)
     with reference_server(tmp_path, "--ttft-ms", "20", "--itl-ms", "5", "--jitter-ms", "2", "--seed", "1") as srv:

@@ -1,4 +1,5 @@
 """refserver/http11.py: the reference server's HTTP/1.1 layer."""
+
 from __future__ import annotations
 
 import asyncio
@@ -31,6 +32,7 @@ async def _exchange(port: int, data: bytes, until: bytes, timeout: float = 5.0) 
 
 def _answer(handler, request_bytes: bytes, until: bytes) -> bytes:
     """What a server with ``handler`` sends back for ``request_bytes`` (read until ``until`` or the close)."""
+
     async def main():
         server, port = await _serve(handler)
         got = await _exchange(port, request_bytes, until)
@@ -73,7 +75,9 @@ def test_arrival_is_when_the_first_bytes_were_read_not_when_the_handler_ran():
     assert 0 <= _arrival_against_send(head_then_body) < 0.1  # the head's read, not the body's
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive stamps (SO_TIMESTAMPNS) are Linux's")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the kernel's receive stamps (SO_TIMESTAMPNS) are Linux's"
+)
 def test_arrival_is_the_kernels_receive_time_even_when_the_server_was_busy():
     async def then_block(writer) -> float:
         writer.write(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")  # into the kernel at once
@@ -108,8 +112,12 @@ def test_a_streamed_reply_is_chunked_and_read_whole_by_a_standard_client():
     async def main():
         server, port = await _serve(handler)
         loop = asyncio.get_running_loop()
-        body = await loop.run_in_executor(None, lambda: urllib.request.urlopen(
-            urllib.request.Request(f"http://127.0.0.1:{port}/s", data=b"{}"), timeout=5).read())
+        body = await loop.run_in_executor(
+            None,
+            lambda: urllib.request.urlopen(
+                urllib.request.Request(f"http://127.0.0.1:{port}/s", data=b"{}"), timeout=5
+            ).read(),
+        )
         server.close()
         return body
 
@@ -127,11 +135,14 @@ def test_an_http10_client_gets_a_streamed_reply_unchunked_and_ended_by_the_close
     assert got.endswith(b"\r\n\r\ndata: 0\n\n") and b"chunked" not in got and b"Connection: close" in got
 
 
-@pytest.mark.parametrize("request_bytes, status, words", [
-    (b"NONSENSE\r\n\r\n", b"400", b"not an HTTP/1.x request line"),
-    (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400", b"send a Content-Length"),
-    (b"POST /x HTTP/1.1\r\nContent-Length: many\r\n\r\n", b"400", b"Content-Length is not a number"),
-])
+@pytest.mark.parametrize(
+    "request_bytes, status, words",
+    [
+        (b"NONSENSE\r\n\r\n", b"400", b"not an HTTP/1.x request line"),
+        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400", b"send a Content-Length"),
+        (b"POST /x HTTP/1.1\r\nContent-Length: many\r\n\r\n", b"400", b"Content-Length is not a number"),
+    ],
+)
 def test_a_malformed_request_gets_one_clear_error_and_the_connection_closes(request_bytes, status, words):
     async def handler(request: Request):
         return Response(text="should not run")

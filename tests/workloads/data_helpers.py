@@ -1,4 +1,5 @@
 """Small data files the data-workload tests write themselves, and a plan builder."""
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,6 @@ E2E = ["backend=llamacpp", "model=smollm2-135m", "progress=false", "report=false
 def run_e2e(tmp_path: Path, *args: str):
     """``python -m harness`` with these overrides → (process, run folder, summary.json, requests rows)."""
     import pandas as pd
-
     from conftest import run_harness_cli
 
     proc = run_harness_cli(*E2E, *args, f"output_root={tmp_path / 'results'}", cwd=tmp_path)

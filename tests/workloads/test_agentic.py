@@ -1,5 +1,6 @@
 """workload=agentic: the generated job trees (shape, prefix sharing, determinism), the agent
 trace format and the Weka converter, and one real run (llama.cpp) end to end."""
+
 import json
 import subprocess
 import sys
@@ -13,8 +14,19 @@ from workloads.agentic import fork_points
 from workloads.weka_trace import weka_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = dict(jobs=2, turns=4, system_prompt_len=16, task_len=12, tool_result_len=10, sub_task_len=8, sub_turns=2,
-             output_len=6, fanout=2, depth=1, fork_every=2)
+SMALL = dict(
+    jobs=2,
+    turns=4,
+    system_prompt_len=16,
+    task_len=12,
+    tool_result_len=10,
+    sub_task_len=8,
+    sub_turns=2,
+    output_len=6,
+    fanout=2,
+    depth=1,
+    fork_every=2,
+)
 
 
 def _by_id(plan):
@@ -62,7 +74,7 @@ def test_every_prompt_extends_what_it_depends_on(parts):
     sessions = _by_id(plan)
 
     def extends(longer, shorter):
-        return len(longer) > len(shorter) and longer[:len(shorter) - 2] == shorter[:len(shorter) - 2]
+        return len(longer) > len(shorter) and longer[: len(shorter) - 2] == shorter[: len(shorter) - 2]
 
     for s in plan.sessions:
         ids = [t.prompt_token_ids for t in s.turns]
@@ -79,8 +91,10 @@ def test_every_prompt_extends_what_it_depends_on(parts):
 
 
 def test_the_plan_is_the_same_for_the_same_seed(parts):
-    a, b = build(parts, "agentic", **SMALL, tool_gap_s=0.2, tool_gap_dist="exponential"), \
-        build(parts, "agentic", **SMALL, tool_gap_s=0.2, tool_gap_dist="exponential")
+    a, b = (
+        build(parts, "agentic", **SMALL, tool_gap_s=0.2, tool_gap_dist="exponential"),
+        build(parts, "agentic", **SMALL, tool_gap_s=0.2, tool_gap_dist="exponential"),
+    )
     c = build(parts, "agentic", seed=1, **SMALL, tool_gap_s=0.2, tool_gap_dist="exponential")
     assert a.to_json()["sha256"] == b.to_json()["sha256"] != c.to_json()["sha256"]
     body = a.to_json()["sessions"][1]
@@ -104,8 +118,14 @@ def test_bad_knobs_are_one_line(parts):
 
 
 TRACE = [
-    {"job_id": "a", "call_id": "m0", "parent_call_id": None, "start_s": 0.0, "text": "Fix the bug in parser.py",
-     "output_length": 5},
+    {
+        "job_id": "a",
+        "call_id": "m0",
+        "parent_call_id": None,
+        "start_s": 0.0,
+        "text": "Fix the bug in parser.py",
+        "output_length": 5,
+    },
     {"job_id": "a", "call_id": "m1", "parent_call_id": "m0", "new_tokens": 20, "output_length": 5, "tool_gap_s": 0.2},
     {"job_id": "a", "call_id": "s0", "agent_id": "helper", "parent_call_id": "m1", "new_tokens": 8, "output_length": 4},
     {"job_id": "a", "call_id": "s1", "agent_id": "helper", "input_length": 400, "output_length": 4},
@@ -127,15 +147,36 @@ def test_an_agent_trace_replays_as_its_tree(parts, tmp_path):
     assert plan.source["format"] == "agentic-jsonl" and plan.source["records"] == 6
 
 
-@pytest.mark.parametrize("line, message", [
-    ({"job_id": "a", "call_id": "x", "parent_call_id": "nope", "agent_id": "s", "new_tokens": 3, "output_length": 2},
-     "parent_call_id 'nope' is not a call"),
-    ({"job_id": "a", "call_id": "x", "new_tokens": 3, "text": "hi", "output_length": 2}, "exactly one of"),
-    ({"job_id": "a", "call_id": "m0", "new_tokens": 3, "output_length": 2}, "appears twice"),
-    ({"job_id": "z", "call_id": "x", "agent_id": "s", "parent_call_id": "m0", "new_tokens": 3, "output_length": 2},
-     "not a call of job 'z'"),
-    ({"job_id": "a", "call_id": "x", "new_tokens": 3}, "output_length"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            {
+                "job_id": "a",
+                "call_id": "x",
+                "parent_call_id": "nope",
+                "agent_id": "s",
+                "new_tokens": 3,
+                "output_length": 2,
+            },
+            "parent_call_id 'nope' is not a call",
+        ),
+        ({"job_id": "a", "call_id": "x", "new_tokens": 3, "text": "hi", "output_length": 2}, "exactly one of"),
+        ({"job_id": "a", "call_id": "m0", "new_tokens": 3, "output_length": 2}, "appears twice"),
+        (
+            {
+                "job_id": "z",
+                "call_id": "x",
+                "agent_id": "s",
+                "parent_call_id": "m0",
+                "new_tokens": 3,
+                "output_length": 2,
+            },
+            "not a call of job 'z'",
+        ),
+        ({"job_id": "a", "call_id": "x", "new_tokens": 3}, "output_length"),
+    ],
+)
 def test_a_bad_trace_line_is_named(parts, tmp_path, line, message):
     path = write_jsonl(tmp_path / "bad.jsonl", [TRACE[0], line])
     with pytest.raises(ConfigError, match=message) as err:
@@ -143,14 +184,23 @@ def test_a_bad_trace_line_is_named(parts, tmp_path, line, message):
     assert "line 2" in str(err.value)
 
 
-WEKA = {"id": "trace_0001", "block_size": 64, "requests": [
-    {"t": 0.0, "type": "n", "in": 300, "out": 6, "hash_ids": [1, 2, 3]},
-    {"t": 4.0, "type": "s", "in": 340, "out": 5, "hash_ids": [1, 2, 3, 4], "think_time": 1.25},
-    {"type": "subagent", "requests": [{"t": 0.0, "type": "n", "in": 420, "out": 4},
-                                      {"t": 1.0, "type": "n", "in": 460, "out": 4, "think_time": 0.5}]},
-    {"type": "subagent"},  # no requests list: skipped
-    {"t": 9.0, "type": "n", "in": 520, "out": 6},
-]}
+WEKA = {
+    "id": "trace_0001",
+    "block_size": 64,
+    "requests": [
+        {"t": 0.0, "type": "n", "in": 300, "out": 6, "hash_ids": [1, 2, 3]},
+        {"t": 4.0, "type": "s", "in": 340, "out": 5, "hash_ids": [1, 2, 3, 4], "think_time": 1.25},
+        {
+            "type": "subagent",
+            "requests": [
+                {"t": 0.0, "type": "n", "in": 420, "out": 4},
+                {"t": 1.0, "type": "n", "in": 460, "out": 4, "think_time": 0.5},
+            ],
+        },
+        {"type": "subagent"},  # no requests list: skipped
+        {"t": 9.0, "type": "n", "in": 520, "out": 6},
+    ],
+}
 
 
 def test_weka_converter_round_trip(parts, tmp_path):
@@ -165,8 +215,11 @@ def test_weka_converter_round_trip(parts, tmp_path):
     src.mkdir()
     (src / "trace_0001.json").write_text(json.dumps(WEKA))
     out = tmp_path / "agent.jsonl"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_weka_trace.py"), str(src), "-o", str(out)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "convert_weka_trace.py"), str(src), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(x) for x in out.read_text().splitlines()] == converted.lines
     plan = build(parts, "agentic", trace_path=str(out), concurrency=1)
@@ -180,9 +233,19 @@ def test_weka_converter_round_trip(parts, tmp_path):
 def test_an_agentic_run_on_llamacpp_end_to_end(tmp_path):
     """A real engine: the job tree's requests in their order, with job figures in the summary."""
     proc, run_dir, summary, rows = run_e2e(
-        tmp_path, "workload=agentic", "workload.jobs=1", "workload.turns=3", "workload.system_prompt_len=8",
-        "workload.task_len=8", "workload.tool_result_len=8", "workload.sub_task_len=8", "workload.output_len=3",
-        "workload.sub_turns=1", "backend.keep_session_cache=true", "slo.job_s=600")
+        tmp_path,
+        "workload=agentic",
+        "workload.jobs=1",
+        "workload.turns=3",
+        "workload.system_prompt_len=8",
+        "workload.task_len=8",
+        "workload.tool_result_len=8",
+        "workload.sub_task_len=8",
+        "workload.output_len=3",
+        "workload.sub_turns=1",
+        "backend.keep_session_cache=true",
+        "slo.job_s=600",
+    )
     # main 0 → main 1 → 2 sub-agents of one call → main 2
     assert summary["requests"]["failed"] == 0 and len(rows) == 3 + 2
     jobs = summary["jobs"]

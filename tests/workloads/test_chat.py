@@ -1,4 +1,5 @@
 """Chat sessions: turns, a shared system prompt, think time."""
+
 import pytest
 
 from core.errors import ConfigError

@@ -1,4 +1,5 @@
 """workload.lora.adapters: entries checked in one line, sessions assigned by share (seeded)."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,8 +64,10 @@ def test_the_plan_carries_adapters_and_hashes_them():
     body = plan.to_json()
     assert [s.adapter for s in plan.sessions].count("a") == 3
     assert [s.adapter for s in plan.warmup] == ["a", None]
-    assert body["lora"] == [{"name": "a", "path": "store:adapter-0", "share": 1.0},
-                            {"name": "base", "path": None, "share": 1.0}]
+    assert body["lora"] == [
+        {"name": "a", "path": "store:adapter-0", "share": 1.0},
+        {"name": "base", "path": None, "share": 1.0},
+    ]
     assert "lora" not in plain and all("adapter" not in s for s in plain["sessions"])  # old hashes unchanged
     assert body["sha256"] != plain["sha256"] and body["prompts_sha256"] != plain["prompts_sha256"]
     cfg.lora.adapters[0]["share"] = 2

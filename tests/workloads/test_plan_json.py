@@ -1,5 +1,6 @@
 """workload.json streamed a session at a time: the same hashes as the whole document's canonical
 JSON, a file that parses whole, and a plan whose prompts share one int object per token id."""
+
 import hashlib
 import json
 
@@ -36,14 +37,23 @@ def whole_document_hashes(plan: WorkloadPlan) -> tuple[str, str]:
     return tuple(hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest() for d in (content, prompts))
 
 
-@pytest.mark.parametrize("name,overrides", [
-    ("synthetic", {"num_requests": 6, "input_len": 40}),
-    ("synthetic", {"num_requests": 6, "input_len": 40,
-                   "stages": [{"duration_s": 2, "rate": 2}, {"duration_s": 2, "rate": 4}]}),
-    ("synthetic", {"num_requests": 0, "input_len": 40, "rate": 4.0, "duration_s": 0.01}),  # no session at all
-    ("chat", {"sessions": 3, "turns": 2}),
-    ("agentic", {}),
-])
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("synthetic", {"num_requests": 6, "input_len": 40}),
+        (
+            "synthetic",
+            {
+                "num_requests": 6,
+                "input_len": 40,
+                "stages": [{"duration_s": 2, "rate": 2}, {"duration_s": 2, "rate": 4}],
+            },
+        ),
+        ("synthetic", {"num_requests": 0, "input_len": 40, "rate": 4.0, "duration_s": 0.01}),  # no session at all
+        ("chat", {"sessions": 3, "turns": 2}),
+        ("agentic", {}),
+    ],
+)
 def test_streamed_hashes_are_the_whole_documents(parts, name, overrides):
     plan = build(parts, name, **overrides)
     body = plan.to_json()

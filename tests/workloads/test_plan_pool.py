@@ -1,5 +1,6 @@
 """A large plan's prompts fitted in chunks: the same prompts in one process or several, chunk 0 the
 stream a plan always drew, and no worker left behind by an error, Ctrl-C or a killed parent."""
+
 import multiprocessing
 import os
 import signal
@@ -50,7 +51,9 @@ def children_before() -> set[int]:
 def no_new_children_within(before: set[int], seconds: float) -> list[psutil.Process]:
     deadline = time.monotonic() + seconds
     while True:
-        left = [child for child in psutil.Process().children() if child.pid not in before]  # the workers are direct children
+        left = [
+            child for child in psutil.Process().children() if child.pid not in before
+        ]  # the workers are direct children
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
@@ -88,8 +91,9 @@ def test_workers_fit_only_a_few_chunks_ahead_of_a_slow_caller(parts, chunks_of_8
         return out
 
     monkeypatch.setattr(plan_pool, "_fit_chunk_of", counted)
-    fits = plan_pool.iter_fitted_texts(renderer, corpus, stream(2), [overhead + 10] * 80, user_only, overhead,
-                                       processes=2)  # 10 chunks
+    fits = plan_pool.iter_fitted_texts(
+        renderer, corpus, stream(2), [overhead + 10] * 80, user_only, overhead, processes=2
+    )  # 10 chunks
     next(fits)
     time.sleep(1.0)  # a chunk of 8 takes milliseconds: the workers had time to fit all ten
     assert fitted.value <= plan_pool.AHEAD * 2
@@ -103,21 +107,24 @@ def test_a_plan_of_one_chunk_is_unchanged(parts, chunks_of_8, monkeypatch):
     monkeypatch.setattr(plan_pool, "_fit_in_workers", lambda *args: calls.append(args))
     overhead = renderer.overhead(user_only)
     a, b = stream(1), stream(1)
-    assert fit_texts_in_chunks(renderer, corpus, a, [overhead + 20] * 8, user_only, overhead) == \
-        renderer.fit_texts(corpus, b, [overhead + 20] * 8, user_only, overhead=overhead)
+    assert fit_texts_in_chunks(renderer, corpus, a, [overhead + 20] * 8, user_only, overhead) == renderer.fit_texts(
+        corpus, b, [overhead + 20] * 8, user_only, overhead=overhead
+    )
     assert calls == [] and a.bit_generator.state == b.bit_generator.state
 
 
 def test_a_synthetic_plan_does_not_depend_on_the_cores(parts, chunks_of_8, monkeypatch):
     renderer, corpus = parts
-    cfg = SyntheticConfig(num_requests=20, input_len=48, output_len=4, input_len_dist="uniform",
-                          input_len_spread=0.25, warmup_requests=2)
+    cfg = SyntheticConfig(
+        num_requests=20, input_len=48, output_len=4, input_len_dist="uniform", input_len_spread=0.25, warmup_requests=2
+    )
     hashes = []
     for cores in (1, 2):
         monkeypatch.setattr(plan_pool, "usable_cores", lambda cores=cores: cores)
         plan = SyntheticWorkload(cfg).build(renderer, corpus, 5)
-        assert [len(s.turns[0].prompt_token_ids) for s in plan.sessions] == \
-            [len(renderer.render(user_only(s.turns[0].user))) for s in plan.sessions]
+        assert [len(s.turns[0].prompt_token_ids) for s in plan.sessions] == [
+            len(renderer.render(user_only(s.turns[0].user))) for s in plan.sessions
+        ]
         hashes.append(plan.hashes())
     assert hashes[0] == hashes[1]
 

@@ -1,5 +1,6 @@
 """Fitting corpus windows to exact prompt lengths: the batched search gives what the one-at-a-time
 search gives, so a plan (and its sha256) does not change with the speed of its builder."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """Time-shaped load: stages, ramps and timed runs (workloads/schedule.py), and their place in the plan."""
+
 from types import SimpleNamespace as NS
 
 import numpy as np
@@ -21,8 +22,9 @@ def _within(count: int, expected: float, z: float = 4.5) -> bool:
 
 
 def test_rate_stages_give_each_stage_its_planned_count():
-    schedule = load_schedule(NS(stages=[{"duration_s": 60, "rate": 1}, {"duration_s": 60, "rate": 2},
-                                        {"duration_s": 60, "rate": 4}]))
+    schedule = load_schedule(
+        NS(stages=[{"duration_s": 60, "rate": 1}, {"duration_s": 60, "rate": 2}, {"duration_s": 60, "rate": 4}])
+    )
     for seed in range(3):
         arrivals = schedule.arrivals(np.random.default_rng(seed), POISSON, 1.0)
         counts = _counts(arrivals, [0, 60, 120, 180])
@@ -44,7 +46,9 @@ def test_ramps_follow_their_intensity(shape):
         expected = float(np.mean(lam(grid)) * (b - a))
         assert _within(count, expected), (a, b, count, expected)
     assert _within(_counts(arrivals, [100, 120])[0], 16 * 20)
-    assert seg.integral() == pytest.approx(sum(np.mean(lam(np.linspace(a, b, 2001))) * 10 for a, b in zip(edges[:-1], edges[1:])), rel=1e-3)
+    assert seg.integral() == pytest.approx(
+        sum(np.mean(lam(np.linspace(a, b, 2001))) * 10 for a, b in zip(edges[:-1], edges[1:])), rel=1e-3
+    )
 
 
 def test_a_constant_process_through_a_ramp_is_the_inverse_of_the_cumulative_intensity():
@@ -64,21 +68,27 @@ def test_closed_loop_stages_and_ramps_step_the_cap():
     assert timed.cap_steps() == [(0.0, 3)] and timed.sessions_needed(4) >= 3 * 10
 
 
-@pytest.mark.parametrize("settings,match", [
-    (dict(stages=[{"duration_s": 1, "rate": 1, "concurrency": 2}]), r"workload.stages\[0\] needs a rate"),
-    (dict(stages=[{"duration_s": 1, "rate": 1}, {"duration_s": 1, "concurrency": 2}]), "mixes rate and concurrency"),
-    (dict(stages=[{"duration_s": -1, "rate": 1}]), r"workload.stages\[0\].duration_s must be > 0"),
-    (dict(stages=[{"duration_s": 1, "rate": 1}], duration_s=5), "drop workload.duration_s"),
-    (dict(stages=[{"duration_s": 1, "rate": 1}], rate=2.0), "drop workload.rate"),
-    (dict(stages=[{"duration_s": 1, "rte": 1}]), "unknown keys rte"),
-    (dict(stages=[]), "non-empty list"),
-    (dict(duration_s=-3), "workload.duration_s must be > 0"),
-    (dict(ramp={"from": 0, "to": 4, "duration_s": 10, "shape": "exponential"}), r"workload.ramp.from must be > 0"),
-    (dict(ramp={"from": 1, "to": 4, "duration_s": 10, "shape": "cubic"}), "linear or exponential"),
-    (dict(ramp={"from": 1, "to": 4, "duration_s": 10}, duration_s=5), "shorter than workload.ramp.duration_s"),
-    (dict(ramp={"from": 1.5, "to": 4, "duration_s": 10, "of": "concurrency"}), "whole number"),
-    (dict(ramp={"from": 1, "to": 2, "duration_s": 1}, stages=[{"duration_s": 1, "rate": 1}]), "not both"),
-])
+@pytest.mark.parametrize(
+    "settings,match",
+    [
+        (dict(stages=[{"duration_s": 1, "rate": 1, "concurrency": 2}]), r"workload.stages\[0\] needs a rate"),
+        (
+            dict(stages=[{"duration_s": 1, "rate": 1}, {"duration_s": 1, "concurrency": 2}]),
+            "mixes rate and concurrency",
+        ),
+        (dict(stages=[{"duration_s": -1, "rate": 1}]), r"workload.stages\[0\].duration_s must be > 0"),
+        (dict(stages=[{"duration_s": 1, "rate": 1}], duration_s=5), "drop workload.duration_s"),
+        (dict(stages=[{"duration_s": 1, "rate": 1}], rate=2.0), "drop workload.rate"),
+        (dict(stages=[{"duration_s": 1, "rte": 1}]), "unknown keys rte"),
+        (dict(stages=[]), "non-empty list"),
+        (dict(duration_s=-3), "workload.duration_s must be > 0"),
+        (dict(ramp={"from": 0, "to": 4, "duration_s": 10, "shape": "exponential"}), r"workload.ramp.from must be > 0"),
+        (dict(ramp={"from": 1, "to": 4, "duration_s": 10, "shape": "cubic"}), "linear or exponential"),
+        (dict(ramp={"from": 1, "to": 4, "duration_s": 10}, duration_s=5), "shorter than workload.ramp.duration_s"),
+        (dict(ramp={"from": 1.5, "to": 4, "duration_s": 10, "of": "concurrency"}), "whole number"),
+        (dict(ramp={"from": 1, "to": 2, "duration_s": 1}, stages=[{"duration_s": 1, "rate": 1}]), "not both"),
+    ],
+)
 def test_bad_schedules_are_one_config_error_naming_the_key(settings, match):
     cfg = WorkloadConfig(**settings)
     with pytest.raises(ConfigError, match=match):

@@ -1,5 +1,6 @@
 """A large plan's sessions on disk (workloads/session_file.py): the same sessions read back, in
 any order and in forked processes, and a plan kept there that is the plan kept in memory."""
+
 import math
 import multiprocessing
 import pickle
@@ -20,9 +21,19 @@ from workloads.session_file import SessionFile
 def sessions() -> list[SessionSpec]:
     made = []
     for i in range(7):
-        turns = [TurnSpec(f"prompt {i}.{t}", 4 + t, prompt_token_ids=list(range(i * 10 + t + 1))) for t in range(1 + i % 3)]
-        made.append(SessionSpec(i, turns, arrival_s=None if i == 3 else 7.0 - i, adapter="a" if i % 2 else None,
-                                job_id=i // 4 if i else None, parent=(0, 0) if i == 5 else None))
+        turns = [
+            TurnSpec(f"prompt {i}.{t}", 4 + t, prompt_token_ids=list(range(i * 10 + t + 1))) for t in range(1 + i % 3)
+        ]
+        made.append(
+            SessionSpec(
+                i,
+                turns,
+                arrival_s=None if i == 3 else 7.0 - i,
+                adapter="a" if i % 2 else None,
+                job_id=i // 4 if i else None,
+                parent=(0, 0) if i == 5 else None,
+            )
+        )
     return made
 
 
@@ -100,13 +111,17 @@ def build(parts, name: str = "synthetic", **overrides):
     return entry.cls(config).build(*parts, 3)
 
 
-@pytest.mark.parametrize("load", [
-    {"num_requests": 30},
-    {"num_requests": 30, "rate": 20.0},
-    {"stages": [{"duration_s": 1, "rate": 10}, {"duration_s": 1, "rate": 20}]},
-    {"num_requests": 30, "rate": 20.0, "lora": LoraSettings([{"name": "x", "path": "/a"}, {"name": "base"}])},
-    {"name": "chat", "sessions": 12, "rate": 5.0},
-], ids=["closed", "open", "stages", "lora", "chat"])
+@pytest.mark.parametrize(
+    "load",
+    [
+        {"num_requests": 30},
+        {"num_requests": 30, "rate": 20.0},
+        {"stages": [{"duration_s": 1, "rate": 10}, {"duration_s": 1, "rate": 20}]},
+        {"num_requests": 30, "rate": 20.0, "lora": LoraSettings([{"name": "x", "path": "/a"}, {"name": "base"}])},
+        {"name": "chat", "sessions": 12, "rate": 5.0},
+    ],
+    ids=["closed", "open", "stages", "lora", "chat"],
+)
 def test_a_plan_on_disk_is_the_plan_in_memory(parts, monkeypatch, load):
     in_memory = build(parts, **load)
     monkeypatch.setattr(base, "SPILL_AT", 5)
@@ -117,7 +132,11 @@ def test_a_plan_on_disk_is_the_plan_in_memory(parts, monkeypatch, load):
     assert on_disk.hashes() == in_memory.hashes()
     assert "".join(on_disk.json_chunks()) == "".join(in_memory.json_chunks())
     assert on_disk.num_requests == in_memory.num_requests and on_disk.last_arrival() == in_memory.last_arrival()
-    sizes = lambda sessions: [(len(t.prompt_token_ids), t.output_len)  # noqa: E731
-                              for s in sessions for t in s.turns if t.prompt_token_ids is not None]
+    sizes = lambda sessions: [
+        (len(t.prompt_token_ids), t.output_len)  # noqa: E731
+        for s in sessions
+        for t in s.turns
+        if t.prompt_token_ids is not None
+    ]
     largest = [max(sizes(in_memory.sessions), key=sum)] if sizes(in_memory.sessions) else []  # chat: none known
     assert list(on_disk.request_sizes()) == [*largest, *sizes(in_memory.warmup)]

@@ -1,4 +1,5 @@
 """Shared-prefix groups, and prompts built for a target theoretical prefix-cache hit rate."""
+
 import pytest
 
 from core.errors import ConfigError
@@ -25,8 +26,15 @@ def test_groups_share_their_system_prompt(parts):
 
 @pytest.mark.parametrize("target", [0.0, 0.5, 0.9])
 def test_target_cache_hit(parts, target):
-    plan = build(parts, "shared_prefix", num_groups=2, prompts_per_group=16, system_prompt_len=200, question_len=56,
-                 target_cache_hit=target)
+    plan = build(
+        parts,
+        "shared_prefix",
+        num_groups=2,
+        prompts_per_group=16,
+        system_prompt_len=200,
+        question_len=56,
+        target_cache_hit=target,
+    )
     info = plan.info
     lengths = {len(s.turns[0].prompt_token_ids) for s in plan.sessions}
     assert max(lengths) - min(lengths) < 12  # the prompt's length stays; only the split moves
@@ -53,9 +61,17 @@ def test_cli_run_on_llamacpp_shows_three_rates(tmp_path):
     from tests.workloads.data_helpers import run_e2e
 
     proc, _, summary, df = run_e2e(
-        tmp_path, "workload=shared_prefix", "workload.num_groups=1", "workload.prompts_per_group=3",
-        "workload.system_prompt_len=48", "workload.question_len=16", "workload.target_cache_hit=0.5",
-        "workload.output_len=2", "backend.batched=true", "backend.keep_session_cache=true")
+        tmp_path,
+        "workload=shared_prefix",
+        "workload.num_groups=1",
+        "workload.prompts_per_group=3",
+        "workload.system_prompt_len=48",
+        "workload.question_len=16",
+        "workload.target_cache_hit=0.5",
+        "workload.output_len=2",
+        "backend.batched=true",
+        "backend.keep_session_cache=true",
+    )
     wl = summary["workload"]
     assert wl["target_cache_hit"] == 0.5 and abs(wl["theoretical_cache_hit"] - 0.5) < 0.02
     assert summary["requests"]["completed"] == 3

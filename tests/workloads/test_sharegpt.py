@@ -1,10 +1,11 @@
 """ShareGPT: single and multi-turn plans from small files the tests write."""
+
 import json
 
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, conversation, write_json, write_jsonl, parts  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build, conversation, parts, write_json, write_jsonl  # noqa: F401 (a fixture)
 from workloads.datafiles import file_sha256
 from workloads.prompts import chat_messages
 
@@ -17,8 +18,10 @@ def text(n_words: int, salt: int = 0) -> str:
 
 @pytest.fixture()
 def records():
-    return [conversation(text(5 + i, i), text(10 + 3 * i, 100 + i), text(4, 200 + i), text(7, 300 + i), id=f"c{i}")
-            for i in range(8)]
+    return [
+        conversation(text(5 + i, i), text(10 + 3 * i, 100 + i), text(4, 200 + i), text(7, 300 + i), id=f"c{i}")
+        for i in range(8)
+    ]
 
 
 def test_single_turn_json_and_jsonl_give_the_same_requests(parts, records, tmp_path):
@@ -40,7 +43,9 @@ def test_single_turn_json_and_jsonl_give_the_same_requests(parts, records, tmp_p
 
 def test_seeded_sampling(parts, records, tmp_path):
     path = str(write_json(tmp_path / "a.json", records))
-    ids = lambda seed: [s.turns[0].prompt_id for s in build(parts, "sharegpt", seed=seed, path=path, num_requests=4).sessions]
+    ids = lambda seed: [
+        s.turns[0].prompt_id for s in build(parts, "sharegpt", seed=seed, path=path, num_requests=4).sessions
+    ]
     assert ids(1) == ids(1)
     assert ids(1) != ids(2) or ids(1) != ids(3)
     assert len(build(parts, "sharegpt", path=path, num_requests=None).sessions) == len(records)
@@ -50,8 +55,16 @@ def test_fixed_and_distributed_output_lengths(parts, records, tmp_path):
     path = str(write_json(tmp_path / "a.json", records))
     fixed = build(parts, "sharegpt", path=path, output_len_source="config", output_len=7)
     assert {s.turns[0].output_len for s in fixed.sessions} == {7}
-    spread = build(parts, "sharegpt", path=path, output_len_source="config", output_len=20,
-                   output_len_dist="uniform", output_len_spread=10, num_requests=8)
+    spread = build(
+        parts,
+        "sharegpt",
+        path=path,
+        output_len_source="config",
+        output_len=20,
+        output_len_dist="uniform",
+        output_len_spread=10,
+        num_requests=8,
+    )
     lens = [s.turns[0].output_len for s in spread.sessions]
     assert len(set(lens)) > 1 and all(10 <= n <= 30 for n in lens)
 
@@ -77,13 +90,22 @@ def test_multi_turn_with_engine_replies(parts, records, tmp_path):
 
 def test_multi_turn_with_dataset_replies(parts, records, tmp_path):
     renderer = parts[0]
-    plan = build(parts, "sharegpt", path=str(write_json(tmp_path / "a.json", records)), multi_turn=True,
-                 sessions=2, history="dataset")
+    plan = build(
+        parts,
+        "sharegpt",
+        path=str(write_json(tmp_path / "a.json", records)),
+        multi_turn=True,
+        sessions=2,
+        history="dataset",
+    )
     for s in plan.sessions:
         first, second = s.turns
         assert first.reply is not None
-        history = [{"role": "user", "content": first.user}, {"role": "assistant", "content": first.reply},
-                   {"role": "user", "content": second.user}]
+        history = [
+            {"role": "user", "content": first.user},
+            {"role": "assistant", "content": first.reply},
+            {"role": "user", "content": second.user},
+        ]
         assert second.prompt_token_ids == renderer.render(chat_messages(s.system, history))
 
 
@@ -103,7 +125,9 @@ def test_workload_json_is_compact_and_hashes_the_data(parts, records, tmp_path):
     # the same prompts from a file that differs elsewhere: another hash, so compare refuses them
     other = write_json(tmp_path / "b.json", records + [conversation("x", "y")])
     body2 = build(parts, "sharegpt", path=str(other), num_requests=4).to_json()
-    if [s["turns"][0]["prompt_id"] for s in body2["sessions"]] == [s["turns"][0]["prompt_id"] for s in body["sessions"]]:
+    if [s["turns"][0]["prompt_id"] for s in body2["sessions"]] == [
+        s["turns"][0]["prompt_id"] for s in body["sessions"]
+    ]:
         assert body2["sha256"] != body["sha256"]
     assert body2["prompts_sha256"] != body["prompts_sha256"] or body2["sha256"] != body["sha256"]
 
@@ -117,14 +141,19 @@ def test_hashes_differ_only_by_data_file(parts, records, tmp_path):
     assert ha["sessions"] == hb["sessions"] and ha["sha256"] != hb["sha256"]
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (None, "no such file"),
-    ("not json at all", "line 1 is not JSON"),
-    ('[{"text": "hi"}]', "no 'conversations' list"),
-    ("[]", "holds no records"),
-    ('[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "hi"}, {"from": "human", "value": " "}]}]',
-     "none of its 2 conversations has a user message with text; ShareGPT wants"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (None, "no such file"),
+        ("not json at all", "line 1 is not JSON"),
+        ('[{"text": "hi"}]', "no 'conversations' list"),
+        ("[]", "holds no records"),
+        (
+            '[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "hi"}, {"from": "human", "value": " "}]}]',
+            "none of its 2 conversations has a user message with text; ShareGPT wants",
+        ),
+    ],
+)
 def test_bad_files_get_one_line(parts, tmp_path, content, fragment):
     path = tmp_path / "data.json"
     if content is not None:
@@ -180,8 +209,15 @@ def test_cli_multi_turn_run_on_llamacpp(tmp_path, records):
 
     path = write_json(tmp_path / "sg.json", records)
     proc, run_dir, summary, df = run_e2e(
-        tmp_path, "workload=sharegpt", f"workload.path={path}", "workload.multi_turn=true", "workload.sessions=2",
-        "workload.output_len_source=config", "workload.output_len=4", "backend.keep_session_cache=true")
+        tmp_path,
+        "workload=sharegpt",
+        f"workload.path={path}",
+        "workload.multi_turn=true",
+        "workload.sessions=2",
+        "workload.output_len_source=config",
+        "workload.output_len=4",
+        "backend.keep_session_cache=true",
+    )
     assert summary["requests"] == {"sent": 4, "completed": 4, "failed": 0}
     assert summary["workload"]["data"]["sha256"] == file_sha256(path)
     by_turn = df.groupby("turn")["prompt_tokens"].mean()
@@ -194,7 +230,12 @@ def test_cli_multi_turn_run_on_llamacpp(tmp_path, records):
 def test_cli_missing_file_is_one_line(tmp_path):
     from conftest import run_harness_cli
 
-    proc = run_harness_cli("workload=sharegpt", f"workload.path={tmp_path}/none.json", "model=tiny-random",
-                           f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli(
+        "workload=sharegpt",
+        f"workload.path={tmp_path}/none.json",
+        "model=tiny-random",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+    )
     lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and "no such file" in lines[0], proc.stderr

@@ -1,4 +1,5 @@
 """Synthetic prompts: exact lengths after the chat template, seeded, readable."""
+
 import numpy as np
 import pytest
 
@@ -69,8 +70,11 @@ def test_open_loop_arrivals(parts):
 def test_a_request_longer_than_the_context_is_refused_before_fitting(parts, monkeypatch):
     renderer, _ = parts
     monkeypatch.setattr(renderer, "max_context", 256)
-    with pytest.raises(ConfigError, match=r"a request of 250 prompt \+ 32 output tokens needs more than the model's "
-                                          r"context of 256 tokens"):
+    with pytest.raises(
+        ConfigError,
+        match=r"a request of 250 prompt \+ 32 output tokens needs more than the model's "
+        r"context of 256 tokens",
+    ):
         build(parts, num_requests=2, input_len=250, output_len=32)
     build(parts, num_requests=2, input_len=200, output_len=56, warmup_requests=0)  # exactly the context: fine
 

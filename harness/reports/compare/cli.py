@@ -30,13 +30,15 @@ as GitHub markdown to FILE (``-``: stdout), for a job summary or a pull-request 
 Runs are labelled short (``2 vllm c=8``: index, backend, the settings that differ; see
 :func:`assign_labels`); every output also lists what each label stands for in full.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Optional, TextIO
 
 from core.errors import HarnessError
 from harness.gate.bootstrap import stat_function
@@ -61,22 +63,47 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("runs", nargs="+", help="run folders, globs (quoted), or folders of runs (a sweep)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: results/compare-<date>-<time>)")
-    parser.add_argument("--baseline", default=None,
-                        help="the run(s) the others are compared with: a folder, a quoted glob or a folder of runs "
-                             "(default: the runs of the first run's configuration)")
-    parser.add_argument("--noise-dir", type=Path, default=Path("results/noise"),
-                        help="noise floors measured by python -m harness.ab --aa (default: results/noise)")
-    parser.add_argument("--metric", default="ttft_s", choices=sorted(GATE_METRICS), help="metric for the regression gate (default: ttft_s)")
-    parser.add_argument("--stat", default="median", help="statistic of per-request values: median (default), mean or pNN, e.g. p90")
-    parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                        help="exit 1 when --metric regressed: worse beyond noise and by more than PCT%% "
-                             "(or 3 x the noise floor); one run against one decides only with a noise floor")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="the run(s) the others are compared with: a folder, a quoted glob or a folder of runs "
+        "(default: the runs of the first run's configuration)",
+    )
+    parser.add_argument(
+        "--noise-dir",
+        type=Path,
+        default=Path("results/noise"),
+        help="noise floors measured by python -m harness.ab --aa (default: results/noise)",
+    )
+    parser.add_argument(
+        "--metric",
+        default="ttft_s",
+        choices=sorted(GATE_METRICS),
+        help="metric for the regression gate (default: ttft_s)",
+    )
+    parser.add_argument(
+        "--stat", default="median", help="statistic of per-request values: median (default), mean or pNN, e.g. p90"
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when --metric regressed: worse beyond noise and by more than PCT%% "
+        "(or 3 x the noise floor); one run against one decides only with a noise floor",
+    )
     parser.add_argument("--strict", action="store_true", help="refuse (exit 2) when the runs are not comparable")
-    parser.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples (default: 2000)")
+    parser.add_argument(
+        "--resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples (default: 2000)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0)")
-    parser.add_argument("--markdown", default=None, metavar="FILE",
-                        help="also write the comparison as markdown, appended to FILE (e.g. $GITHUB_STEP_SUMMARY); "
-                             "'-': to stdout, the console output then goes to stderr")
+    parser.add_argument(
+        "--markdown",
+        default=None,
+        metavar="FILE",
+        help="also write the comparison as markdown, appended to FILE (e.g. $GITHUB_STEP_SUMMARY); "
+        "'-': to stdout, the console output then goes to stderr",
+    )
     return parser.parse_args(argv)
 
 
@@ -114,9 +141,18 @@ def run_compare(args: argparse.Namespace) -> int:
     if len(paths) < 2:
         raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
     out_dir = args.out or fresh_folder(Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    result = compare_runs(paths, out_dir, metric=args.metric, stat=args.stat, resamples=args.resamples,
-                          seed=args.seed, fail_pct=args.fail_on_regression, strict=args.strict,
-                          baseline_count=baseline_count, noise_dir=args.noise_dir)
+    result = compare_runs(
+        paths,
+        out_dir,
+        metric=args.metric,
+        stat=args.stat,
+        resamples=args.resamples,
+        seed=args.seed,
+        fail_pct=args.fail_on_regression,
+        strict=args.strict,
+        baseline_count=baseline_count,
+        noise_dir=args.noise_dir,
+    )
     console = sys.stderr if args.markdown == "-" else sys.stdout
     print_comparison(result, console)
     if args.markdown:
@@ -141,9 +177,14 @@ def print_comparison(result: Comparison, console: TextIO) -> None:
     for problem in comp.problems:
         print("\n".join(wrap(f"WARNING: runs are not comparable: {problem}")), file=sys.stderr)
     lines = [line for note in comp.notes for line in wrap(f"note: {note}")]
-    lines += [format_runs_list(result.runs), "", format_runs_table(result.table), "",
-              f"against the baseline ({result.sides[0].label}): {result.stat} of per-request values, 95% CI from the runs",
-              format_differences(result.diffs)]
+    lines += [
+        format_runs_list(result.runs),
+        "",
+        format_runs_table(result.table),
+        "",
+        f"against the baseline ({result.sides[0].label}): {result.stat} of per-request values, 95% CI from the runs",
+        format_differences(result.diffs),
+    ]
     if result.agreements:
         lines += ["", *format_agreement(result.agreements)]
     lines += [line for r in result.regression_lines for line in wrap(r)]

@@ -1,10 +1,12 @@
 """One comparison: the runs loaded, whether they compare, each run's differences from the
 baseline, the regression gate's verdict and the token agreement."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -53,10 +55,20 @@ class Comparison:
         return (self.fail_pct, self.regression_lines) if self.fail_pct is not None else None
 
 
-def make_comparison(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s", stat: str = "median",
-                    resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, fail_pct: Optional[float] = None,
-                    strict: bool = False, baseline_count: Optional[int] = None,
-                    noise_dir: Optional[Path] = None, decisions: Sequence[Decision] = ()) -> Comparison:
+def make_comparison(
+    paths: Sequence[Path],
+    out_dir: Path,
+    *,
+    metric: str = "ttft_s",
+    stat: str = "median",
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    seed: int = 0,
+    fail_pct: Optional[float] = None,
+    strict: bool = False,
+    baseline_count: Optional[int] = None,
+    noise_dir: Optional[Path] = None,
+    decisions: Sequence[Decision] = (),
+) -> Comparison:
     """Load the runs and compare them: the baseline is the first ``baseline_count`` runs (None: the
     runs of the first run's configuration), the other runs are grouped by configuration; ``strict``: refuse
     incomparable runs (CompareError). Nothing is written: :mod:`harness.reports.compare.outputs`
@@ -71,5 +83,18 @@ def make_comparison(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft
     floor = noise.load(noise_dir, *config_key(baseline.data)) if noise_dir else None
     diffs = differences(all_sides, list(dict.fromkeys([metric, *DIFF_METRICS])), stat, resamples, seed, floor)
     regression_lines = regressions(diffs, metric, fail_pct, floor) if fail_pct is not None else []
-    return Comparison(runs, comp, runs_table(runs), diffs, regression_lines, out_dir, metric, stat, fail_pct,
-                      token_agreement(runs), all_sides, floor, list(decisions))
+    return Comparison(
+        runs,
+        comp,
+        runs_table(runs),
+        diffs,
+        regression_lines,
+        out_dir,
+        metric,
+        stat,
+        fail_pct,
+        token_agreement(runs),
+        all_sides,
+        floor,
+        list(decisions),
+    )

@@ -5,11 +5,13 @@ and the regression gate over those differences (:mod:`harness.gate.verdicts`).
 A side is one run, or the runs of one configuration (the repeats of a sweep point share its
 ``config_sha256``); its value is the geometric mean of its runs' statistics.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -54,10 +56,16 @@ def sides(runs: Sequence[Run], baseline_count: Optional[int] = None) -> list[Sid
 def tainted_notes(runs: Sequence[Run], all_sides: Sequence[Side]) -> list[str]:
     """What the comparison did with each tainted run: left out, or kept as its side's only run."""
     kept = {id(r) for side in all_sides for r in side.runs}
-    return [f"run {r.label} is tainted ({'; '.join(r.summary.taint)}): "
-            + ("kept, as the only run of its side: its differences are suspect" if id(r) in kept
-               else "left out of the differences")
-            for r in runs if r.summary.taint]
+    return [
+        f"run {r.label} is tainted ({'; '.join(r.summary.taint)}): "
+        + (
+            "kept, as the only run of its side: its differences are suspect"
+            if id(r) in kept
+            else "left out of the differences"
+        )
+        for r in runs
+        if r.summary.taint
+    ]
 
 
 def _untainted(side: Side) -> Side:
@@ -80,9 +88,14 @@ def _grouped(runs: Sequence[Run], baseline_count: Optional[int]) -> list[Side]:
     return [Side(base), *(Side(g) for g in groups.values())]
 
 
-def differences(all_sides: Sequence[Side], keys: Sequence[str], stat: str,
-                resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
-                floor: Optional[NoiseFloor] = None) -> list[dict[str, Any]]:
+def differences(
+    all_sides: Sequence[Side],
+    keys: Sequence[str],
+    stat: str,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    seed: int = 0,
+    floor: Optional[NoiseFloor] = None,
+) -> list[dict[str, Any]]:
     """Every other side against the baseline side (the first), per metric: change, 95 % CI, verdict."""
     base, rows = all_sides[0], []
     fn = stat_function(stat)
@@ -92,18 +105,38 @@ def differences(all_sides: Sequence[Side], keys: Sequence[str], stat: str,
     return rows
 
 
-def _difference(base: Side, side: Side, metric: str, stat: str, fn, resamples: int, seed: int,
-                floor: Optional[NoiseFloor]) -> dict[str, Any]:
+def _difference(
+    base: Side, side: Side, metric: str, stat: str, fn, resamples: int, seed: int, floor: Optional[NoiseFloor]
+) -> dict[str, Any]:
     m = metrics.REQUEST_METRICS[metric]
     figure = parse_figure(f"{metric}.{stat}")
     a = [_positive(r.data.values(metric)) for r in base.runs]
     b = [_positive(r.data.values(metric)) for r in side.runs]
-    row = {"run": side.label, "baseline": base.label, "metric": metric, "label": m.label, "stat": stat, "unit": m.unit,
-           "runs": len(side.runs), "baseline_runs": len(base.runs), "method": None,
-           "baseline_value": _side_value(a, fn, m.scale), "value": _side_value(b, fn, m.scale),
-           "diff": None, "ci_low": None, "ci_high": None, "change_pct": None, "ci_low_pct": None, "ci_high_pct": None,
-           "verdict": stats.NOT_ENOUGH_DATA, "n_baseline": sum(x.size for x in a), "n": sum(x.size for x in b),
-           "lower_is_better": m.lower_is_better, "_interval": None, "_figure": figure}
+    row = {
+        "run": side.label,
+        "baseline": base.label,
+        "metric": metric,
+        "label": m.label,
+        "stat": stat,
+        "unit": m.unit,
+        "runs": len(side.runs),
+        "baseline_runs": len(base.runs),
+        "method": None,
+        "baseline_value": _side_value(a, fn, m.scale),
+        "value": _side_value(b, fn, m.scale),
+        "diff": None,
+        "ci_low": None,
+        "ci_high": None,
+        "change_pct": None,
+        "ci_low_pct": None,
+        "ci_high_pct": None,
+        "verdict": stats.NOT_ENOUGH_DATA,
+        "n_baseline": sum(x.size for x in a),
+        "n": sum(x.size for x in b),
+        "lower_is_better": m.lower_is_better,
+        "_interval": None,
+        "_figure": figure,
+    }
     if min(x.size for x in a + b) < stats.MIN_SAMPLES:
         return row
     interval = intervals.two_level_bootstrap(a, b, fn, resamples=resamples, seed=seed)
@@ -115,14 +148,24 @@ def _difference(base: Side, side: Side, metric: str, stat: str, fn, resamples: i
     share, base_share = valid_share(side), valid_share(base)
     if verdict == stats.FASTER and share is not None and share < (base_share if base_share is not None else 1.0):
         verdict = stats.invalid_verdict(share)
-    row.update({
-        "method": interval.method, "change_pct": (interval.ratio - 1) * 100,
-        "ci_low_pct": (interval.low - 1) * 100, "ci_high_pct": (interval.high - 1) * 100,
-        "verdict": verdict, "_interval": interval,
-    })
+    row.update(
+        {
+            "method": interval.method,
+            "change_pct": (interval.ratio - 1) * 100,
+            "ci_low_pct": (interval.low - 1) * 100,
+            "ci_high_pct": (interval.high - 1) * 100,
+            "verdict": verdict,
+            "_interval": interval,
+        }
+    )
     if base_value is not None and row["value"] is not None:
-        row.update({"diff": row["value"] - base_value, "ci_low": base_value * (interval.low - 1),
-                    "ci_high": base_value * (interval.high - 1)})
+        row.update(
+            {
+                "diff": row["value"] - base_value,
+                "ci_low": base_value * (interval.low - 1),
+                "ci_high": base_value * (interval.high - 1),
+            }
+        )
     return row
 
 
@@ -158,15 +201,22 @@ def format_differences(rows: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
     for group in by_metric(rows):
         first = group[0]
-        lines.append(f"{first['label']} {first['stat']} ({first['unit']}): baseline {fmt(first['baseline_value'], 2)}"
-                     f" ({first['baseline_runs']} run{'s' if first['baseline_runs'] > 1 else ''})")
-        cells = [[r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), str(r["runs"]), r["verdict"]]
-                 for r in group]
-        lines += text_table([["run"], ["this run"], ["change"], ["95% CI"], ["runs"], ["verdict"]], cells,
-                            align="lrrrrl", indent="  ")
+        lines.append(
+            f"{first['label']} {first['stat']} ({first['unit']}): baseline {fmt(first['baseline_value'], 2)}"
+            f" ({first['baseline_runs']} run{'s' if first['baseline_runs'] > 1 else ''})"
+        )
+        cells = [
+            [r["run"], fmt(r["value"], 2), pct_text(r["change_pct"]), ci_text(r), str(r["runs"]), r["verdict"]]
+            for r in group
+        ]
+        lines += text_table(
+            [["run"], ["this run"], ["change"], ["95% CI"], ["runs"], ["verdict"]], cells, align="lrrrrl", indent="  "
+        )
     if any(r["method"] == intervals.WITHIN_RUN for r in rows):
-        lines += wrap("within-run only: one run against one run; the interval lacks the noise between runs, so it "
-                      "claims no difference (repeat the runs, or measure the noise floor with python -m harness.ab --aa)")
+        lines += wrap(
+            "within-run only: one run against one run; the interval lacks the noise between runs, so it "
+            "claims no difference (repeat the runs, or measure the noise floor with python -m harness.ab --aa)"
+        )
     return "\n".join(lines)
 
 
@@ -186,15 +236,17 @@ def ci_text(r: dict[str, Any]) -> str:
     return f"[{pct_text(r['ci_low_pct'])}, {pct_text(r['ci_high_pct'])}]" if r["ci_low_pct"] is not None else "-"
 
 
-def gate_results(rows: Sequence[dict[str, Any]], metric: str, pct: float,
-                 floor: Optional[NoiseFloor] = None, fdr: float = 0.05) -> list[tuple[dict[str, Any], Optional[verdicts.Decision]]]:
+def gate_results(
+    rows: Sequence[dict[str, Any]], metric: str, pct: float, floor: Optional[NoiseFloor] = None, fdr: float = 0.05
+) -> list[tuple[dict[str, Any], Optional[verdicts.Decision]]]:
     """Each side's decision on the gate's ``metric`` (:func:`decide_rows`)."""
     gated = [r for r in rows if r["metric"] == metric]
     return list(zip(gated, decide_rows([(r, floor) for r in gated], pct, fdr)))
 
 
-def decide_rows(rows: Sequence[tuple[dict[str, Any], Optional[NoiseFloor]]], pct: float,
-                fdr: float = 0.05) -> list[Optional[verdicts.Decision]]:
+def decide_rows(
+    rows: Sequence[tuple[dict[str, Any], Optional[NoiseFloor]]], pct: float, fdr: float = 0.05
+) -> list[Optional[verdicts.Decision]]:
     """Each difference row's verdict: regression, pass or inconclusive, with the margin ``pct`` %
     raised to 3 × the row's noise floor when one is known (None: not enough data). With several
     rows (sides, or a sweep's points), "worse beyond noise" is decided by Benjamini–Hochberg over
@@ -219,16 +271,18 @@ def _p_worse(row: dict[str, Any]) -> Optional[float]:
     return interval.p_greater if row["lower_is_better"] else 1 - interval.p_greater
 
 
-def regressions(rows: Sequence[dict[str, Any]], metric: str, pct: float, floor: Optional[NoiseFloor] = None) -> list[str]:
+def regressions(
+    rows: Sequence[dict[str, Any]], metric: str, pct: float, floor: Optional[NoiseFloor] = None
+) -> list[str]:
     """Lines for the sides whose ``metric`` regressed (:func:`harness.gate.verdicts.decide`)."""
     return [
         f"REGRESSION: {r['run']}: {r['label']} {r['stat']} {fmt(r['value'], 2)} {r['unit']} vs "
         f"{fmt(r['baseline_value'], 2)} (baseline {r['baseline']}): {pct_text(r['change_pct'])}, "
         f"95% CI {ci_text(r)}, worse than the {d.margin * 100:.1f}% margin ({d.margin_source}) beyond noise"
-        for r, d in gate_results(rows, metric, pct, floor) if d is not None and d.verdict == verdicts.REGRESSION
+        for r, d in gate_results(rows, metric, pct, floor)
+        if d is not None and d.verdict == verdicts.REGRESSION
     ]
 
 
 def gate_passed_text(metric: str, stat: str, pct: float) -> str:
     return f"no run is shown worse than the baseline by more than {pct:g}% in {metrics.get(metric).label} {stat}"
-

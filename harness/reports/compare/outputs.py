@@ -1,9 +1,11 @@
 """The files of a comparison, in its folder: compare.csv, differences.csv, agreement.csv (when
 the runs recorded their output ids) and compare.html."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import pandas as pd
 
@@ -30,15 +32,35 @@ def write_outputs(result: Comparison) -> Path:
     return out_dir / "compare.html"
 
 
-def compare_runs(paths: Sequence[Path], out_dir: Path, *, metric: str = "ttft_s", stat: str = "median",
-                 resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0, fail_pct: Optional[float] = None,
-                 strict: bool = False, baseline_count: Optional[int] = None, noise_dir: Optional[Path] = None,
-                 decisions: Sequence[Decision] = ()) -> Comparison:
+def compare_runs(
+    paths: Sequence[Path],
+    out_dir: Path,
+    *,
+    metric: str = "ttft_s",
+    stat: str = "median",
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    seed: int = 0,
+    fail_pct: Optional[float] = None,
+    strict: bool = False,
+    baseline_count: Optional[int] = None,
+    noise_dir: Optional[Path] = None,
+    decisions: Sequence[Decision] = (),
+) -> Comparison:
     """Compare the runs (the first is the baseline) and write the files into ``out_dir``;
     ``strict``: refuse incomparable runs (CompareError) before writing anything."""
-    result = make_comparison(paths, out_dir, metric=metric, stat=stat, resamples=resamples, seed=seed,
-                             fail_pct=fail_pct, strict=strict, baseline_count=baseline_count, noise_dir=noise_dir,
-                             decisions=decisions)
+    result = make_comparison(
+        paths,
+        out_dir,
+        metric=metric,
+        stat=stat,
+        resamples=resamples,
+        seed=seed,
+        fail_pct=fail_pct,
+        strict=strict,
+        baseline_count=baseline_count,
+        noise_dir=noise_dir,
+        decisions=decisions,
+    )
     write_outputs(result)
     return result
 

@@ -2,9 +2,11 @@
 a run over several, the LoRA adapters of a run's traffic and the agent jobs of workload=agentic
 (each part's figures from its summary.json, columns from the metric registry); the page and the
 markdown render the same rows."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from harness.reports.compare.runs import Run
 from harness.reports.html import fmt
@@ -21,10 +23,13 @@ def stages_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
             load = st.get(kind)
             load_text = f"{load['from']:g} → {load['to']:g}" if isinstance(load, dict) else f"{load:g}"
             req = st.get("requests") or {}
-            row: dict[str, Any] = {"run": run.label, "stage": st.get("index"),
-                                   "s": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
-                                   "load": f"{load_text} {'req/s' if kind == 'rate' else 'in flight'}",
-                                   "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}"}
+            row: dict[str, Any] = {
+                "run": run.label,
+                "stage": st.get("index"),
+                "s": f"{st.get('start_s', 0):g}–{st.get('end_s', 0):g}",
+                "load": f"{load_text} {'req/s' if kind == 'rate' else 'in flight'}",
+                "ok / sent": f"{req.get('completed', 0)} / {req.get('sent', 0)}",
+            }
             rows.append({**row, **part_cells(st, ("p50", "p99"), compare_only=True)})
     return uniform_rows(rows)
 
@@ -34,9 +39,13 @@ def endpoints_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for run in runs:
         for index, ep in (run.summary.endpoints or {}).items():
-            row: dict[str, Any] = {"run": run.label, "endpoint": index, "url": ep.get("url") or "–",
-                                   "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
-                                   "cached %": fmt(ep.get("cached_share"), 1, 100)}
+            row: dict[str, Any] = {
+                "run": run.label,
+                "endpoint": index,
+                "url": ep.get("url") or "–",
+                "ok / sent": f"{ep.get('completed', 0)} / {ep.get('requests', 0)}",
+                "cached %": fmt(ep.get("cached_share"), 1, 100),
+            }
             rows.append({**row, **part_cells(ep, ("p50", "p90"), compare_only=True)})
     return uniform_rows(rows)
 
@@ -46,8 +55,12 @@ def adapters_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for run in runs:
         for name, ad in (run.summary.adapters or {}).items():
-            row: dict[str, Any] = {"run": run.label, "adapter": name, "share %": fmt(ad.get("share"), 0, 100),
-                                   "ok / sent": f"{ad.get('completed', 0)} / {ad.get('requests', 0)}"}
+            row: dict[str, Any] = {
+                "run": run.label,
+                "adapter": name,
+                "share %": fmt(ad.get("share"), 0, 100),
+                "ok / sent": f"{ad.get('completed', 0)} / {ad.get('requests', 0)}",
+            }
             rows.append({**row, **part_cells(ad, ("p50", "p90"), compare_only=True)})
     return uniform_rows(rows)
 

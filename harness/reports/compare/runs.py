@@ -1,13 +1,15 @@
 """The runs of a comparison: found from paths, globs and sweep folders, loaded, labelled short,
 checked for comparability, and tabled (compare.csv and the console's table)."""
+
 from __future__ import annotations
 
 import glob
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 import pandas as pd
@@ -75,8 +77,10 @@ def expand_runs(args: Sequence[str]) -> list[Path]:
             elif any(ch in arg for ch in "*?[") and path.is_file():
                 continue
             elif (path / REQUESTS_JSONL).is_file() or (path / CONFIG).is_file():
-                raise CompareError(f"{path} has no summary.json: its run did not end (killed, or still going); "
-                                   f"python -m harness.report {path} shows what it measured, compare takes runs that ended")
+                raise CompareError(
+                    f"{path} has no summary.json: its run did not end (killed, or still going); "
+                    f"python -m harness.report {path} shows what it measured, compare takes runs that ended"
+                )
             else:
                 raise CompareError(f"not a run folder (no summary.json): {path}")
     seen, unique = set(), []
@@ -123,7 +127,8 @@ def describe(run: Run) -> dict[str, str]:
     wl = s.workload
     info = b.get("info") or {}
     out = {
-        "backend": str(b.get("name")), "mode": str(b.get("mode")),
+        "backend": str(b.get("name")),
+        "mode": str(b.get("mode")),
         "engine": engine_text(s),
         **{k: f"{k}={v}" for k, v in info.items() if not isinstance(v, (dict, list))},
         "model": str(s.model.get("name")),
@@ -140,8 +145,16 @@ def describe(run: Run) -> dict[str, str]:
 LABEL_MAX = 28  # characters of a run's label: the console table's first column, plot legends and axes
 PART_MAX = 12  # characters of one setting in a label
 RUN_KEYS = ("model", "workload", "concurrency", "rate", "repeat")  # settings of the run, not of its backend
-SHORT_KEYS = {"concurrency": "c", "rate": "r", "max_batch_size": "bs", "tensor_parallel_size": "tp",
-              "threads": "thr", "n_threads": "thr", "quantize_bits": "q", "enforce_eager": "eager"}
+SHORT_KEYS = {
+    "concurrency": "c",
+    "rate": "r",
+    "max_batch_size": "bs",
+    "tensor_parallel_size": "tp",
+    "threads": "thr",
+    "n_threads": "thr",
+    "quantize_bits": "q",
+    "enforce_eager": "eager",
+}
 
 
 def short_key(key: str) -> str:
@@ -159,7 +172,7 @@ def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters at a separator (space - _ /, not the dot of a number), with an ellipsis."""
     if len(text) <= limit:
         return text
-    head = text[:limit - 1]
+    head = text[: limit - 1]
     cut = max(head.rfind(ch) for ch in " -_/")
     return (head[:cut] if cut > 0 else head).rstrip() + "…"
 
@@ -184,14 +197,16 @@ def short_settings(run: Run) -> dict[str, str]:
     wl = s.workload
     info = b.get("info") or {}
     out = {"rate": f"r={wl.get('rate')}/s"} if wl.get("open_loop") else {}  # open loop: the concurrency only bounds it
-    out.update({
-        "concurrency": f"c={wl.get('concurrency')}",
-        "model": clip(str(s.model.get("name")), PART_MAX),
-        "workload": clip(str(wl.get("name")), PART_MAX),
-        "mode": str(b.get("mode")),
-        "engine": f"v{b['engine_version']}" if b.get("engine_version") else str(b.get("engine")),
-        **{k: short_setting(k, v) for k, v in info.items() if not isinstance(v, (dict, list)) and v is not None},
-    })
+    out.update(
+        {
+            "concurrency": f"c={wl.get('concurrency')}",
+            "model": clip(str(s.model.get("name")), PART_MAX),
+            "workload": clip(str(wl.get("name")), PART_MAX),
+            "mode": str(b.get("mode")),
+            "engine": f"v{b['engine_version']}" if b.get("engine_version") else str(b.get("engine")),
+            **{k: short_setting(k, v) for k, v in info.items() if not isinstance(v, (dict, list)) and v is not None},
+        }
+    )
     if s.repeat:  # last: the index tells repeats apart anyway
         out["repeat"] = f"#{s.repeat.get('index')}"
     return out
@@ -226,8 +241,10 @@ def label_parts(runs: Sequence[Run], leave_out: Sequence[str] = ()) -> list[list
     those do not tell apart get their folder name too."""
     backends = [str(r.summary.backend.get("name")) for r in runs]
     settings = [{k: v for k, v in short_settings(r).items() if k not in leave_out} for r in runs]
-    parts = [[clip(b, PART_MAX), *(s[k] for k in label_keys(backends, settings, i))]
-             for i, (b, s) in enumerate(zip(backends, settings))]
+    parts = [
+        [clip(b, PART_MAX), *(s[k] for k in label_keys(backends, settings, i))]
+        for i, (b, s) in enumerate(zip(backends, settings))
+    ]
     texts = [" ".join(p) for p in parts]
     for run, part, text in zip(runs, parts, texts):
         if texts.count(text) > 1:
@@ -324,10 +341,15 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
         wl = s.workload
         row = {
             "run": run.label,
-            "backend": backend_text(s), "engine": engine_text(s), "model": model_text(s),
-            "workload": wl.get("name"), "concurrency": wl.get("concurrency"),
+            "backend": backend_text(s),
+            "engine": engine_text(s),
+            "model": model_text(s),
+            "workload": wl.get("name"),
+            "concurrency": wl.get("concurrency"),
             "rate": wl.get("rate") if wl.get("open_loop") else None,
-            "status": s.status, "ok": s.requests.get("completed"), "failed": s.requests.get("failed"),
+            "status": s.status,
+            "ok": s.requests.get("completed"),
+            "failed": s.requests.get("failed"),
         }
         for metric, stat in table_figures():
             row[column(metric, stat)] = shown(s, metric, stat)
@@ -335,7 +357,9 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
         rows.append(row)
     table = pd.DataFrame(rows)
     # a figure with a source (GPU) that no run has is left out, not shown as empty
-    absent = [column(k, None) for k, m in metrics.RUN_METRICS.items() if m.source and table[column(k, None)].isna().all()]
+    absent = [
+        column(k, None) for k, m in metrics.RUN_METRICS.items() if m.source and table[column(k, None)].isna().all()
+    ]
     return table.drop(columns=absent)
 
 
@@ -357,8 +381,10 @@ def console_figures() -> list[list[tuple[str, Optional[str]]]]:
 
 def present_figures(table: pd.DataFrame) -> list[list[tuple[str, Optional[str]]]]:
     """:func:`console_figures` less those no run has (queue wait where no engine reports it)."""
-    return [[f for f in group if column(*f) in table.columns and table[column(*f)].notna().any()]
-            for group in console_figures()]
+    return [
+        [f for f in group if column(*f) in table.columns and table[column(*f)].notna().any()]
+        for group in console_figures()
+    ]
 
 
 def figure_label(metric: str, stat: Optional[str]) -> str:
@@ -378,8 +404,14 @@ def count_text(value: Any) -> str:
 
 def figure_rows(table: pd.DataFrame, figures: Sequence[tuple[str, Optional[str]]], counts: bool) -> list[list[str]]:
     """One row of cells per run: its label, ok and failed requests when ``counts``, then the figures."""
-    return [[row["run"], *([count_text(row["ok"]), count_text(row["failed"])] if counts else []),
-             *(figure_text(row, m, st) for m, st in figures)] for row in table.to_dict("records")]
+    return [
+        [
+            row["run"],
+            *([count_text(row["ok"]), count_text(row["failed"])] if counts else []),
+            *(figure_text(row, m, st) for m, st in figures),
+        ]
+        for row in table.to_dict("records")
+    ]
 
 
 def format_runs_table(table: pd.DataFrame) -> str:
@@ -395,9 +427,15 @@ def format_runs_table(table: pd.DataFrame) -> str:
 def run_description(run: Run) -> dict[str, str]:
     """What a run was, in full: the label's long form."""
     s = run.summary
-    return {"backend": backend_text(s), "engine": engine_text(s), "model": model_text(s),
-            "workload": str(s.workload.get("name")), "load": load_text(s), "status": str(s.status),
-            "folder": str(run.path)}
+    return {
+        "backend": backend_text(s),
+        "engine": engine_text(s),
+        "model": model_text(s),
+        "workload": str(s.workload.get("name")),
+        "load": load_text(s),
+        "status": str(s.status),
+        "folder": str(run.path),
+    }
 
 
 def format_runs_list(runs: Sequence[Run]) -> str:
@@ -413,4 +451,3 @@ def format_runs_list(runs: Sequence[Run]) -> str:
 # --- token agreement (computed in harness/reports/agreement.py) ------------------------------------
 
 # --- the page -----------------------------------------------------------------------------
-

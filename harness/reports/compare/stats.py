@@ -10,6 +10,7 @@ noise floor of the configuration on this machine is known (``harness.ab --aa``),
   (latencies: lower is better; rates: higher);
 - no significant difference: the interval contains 1.
 """
+
 from __future__ import annotations
 
 from harness.gate.intervals import Interval
@@ -26,6 +27,7 @@ NOT_FASTER = "not faster"
 
 def invalid_verdict(valid_share: float) -> str:
     return f"{NOT_FASTER}: only {valid_share * 100:.0f} % of its replies were valid"
+
 
 MIN_SAMPLES = 3  # fewer values in any run of either side: no interval
 DEFAULT_RESAMPLES = 2000

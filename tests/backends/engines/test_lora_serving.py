@@ -1,22 +1,30 @@
 """LoRA traffic on a real engine here (transformers with peft), end to end, and the refusals."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
 
 import pytest
-
 from conftest import make_config
-from core.errors import ConfigError
 from engine_helpers import ask, collect, make_backend, request
+
+from core.errors import ConfigError
 from harness.results.store import load_requests
 from harness.run.adapter_store import store_adapter
 from harness.run.point import run_benchmark
 
-ADAPTERS = ('workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: a1, path: "store:adapter-1"}, '
-            '{name: base}]')
-RUN = ("model=tiny-random", "workload=synthetic", "workload.num_requests=6", "workload.input_len=40",
-       "workload.output_len=6", "workload.warmup_requests=3")
+ADAPTERS = (
+    'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: a1, path: "store:adapter-1"}, {name: base}]'
+)
+RUN = (
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.num_requests=6",
+    "workload.input_len=40",
+    "workload.output_len=6",
+    "workload.warmup_requests=3",
+)
 
 
 def test_transformers_serves_two_adapters_and_the_base_model(tiny_model, real_tokenizer):
@@ -44,16 +52,27 @@ def test_a_run_records_and_sums_up_each_adapter(tmp_path):
 
 
 def test_the_reference_server_serves_adapters_by_name(tmp_path):
-    outcome = run_benchmark(make_config(*RUN, ADAPTERS, "backend=reference", "backend.ttft_ms=1", "backend.itl_ms=1",
-                                        "backend.count_prompt_tokens=false"),
-                            tmp_path)
+    outcome = run_benchmark(
+        make_config(
+            *RUN,
+            ADAPTERS,
+            "backend=reference",
+            "backend.ttft_ms=1",
+            "backend.itl_ms=1",
+            "backend.count_prompt_tokens=false",
+        ),
+        tmp_path,
+    )
     assert outcome.summary.requests["failed"] == 0 and set(outcome.summary.adapters) == {"a0", "a1", "base"}
 
 
-@pytest.mark.parametrize("overrides,words", [
-    (("backend.batching=continuous",), "backend.batching=continuous mixes requests of different LoRA adapters"),
-    (("backend=mlx",), "backend mlx .* does not serve LoRA adapters"),
-])
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        (("backend.batching=continuous",), "backend.batching=continuous mixes requests of different LoRA adapters"),
+        (("backend=mlx",), "backend mlx .* does not serve LoRA adapters"),
+    ],
+)
 def test_engines_without_lora_refuse_before_any_request(tmp_path, overrides, words):
     with pytest.raises(ConfigError, match=words):
         run_benchmark(make_config(*RUN, ADAPTERS, *overrides), tmp_path)

@@ -2,15 +2,16 @@
 model at ~2 tokens/s). What every backend must do (lengths, EOS, batched = serial,
 cancellation, prompt count, stamps) is tests/test_conformance.py, on the real model; this file
 keeps what is specific to this engine."""
+
 import asyncio
 
 import pytest
-
-from core.errors import ModelError
-from core.model import ModelFiles
 from conftest import run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
+
+from core.errors import ModelError
+from core.model import ModelFiles
 
 
 def make_backend(model, *args, **overrides):
@@ -76,14 +77,21 @@ def test_gguf_is_refused_in_one_line(tmp_path):
         make_backend(ModelFiles(name="m", source=str(gguf), gguf_file=gguf), load=False)
 
 
-
 def test_synthetic_run_end_to_end(tmp_path):
     from conftest import make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    cfg = make_config("backend=mlx", "model=tiny-random", "workload=synthetic", "workload.num_requests=4",
-                      "workload.concurrency=4", "workload.input_len=48", "workload.output_len=6")
+    cfg = make_config(
+        "backend=mlx",
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=4",
+        "workload.concurrency=4",
+        "workload.input_len=48",
+        "workload.output_len=6",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 6).all() and run_warnings(outcome.summary.warnings) == []
@@ -102,11 +110,20 @@ def test_cli_refuses_a_gguf_in_one_line(tmp_path, real_model):
 
 def test_server_mode_end_to_end(tmp_path):
     from conftest import make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    cfg = make_config("backend=mlx", "backend.mode=server", "model=tiny-random", "workload=synthetic",
-                      "workload.num_requests=3", "workload.concurrency=3", "workload.input_len=48", "workload.output_len=6")
+    cfg = make_config(
+        "backend=mlx",
+        "backend.mode=server",
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=3",
+        "workload.concurrency=3",
+        "workload.input_len=48",
+        "workload.output_len=6",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 6).all() and df.error.isna().all()

@@ -1,42 +1,69 @@
 """Real engines decode under a reply constraint on the real SmolLM2 model: llama.cpp in-process
 (a GBNF grammar from the JSON schema), llama.cpp's llama-server (response_format over HTTP) and
 vLLM in-process (its structured outputs); engines without constrained decoding refuse in one line."""
+
 import json
 
 import pytest
+from engine_helpers import collect, loaded_backend, make_backend, require_llama_server
 
 from backends.engines.llamacpp import LlamaCppConfig
 from backends.factory import create_backend
 from core.errors import ConfigError
 from core.structured import check_reply, normalize_tools
 from core.types import GenerationRequest, SamplingParams
-from engine_helpers import collect, loaded_backend, make_backend, require_llama_server
 from workloads.base import WorkloadPlan
 from workloads.prompts import PromptRenderer
 
-SCHEMA = {"type": "object",
-          "properties": {"name": {"type": "string", "maxLength": 20},
-                         "colour": {"type": "string", "enum": ["red", "green", "blue"]},
-                         "legs": {"type": "integer", "minimum": 0, "maximum": 8}},
-          "required": ["name", "colour", "legs"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "colour": {"type": "string", "enum": ["red", "green", "blue"]},
+        "legs": {"type": "integer", "minimum": 0, "maximum": 8},
+    },
+    "required": ["name", "colour", "legs"],
+    "additionalProperties": False,
+}
 FORMAT = {"type": "json_schema", "schema": SCHEMA}
-TOOLS = normalize_tools([{"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
-                                          "required": ["city"], "additionalProperties": False}}}])
+TOOLS = normalize_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "maxLength": 20}},
+                    "required": ["city"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+)
 PROMPT = "Describe an animal as a JSON object with its name, colour and number of legs."
 
 
 def constrained(i: int, renderer: PromptRenderer, **kw) -> GenerationRequest:
     messages = [{"role": "user", "content": PROMPT}]
-    return GenerationRequest(request_id=i, prompt_token_ids=renderer.render(messages), max_new_tokens=60,
-                             exact_output_len=False, sampling=SamplingParams(), messages=messages, **kw)
+    return GenerationRequest(
+        request_id=i,
+        prompt_token_ids=renderer.render(messages),
+        max_new_tokens=60,
+        exact_output_len=False,
+        sampling=SamplingParams(),
+        messages=messages,
+        **kw,
+    )
 
 
 def check(done, chunks, renderer: PromptRenderer, request: GenerationRequest):
     ids = [t for c in chunks for t in c.token_ids]
     text = done.text if done.text is not None else renderer.decode(ids)
-    return check_reply(text, done.tool_calls, request.response_format, request.tools, request.tool_choice,
-                       done.finish_reason), text
+    return check_reply(
+        text, done.tool_calls, request.response_format, request.tools, request.tool_choice, done.finish_reason
+    ), text
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +87,15 @@ def test_llamacpp_inprocess_replies_valid_json_and_tool_calls(real_model, render
 
 
 def test_llamacpp_refuses_a_regex_and_transformers_any_constraint_in_one_line(real_model):
-    plan = WorkloadPlan("x", [], [], exact_output_len=False, concurrency=None, open_loop=False,
-                        structured={"response_format": {"type": "regex", "pattern": "a+"}, "tools": None,
-                                    "tool_choice_share": 0.0})
+    plan = WorkloadPlan(
+        "x",
+        [],
+        [],
+        exact_output_len=False,
+        concurrency=None,
+        open_loop=False,
+        structured={"response_format": {"type": "regex", "pattern": "a+"}, "tools": None, "tool_choice_share": 0.0},
+    )
     with pytest.raises(ConfigError, match="takes no regular expression"):
         make_backend("llamacpp", real_model, load=False).check_workload(plan)
     with pytest.raises(ConfigError, match="backend=transformers in-process has no constrained decoding"):
@@ -86,9 +119,11 @@ def test_llama_server_replies_valid_json_over_http(real_model, renderer, tmp_pat
 def test_vllm_inprocess_replies_valid_json_and_regex(vllm_inprocess, renderer):
     backend = vllm_inprocess.backend
     run = vllm_inprocess.run
-    for request in (constrained(0, renderer, response_format=FORMAT),
-                    constrained(1, renderer, response_format={"type": "regex", "pattern": "(yes|no), [a-z]{3,10}"}),
-                    constrained(2, renderer, tools=TOOLS, tool_choice="required")):
+    for request in (
+        constrained(0, renderer, response_format=FORMAT),
+        constrained(1, renderer, response_format={"type": "regex", "pattern": "(yes|no), [a-z]{3,10}"}),
+        constrained(2, renderer, tools=TOOLS, tool_choice="required"),
+    ):
         chunks, done = run(collect(backend, request))
         result, text = check(done, chunks, renderer, request)
         assert result.valid, (result, text)

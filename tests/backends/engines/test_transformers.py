@@ -1,15 +1,16 @@
 """The transformers backend for real: tiny-random for speed, the real SmolLM2 where it matters.
 What every backend must do (lengths, EOS, batched = serial, cancellation, prompt count, stamps)
 is tests/test_conformance.py; this file keeps what is specific to this engine."""
+
 import asyncio
 
 import pytest
+from engine_helpers import ask, collect, request
+from engine_helpers import make_backend as _make
 
 from backends import SamplingParams
 from backends.engines.transformers import TransformersConfig
 from core.errors import ConfigError
-from engine_helpers import ask, collect, request
-from engine_helpers import make_backend as _make
 
 
 def make_backend(model, *args, **overrides):
@@ -34,12 +35,13 @@ def tiny_static(tiny_model):
     backend.close()
 
 
-
 def test_serial_requests_wait_and_ttft_includes_the_wait(tiny_serial):
     ids = prompt(tiny_serial, "Tell me a story about a fox.")
 
     async def both():
-        return await asyncio.gather(collect(tiny_serial, request(0, ids, 24)), collect(tiny_serial, request(1, ids, 24)))
+        return await asyncio.gather(
+            collect(tiny_serial, request(0, ids, 24)), collect(tiny_serial, request(1, ids, 24))
+        )
 
     (a_chunks, a_done), (b_chunks, b_done) = asyncio.run(both())
     # one at a time: the second starts after the first has finished
@@ -48,17 +50,20 @@ def test_serial_requests_wait_and_ttft_includes_the_wait(tiny_serial):
 
 
 def test_static_batching_serves_requests_together(tiny_static):
-    tok_prompts = [prompt(tiny_static, t) for t in ("Hi.", "A longer question about the sea and ships?", "Why?", "Tell me more.")]
+    tok_prompts = [
+        prompt(tiny_static, t) for t in ("Hi.", "A longer question about the sea and ships?", "Why?", "Tell me more.")
+    ]
 
     async def all_four():
-        return await asyncio.gather(*(collect(tiny_static, request(i, p, 6 + 3 * i)) for i, p in enumerate(tok_prompts)))
+        return await asyncio.gather(
+            *(collect(tiny_static, request(i, p, 6 + 3 * i)) for i, p in enumerate(tok_prompts))
+        )
 
     results = asyncio.run(all_four())
     for i, (chunks, done) in enumerate(results):
         assert len(chunks) == 6 + 3 * i  # each row stops at its own length
         assert done.engine_stats["batch_size"] == 4
     assert len({done.scheduled_t for _, done in results}) == 1
-
 
 
 def test_sampling_is_seeded(tiny_serial):

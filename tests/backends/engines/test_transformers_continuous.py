@@ -1,18 +1,19 @@
 """backend=transformers backend.batching=continuous: transformers' own continuous batching,
 on the real SmolLM2 in fp32 on CPU (short outputs: a decode step takes long on a shared CPU)."""
+
 import asyncio
 import json
 import sys
 import time
 
 import pytest
+from conftest import run_warnings
+from engine_helpers import ask, collect, request
+from engine_helpers import make_backend as _make
 
 from backends import SamplingParams, TokenChunk
 from backends.engines.transformers import TransformersConfig
 from core.errors import ConfigError
-from conftest import run_warnings
-from engine_helpers import ask, collect, request
-from engine_helpers import make_backend as _make
 
 pytestmark = pytest.mark.real_model
 
@@ -23,8 +24,14 @@ def make_backend(model, **overrides):
 
 @pytest.fixture(scope="module")
 def cb(real_model):
-    backend = make_backend(real_model, batching="continuous", max_batch_size=4,
-                           cb_cache_tokens=2048, cb_max_batch_tokens=512, cb_page_size=64)
+    backend = make_backend(
+        real_model,
+        batching="continuous",
+        max_batch_size=4,
+        cb_cache_tokens=2048,
+        cb_max_batch_tokens=512,
+        cb_page_size=64,
+    )
     yield backend
     backend.close()
 
@@ -147,8 +154,12 @@ def test_one_decoding_setting_at_a_time(cb, tok):
 
 
 def test_config_errors():
-    bad = [dict(batching="dynamic"), dict(batching="continuous", attn_implementation="flex_attention"),
-           dict(batching="continuous", cb_cache_tokens=0), dict(batching="continuous", cb_page_size=0)]
+    bad = [
+        dict(batching="dynamic"),
+        dict(batching="continuous", attn_implementation="flex_attention"),
+        dict(batching="continuous", cb_cache_tokens=0),
+        dict(batching="continuous", cb_page_size=0),
+    ]
     for fields in bad:
         with pytest.raises(ConfigError):
             TransformersConfig(**fields).validate()
@@ -164,27 +175,41 @@ def test_server_mode_runs_transformers_serve_with_continuous_batching(tmp_path):
     """backend.mode=server: a real `transformers serve --continuous-batching`, with the cache
     settings, start to stop (its plain server is run by the conformance suite)."""
     import psutil
+    from conftest import make_config
 
     from backends.server.presets import transformers_serve_available
-    from conftest import make_config
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    assert transformers_serve_available(sys.executable) is None, \
+    assert transformers_serve_available(sys.executable) is None, (
         "pip install -e '.[test]' installs transformers[serving]"
+    )
 
-    cfg = make_config("backend=transformers", "backend.mode=server", "backend.batching=continuous",
-                      "backend.cb_cache_tokens=1024", "backend.cb_page_size=64", "backend.startup_timeout_s=300",
-                      "model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=6",
-                      "workload.num_requests=4", "workload.concurrency=2", "progress=false")
+    cfg = make_config(
+        "backend=transformers",
+        "backend.mode=server",
+        "backend.batching=continuous",
+        "backend.cb_cache_tokens=1024",
+        "backend.cb_page_size=64",
+        "backend.startup_timeout_s=300",
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.input_len=48",
+        "workload.output_len=6",
+        "workload.num_requests=4",
+        "workload.concurrency=2",
+        "progress=false",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert df.error.isna().all() and (df.output_tokens == 6).all() and (df.prompt_tokens == 48).all()
     assert df.engine_stats.map(lambda s: json.loads(s)["output_tokens_source"]).eq("usage").all()
     assert run_warnings(outcome.summary.warnings) == []  # exact lengths through the logit bias on eos ids
     assert outcome.summary.backend["engine"] == "transformers"
-    assert not psutil.pid_exists(outcome.summary.backend["info"]["server"]["pid"]) or \
-        psutil.Process(outcome.summary.backend["info"]["server"]["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert (
+        not psutil.pid_exists(outcome.summary.backend["info"]["server"]["pid"])
+        or psutil.Process(outcome.summary.backend["info"]["server"]["pid"]).status() == psutil.STATUS_ZOMBIE
+    )
     log = (tmp_path / "server.log").read_text()
     assert "transformers.cli.transformers serve" in log and "POST /v1/chat/completions" in log
     assert "--continuous-batching --cb-block-size 64 --cb-num-blocks 16 --cb-max-batch-tokens 1024" in log

@@ -6,14 +6,15 @@ vLLM loads in 25-40 s here: the checks specific to it run on the two engine sess
 conformance cases use too (``vllm_inprocess``, ``vllm_server`` in tests/conftest.py), sweep
 points included.
 """
+
 import json
 
 import pytest
-
-from backends.registry import backend_registry
-from backends.engines.vllm import VLLMConfig
-from core.errors import ConfigError
 from engine_helpers import ask
+
+from backends.engines.vllm import VLLMConfig
+from backends.registry import backend_registry
+from core.errors import ConfigError
 
 
 def test_max_model_len_too_small(real_model, real_tokenizer):
@@ -31,11 +32,20 @@ def test_chat_run_end_to_end(vllm_inprocess, tmp_path):
     harness's clock, its prefix cache per turn, its memory. (Its shared memory at close: the
     fixture's teardown.)"""
     from conftest import VLLM, make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_point
 
-    cfg = make_config(*VLLM, "workload=chat", "workload.sessions=3", "workload.turns=3", "workload.output_len=8",
-                      "workload.concurrency=3", "workload.system_prompt_len=64", "report=false")
+    cfg = make_config(
+        *VLLM,
+        "workload=chat",
+        "workload.sessions=3",
+        "workload.turns=3",
+        "workload.output_len=8",
+        "workload.concurrency=3",
+        "workload.system_prompt_len=64",
+        "report=false",
+    )
     outcome = run_point(vllm_inprocess, cfg, tmp_path)
     df = load_requests(tmp_path)
     assert len(df) == 9 and df.error.isna().all()
@@ -61,15 +71,24 @@ def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_
     """Two load points on one server, as a sweep runs them: its prefix cache emptied before each
     (POST /reset_prefix_cache), vLLM's own /metrics scraped around each."""
     from conftest import VLLM, make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_point
 
     pid = vllm_server.engine_process()
     for concurrency in (1, 4):
         assert vllm_server.reset_prefix_cache() is True
-        cfg = make_config(*VLLM, "backend.mode=server", "backend.startup_timeout_s=300", "workload=synthetic",
-                          "workload.num_requests=4", f"workload.concurrency={concurrency}", "workload.input_len=64",
-                          "workload.output_len=8", "report=false")
+        cfg = make_config(
+            *VLLM,
+            "backend.mode=server",
+            "backend.startup_timeout_s=300",
+            "workload=synthetic",
+            "workload.num_requests=4",
+            f"workload.concurrency={concurrency}",
+            "workload.input_len=64",
+            "workload.output_len=8",
+            "report=false",
+        )
         run_dir = tmp_path / f"c{concurrency}"
         outcome = run_point(vllm_server, cfg, run_dir)
         df = load_requests(run_dir)
@@ -79,7 +98,7 @@ def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_
         assert "vllm:time_to_first_token_seconds" in (run_dir / "metrics_after.txt").read_text()
     assert vllm_server.engine_process() == pid
     log = vllm_server.backend.server.log_path.read_text()
-    assert log.count("starting vllm server") == 1 and log.count("POST /reset_prefix_cache HTTP/1.1\" 200") >= 2
+    assert log.count("starting vllm server") == 1 and log.count('POST /reset_prefix_cache HTTP/1.1" 200') >= 2
 
 
 def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_path):
@@ -90,6 +109,7 @@ def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_
     import json
 
     from conftest import VLLM, make_config
+
     from harness.results.store import load_summary
     from harness.run.sweep import SESSIONS, run_sweep_point
 
@@ -99,8 +119,16 @@ def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_
     try:
         for index, (reset, concurrency) in enumerate(points):
             overrides = [f"sweep.reset_prefix_cache={reset}", f"workload.concurrency={concurrency}"]
-            cfg = make_config(*VLLM, "workload=synthetic", "workload.num_requests=4", "workload.input_len=300",
-                              "workload.output_len=4", "report=false", "sweep.compare_html=false", *overrides)
+            cfg = make_config(
+                *VLLM,
+                "workload=synthetic",
+                "workload.num_requests=4",
+                "workload.input_len=300",
+                "workload.output_len=4",
+                "report=false",
+                "sweep.compare_html=false",
+                *overrides,
+            )
             entry = run_sweep_point(cfg, tmp_path / str(index), tmp_path, index, overrides)
             assert entry["status"] == "complete", entry
         assert SESSIONS.session is vllm_inprocess  # kept across the points
@@ -121,12 +149,20 @@ def test_ngram_speculation_reports_each_request_acceptance(tmp_path):
     back in engine_stats under the keys the server's metrics.speculative_decoding fills. (An
     engine of its own: the shared ones do not speculate.)"""
     from conftest import VLLM, make_config
+
     from harness.results.store import load_requests
     from harness.run.point import run_benchmark
 
-    cfg = make_config(*VLLM, "backend.speculative_config={method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}",
-                      "workload=synthetic", "workload.num_requests=4", "workload.input_len=64", "workload.output_len=48",
-                      "workload.concurrency=2", "report=false")
+    cfg = make_config(
+        *VLLM,
+        "backend.speculative_config={method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 3}",
+        "workload=synthetic",
+        "workload.num_requests=4",
+        "workload.input_len=64",
+        "workload.output_len=48",
+        "workload.concurrency=2",
+        "report=false",
+    )
     run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert df.error.isna().all() and (df.output_tokens == 48).all()  # speculation keeps exact lengths

@@ -1,19 +1,20 @@
 """The OpenAI-compatible client and backend=openai, against the reference server."""
+
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from backends.http.client import HTTPStatusError, OpenAIClient
-from backends.engines.openai import OpenAIConfig
-from backends.http.probe import check_server
 from conftest import make_config, run_harness_cli
+from reference_fixtures import chat_request, collect, reference_server, run
+
+from backends.engines.openai import OpenAIConfig
+from backends.http.client import HTTPStatusError, OpenAIClient
+from backends.http.probe import check_server
 from core.errors import ConfigError, HarnessError
-from refserver.dialects import word
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
-from reference_fixtures import chat_request, collect, reference_server, run
+from refserver.dialects import word
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,9 @@ def test_reply_text_and_token_ids_are_the_servers(tmp_path, tokenizer):
 
 def test_no_usage_counts_by_re_tokenizing(tmp_path, tokenizer):
     """llama_cpp.server sends no usage: the streamed text is re-tokenized."""
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "llamacpp",
-                          "--tokens", "7", health_path="/v1/models") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--dialect", "llamacpp", "--tokens", "7", health_path="/v1/models"
+    ) as srv:
         chunks, done = run(collect(client_for(srv, tokenizer).stream(chat_request(0, 20, exact=False))))
     assert done.engine_stats["output_tokens"] == 7 and done.engine_stats["output_tokens_source"] == "retokenized"
     assert "prompt_tokens" not in done.engine_stats  # the harness's own count is used
@@ -76,7 +78,9 @@ def test_no_usage_counts_by_re_tokenizing(tmp_path, tokenizer):
 
 
 def test_multi_token_chunks_count_every_token(tmp_path, tokenizer):
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--chunk-tokens", "4", "--dialect", "sglang") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--chunk-tokens", "4", "--dialect", "sglang"
+    ) as srv:
         chunks, done = run(collect(client_for(srv, tokenizer).stream(chat_request(0, 10), {"ignore_eos": True})))
     assert done.chunk_tokens == [4, 4, 2] and done.engine_stats["chunk_tokens_source"] == "retokenized"
     assert done.engine_stats["output_tokens"] == 10 and done.engine_stats["streamed_tokens"] == 10
@@ -105,7 +109,9 @@ def test_http_errors_timeouts_and_drops_raise_in_the_stream(tmp_path, tokenizer)
     with reference_server(tmp_path, "--error-rate", "1") as srv:
         with pytest.raises(HTTPStatusError, match="HTTP 500: reference server: injected error"):
             run(collect(client_for(srv, tokenizer).stream(chat_request(0, 3))))
-    with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "1", "--error-kind", "drop") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "1", "--error-kind", "drop"
+    ) as srv:
         with pytest.raises(Exception) as info:
             run(collect(client_for(srv, tokenizer).stream(chat_request(0, 10), {"ignore_eos": True})))
         assert not isinstance(info.value, (AssertionError, TypeError))
@@ -143,21 +149,29 @@ def test_config_validation(monkeypatch):
         OpenAIConfig(url="http://127.0.0.1:1/v1", endpoint="embeddings").validate()
     with pytest.raises(ConfigError, match="backend.extra_body must be a JSON object"):
         OpenAIConfig(url="http://127.0.0.1:1/v1", extra_body="[1]").validate()
-    cfg = make_config("backend=openai", "backend.url=http://127.0.0.1:1/v1", """backend.extra_body='{"top_k": 5}'""",
-                      "backend.ignore_eos=true").backend
-    from backends.engines.openai import OpenAIBackend
+    cfg = make_config(
+        "backend=openai",
+        "backend.url=http://127.0.0.1:1/v1",
+        """backend.extra_body='{"top_k": 5}'""",
+        "backend.ignore_eos=true",
+    ).backend
     from reference_fixtures import chat_request as req
+
+    from backends.engines.openai import OpenAIBackend
 
     assert OpenAIBackend(cfg, None).extra_body(req(0, 4)) == {"top_k": 5, "ignore_eos": True, "min_tokens": 4}
 
 
-@pytest.mark.parametrize("url,named", [
-    ("http://user:pw@127.0.0.1:1/v1", "user:password"),
-    ("http://127.0.0.1:1/v1?api_key=sk-1", "api_key"),
-    ("http://127.0.0.1:1/v1?x=1&access_token=t", "access_token"),
-    ("https://h.example/v1?X-Amz-Signature=abc", "X-Amz-Signature"),
-    ("https://h.example/v1?client_secret=abc", "client_secret"),
-])
+@pytest.mark.parametrize(
+    "url,named",
+    [
+        ("http://user:pw@127.0.0.1:1/v1", "user:password"),
+        ("http://127.0.0.1:1/v1?api_key=sk-1", "api_key"),
+        ("http://127.0.0.1:1/v1?x=1&access_token=t", "access_token"),
+        ("https://h.example/v1?X-Amz-Signature=abc", "X-Amz-Signature"),
+        ("https://h.example/v1?client_secret=abc", "client_secret"),
+    ],
+)
 def test_a_credential_in_a_url_is_refused_in_one_line(url, named):
     with pytest.raises(ConfigError, match=f"backend.url must not carry credentials \\({named}\\)"):
         OpenAIConfig(url=url).validate()
@@ -186,7 +200,9 @@ def test_an_error_body_is_read_only_up_to_its_bound(tmp_path, tokenizer, monkeyp
         return data
 
     monkeypatch.setattr(Response, "read_bounded", counting)
-    with reference_server(tmp_path, "--error-rate", "1", "--error-kind", "huge-error-body", "--fault-size-mib", "64") as srv:
+    with reference_server(
+        tmp_path, "--error-rate", "1", "--error-kind", "huge-error-body", "--fault-size-mib", "64"
+    ) as srv:
         with pytest.raises(HTTPStatusError, match="HTTP 500: x{300}$"):
             run(collect(client_for(srv, tokenizer).stream(chat_request(0, 4))))
     assert reads == [openai_module.MAX_ERROR_BODY_BYTES]
@@ -206,12 +222,20 @@ def test_cli_wrong_key_unreachable_url_and_missing_url_are_one_line(tmp_path):
     env = {"OPENAI_TEST_KEY": "right-key", "WRONG_KEY": "wrong-key"}
     with reference_server(tmp_path, "--api-key-env", "OPENAI_TEST_KEY", env=env) as srv:
         url = srv.url_root + "/v1"
-        proc = run_harness_cli("backend=openai", f"backend.url={url}", "backend.api_key_env=WRONG_KEY", *FAST,
-                               f"output_root={tmp_path / 'out'}", cwd=tmp_path, env=env)
+        proc = run_harness_cli(
+            "backend=openai",
+            f"backend.url={url}",
+            "backend.api_key_env=WRONG_KEY",
+            *FAST,
+            f"output_root={tmp_path / 'out'}",
+            cwd=tmp_path,
+            env=env,
+        )
         assert one_error_line(proc) == f"error: {url} refused the API key (HTTP 401): check the key in $WRONG_KEY"
         assert "wrong-key" not in proc.stderr + proc.stdout
-    proc = run_harness_cli("backend=openai", "backend.url=http://127.0.0.1:9/v1", *FAST,
-                           f"output_root={tmp_path / 'out'}", cwd=tmp_path)
+    proc = run_harness_cli(
+        "backend=openai", "backend.url=http://127.0.0.1:9/v1", *FAST, f"output_root={tmp_path / 'out'}", cwd=tmp_path
+    )
     assert one_error_line(proc).startswith("error: cannot reach http://127.0.0.1:9/v1 (")
     for run_dir in (tmp_path / "out").iterdir():  # a run that failed to connect says why
         assert load_summary(run_dir)["status"] == "failed"
@@ -223,11 +247,21 @@ def test_cli_wrong_key_unreachable_url_and_missing_url_are_one_line(tmp_path):
 def test_openai_run_with_a_key_never_writes_the_key(tmp_path):
     secret = "sk-SECRET-7f3a9c2e41d8"
     env = {"OPENAI_TEST_KEY": secret}
-    with reference_server(tmp_path / "srv", "--api-key-env", "OPENAI_TEST_KEY", "--ttft-ms", "2", "--itl-ms", "1",
-                          "--metrics", env=env) as srv:
-        proc = run_harness_cli("backend=openai", f"backend.url={srv.url_root}/v1", "backend.api_key_env=OPENAI_TEST_KEY",
-                               "backend.metrics_url=/metrics", "backend.ignore_eos=true", *FAST, "workload.num_requests=4",
-                               f"output_root={tmp_path / 'out'}", cwd=tmp_path, env=env)
+    with reference_server(
+        tmp_path / "srv", "--api-key-env", "OPENAI_TEST_KEY", "--ttft-ms", "2", "--itl-ms", "1", "--metrics", env=env
+    ) as srv:
+        proc = run_harness_cli(
+            "backend=openai",
+            f"backend.url={srv.url_root}/v1",
+            "backend.api_key_env=OPENAI_TEST_KEY",
+            "backend.metrics_url=/metrics",
+            "backend.ignore_eos=true",
+            *FAST,
+            "workload.num_requests=4",
+            f"output_root={tmp_path / 'out'}",
+            cwd=tmp_path,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr
     run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
     files = [p for p in run_dir.rglob("*") if p.is_file()]
@@ -243,9 +277,18 @@ def test_openai_run_with_a_key_never_writes_the_key(tmp_path):
 
 
 def test_errors_are_recorded_per_request_and_the_run_goes_on(tmp_path):
-    with reference_server(tmp_path / "srv", "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "0.4", "--seed", "3") as srv:
-        cfg = make_config("backend=openai", f"backend.url={srv.url_root}/v1", "backend.ignore_eos=true", *FAST,
-                          "workload.num_requests=20", "workload.concurrency=4", "workload.warmup_requests=0")
+    with reference_server(
+        tmp_path / "srv", "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "0.4", "--seed", "3"
+    ) as srv:
+        cfg = make_config(
+            "backend=openai",
+            f"backend.url={srv.url_root}/v1",
+            "backend.ignore_eos=true",
+            *FAST,
+            "workload.num_requests=20",
+            "workload.concurrency=4",
+            "workload.warmup_requests=0",
+        )
         outcome = run_benchmark(cfg, tmp_path / "run")
     df = load_requests(tmp_path / "run")
     failed = df[df.error.notna()]
@@ -261,7 +304,9 @@ def test_a_silent_server_fails_the_request_at_the_idle_timeout(tmp_path, tokeniz
     with reference_server(tmp_path, "--ttft-ms", "3000", "--itl-ms", "1") as srv:
         t = time.perf_counter()
         with pytest.raises(TimeoutError, match="no byte for backend.idle_timeout_s=1 s"):
-            run(collect(client_for(srv, tokenizer, idle_timeout_s=1.0).stream(chat_request(0, 4), {"ignore_eos": True})))
+            run(
+                collect(client_for(srv, tokenizer, idle_timeout_s=1.0).stream(chat_request(0, 4), {"ignore_eos": True}))
+            )
         assert time.perf_counter() - t < 2.9
 
 
@@ -270,9 +315,11 @@ def test_an_event_over_the_size_limit_fails_the_request(tmp_path, tokenizer):
 
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1") as srv:
         with pytest.raises(SSETooLarge, match="over 100 characters"):
-            run(collect(client_for(srv, tokenizer, max_event_chars=100).stream(chat_request(0, 4), {"ignore_eos": True})))
-
-
+            run(
+                collect(
+                    client_for(srv, tokenizer, max_event_chars=100).stream(chat_request(0, 4), {"ignore_eos": True})
+                )
+            )
 
 
 def test_the_servers_own_token_ids_are_kept_less_the_final_eos(tokenizer):
@@ -286,8 +333,10 @@ def test_the_servers_own_token_ids_are_kept_less_the_final_eos(tokenizer):
     eos = tokenizer.eos_token_id
     state = _StreamState()
     for content, ids, reason in ((" the", [260], None), (" of", [282], None), ("", [eos], "stop")):
-        state.take([json.dumps({"choices": [{"delta": {"content": content}, "token_ids": ids,
-                                             "finish_reason": reason}]})], chat=True)
+        state.take(
+            [json.dumps({"choices": [{"delta": {"content": content}, "token_ids": ids, "finish_reason": reason}]})],
+            chat=True,
+        )
     done = state.request_done(client, 8)
     assert done.token_ids == [260, 282] and done.engine_stats["output_token_ids_source"] == "server"
     # without the server's ids and without usage: the text re-tokenized at once (the count needs it)
@@ -298,8 +347,13 @@ def test_the_servers_own_token_ids_are_kept_less_the_final_eos(tokenizer):
     assert done.token_ids == client.encode(" the of") and done.token_ids_text is None
     # with usage: the ids are left to count after the run, from the text
     counted = _StreamState()
-    counted.take([json.dumps({"choices": [{"delta": {"content": " the of"}, "finish_reason": "length"}]}),
-                  json.dumps({"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": 3}})], chat=True)
+    counted.take(
+        [
+            json.dumps({"choices": [{"delta": {"content": " the of"}, "finish_reason": "length"}]}),
+            json.dumps({"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": 3}}),
+        ],
+        chat=True,
+    )
     done = counted.request_done(client, 8)
     assert done.token_ids is None and done.token_ids_text == " the of"
     assert done.engine_stats["output_tokens"] == 2

@@ -1,12 +1,13 @@
 """The server's own per-request figures, reasoning and HTTP phases, parsed from the stream
 (backends/http/engine_timings.py, backends/http/client.py), against the reference server's dialects."""
+
 import asyncio
 
 import pytest
+from reference_fixtures import chat_request, collect, reference_server, run
 
 from backends.http.client import OpenAIClient
 from backends.http.engine_timings import LLAMA_SERVER_SOURCE, VLLM_SOURCE, EngineTimings
-from reference_fixtures import chat_request, collect, reference_server, run
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +23,24 @@ def client_for(server, tokenizer):
 
 def test_vllm_metrics_become_the_in_process_keys():
     timings = EngineTimings()
-    timings.take({"choices": [], "metrics": {"queue_time_ms": 5.0, "time_to_first_token_ms": 20.0,
-                                             "generation_time_ms": 300.0, "mean_itl_ms": 10.0,
-                                             "speculative_decoding": {"mean_acceptance_length": 2.5,
-                                                                      "draft_acceptance_rate": 0.6,
-                                                                      "num_spec_steps": 4, "num_draft_tokens": 10,
-                                                                      "num_accepted_draft_tokens": 6}}})
+    timings.take(
+        {
+            "choices": [],
+            "metrics": {
+                "queue_time_ms": 5.0,
+                "time_to_first_token_ms": 20.0,
+                "generation_time_ms": 300.0,
+                "mean_itl_ms": 10.0,
+                "speculative_decoding": {
+                    "mean_acceptance_length": 2.5,
+                    "draft_acceptance_rate": 0.6,
+                    "num_spec_steps": 4,
+                    "num_draft_tokens": 10,
+                    "num_accepted_draft_tokens": 6,
+                },
+            },
+        }
+    )
     s = timings.stats
     assert s["engine_timings_source"] == VLLM_SOURCE
     assert (s["vllm_queue_s"], s["vllm_prefill_s"], s["vllm_decode_s"]) == (0.005, 0.02, 0.3)
@@ -37,8 +50,19 @@ def test_vllm_metrics_become_the_in_process_keys():
 
 def test_llama_server_timings_and_lies():
     timings = EngineTimings()
-    timings.take({"timings": {"prompt_n": 12, "prompt_ms": 40.5, "cache_n": 4, "predicted_n": 8,
-                              "predicted_ms": -3, "draft_n": 10, "draft_n_accepted": 7}})
+    timings.take(
+        {
+            "timings": {
+                "prompt_n": 12,
+                "prompt_ms": 40.5,
+                "cache_n": 4,
+                "predicted_n": 8,
+                "predicted_ms": -3,
+                "draft_n": 10,
+                "draft_n_accepted": 7,
+            }
+        }
+    )
     s = timings.stats
     assert s["engine_timings_source"] == LLAMA_SERVER_SOURCE
     assert s["llama_server_prompt_ms"] == 40.5 and s["llama_server_cache_n"] == 4
@@ -47,8 +71,9 @@ def test_llama_server_timings_and_lies():
 
 
 def test_reasoning_vllm_metrics_and_http_phases_over_the_stream(tmp_path, tokenizer):
-    with reference_server(tmp_path, "--ttft-ms", "20", "--itl-ms", "5", "--reasoning-tokens", "3",
-                          "--per-request-metrics") as srv:
+    with reference_server(
+        tmp_path, "--ttft-ms", "20", "--itl-ms", "5", "--reasoning-tokens", "3", "--per-request-metrics"
+    ) as srv:
         client = client_for(srv, tokenizer)
 
         async def two():
@@ -69,8 +94,21 @@ def test_reasoning_vllm_metrics_and_http_phases_over_the_stream(tmp_path, tokeni
 
 
 def test_llama_server_dialect_timings_with_and_without_usage(tmp_path, tokenizer):
-    with reference_server(tmp_path, "--ttft-ms", "10", "--itl-ms", "2", "--dialect", "llama-server",
-                          "--reasoning-tokens", "2", "--spec-draft-tokens", "4", "--spec-acceptance", "0.5") as srv:
+    with reference_server(
+        tmp_path,
+        "--ttft-ms",
+        "10",
+        "--itl-ms",
+        "2",
+        "--dialect",
+        "llama-server",
+        "--reasoning-tokens",
+        "2",
+        "--spec-draft-tokens",
+        "4",
+        "--spec-acceptance",
+        "0.5",
+    ) as srv:
         client = client_for(srv, tokenizer)
         _, done = run(collect(client.stream(chat_request(0, 6), {"ignore_eos": True})))
     s = done.engine_stats
@@ -84,13 +122,25 @@ def test_a_run_records_the_why_columns(tmp_path):
     """Open loop with a concurrency cap: requests wait in the client, and the latency from the
     scheduled time shows it; reasoning splits TTFT from the first answer token."""
     from conftest import make_config
+
     from harness.results.store import load_requests, load_summary
     from harness.run.point import run_benchmark
 
-    cfg = make_config("model=tiny-random", "backend=reference", "backend.ttft_ms=30", "backend.itl_ms=2", "backend.reasoning_tokens=4",
-                      "backend.per_request_metrics=true", "workload=synthetic", "workload.num_requests=12",
-                      "workload.rate=200", "workload.concurrency=2", "workload.warmup_requests=0",
-                      "workload.output_len=8", "workload.input_len=48")
+    cfg = make_config(
+        "model=tiny-random",
+        "backend=reference",
+        "backend.ttft_ms=30",
+        "backend.itl_ms=2",
+        "backend.reasoning_tokens=4",
+        "backend.per_request_metrics=true",
+        "workload=synthetic",
+        "workload.num_requests=12",
+        "workload.rate=200",
+        "workload.concurrency=2",
+        "workload.warmup_requests=0",
+        "workload.output_len=8",
+        "workload.input_len=48",
+    )
     run_benchmark(cfg, tmp_path / "run")
     df = load_requests(tmp_path / "run")
     ok = df[df.error.isna()]

@@ -1,4 +1,5 @@
 """Several endpoints' /metrics as one exposition: each sample labelled with its endpoint, each family together."""
+
 from backends.http.exposition import label_sample, merge
 from harness.telemetry import prometheus
 
@@ -32,8 +33,10 @@ def test_merged_families_hold_every_endpoints_samples_and_their_sum():
     # comments once, each family's samples together, endpoint 1 (no answer) absent
     assert lines.count("# TYPE vllm:num_requests_running gauge") == 1 and "# EOF" not in lines
     running = [line for line in lines if line.startswith("vllm:num_requests_running{")]
-    assert running == ['vllm:num_requests_running{endpoint="0",model_name="m"} 2.0',
-                       'vllm:num_requests_running{endpoint="2",model_name="m"} 3.0']
+    assert running == [
+        'vllm:num_requests_running{endpoint="0",model_name="m"} 2.0',
+        'vllm:num_requests_running{endpoint="2",model_name="m"} 3.0',
+    ]
     assert lines.index(running[1]) == lines.index(running[0]) + 1
     families = prometheus.parse(text)
     assert families["vllm:num_requests_running"].type == "gauge"

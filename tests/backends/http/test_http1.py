@@ -1,5 +1,6 @@
 """The streaming HTTP/1.1 client: framing, stamps, reuse and the ways a response can end, against
 scripted servers (asyncio.start_server) that write exactly the bytes each case needs."""
+
 import asyncio
 import time
 
@@ -41,6 +42,7 @@ def run_case(case):
             return await case(pool)
         finally:
             pool.close()
+
     return asyncio.run(main())
 
 
@@ -52,7 +54,7 @@ def test_chunked_body_split_anywhere(step):
         async def script(reader, writer):
             await read_request(reader)
             for i in range(0, len(wire), step):
-                writer.write(wire[i:i + step])
+                writer.write(wire[i : i + step])
                 await writer.drain()
             await reader.read()  # keep the connection open
 
@@ -133,13 +135,16 @@ def test_interim_responses_are_skipped():
     assert run_case(case) == (201, b"ok")
 
 
-@pytest.mark.parametrize("wire, error, match", [
-    (b"SSH-2.0-OpenSSH\r\n\r\n", ProtocolError, "not an HTTP/1.x status line"),
-    (b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"y" * 70_000, ProtocolError, "a response head over 64 KiB"),
-    (HEAD + b"zz\r\n", ProtocolError, "a bad chunk size"),
-    (HEAD + b"5\r\nabc", ServerDisconnected, "in the middle of its response"),
-    (b"", ServerDisconnected, "before its response"),
-])
+@pytest.mark.parametrize(
+    "wire, error, match",
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", ProtocolError, "not an HTTP/1.x status line"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"y" * 70_000, ProtocolError, "a response head over 64 KiB"),
+        (HEAD + b"zz\r\n", ProtocolError, "a bad chunk size"),
+        (HEAD + b"5\r\nabc", ServerDisconnected, "in the middle of its response"),
+        (b"", ServerDisconnected, "before its response"),
+    ],
+)
 def test_a_broken_response_raises_one_clear_error(wire, error, match):
     async def case(pool):
         async def script(reader, writer):

@@ -1,9 +1,11 @@
 """Several endpoints in one run (backends/http/router.py): routing policies against two reference
 servers, an endpoint that refuses or fails, the endpoint in each record and the summary's figures."""
+
 import asyncio
 from dataclasses import replace
 
 import pytest
+from reference_fixtures import chat_request, collect, reference_server, run
 
 from backends.http.client import OpenAIClient
 from backends.http.router import EndpointError, Router, endpoint_of_error
@@ -12,7 +14,6 @@ from core.types import RequestDone
 from harness.config import SLOConfig
 from harness.results.record import RequestTiming, build_record
 from harness.results.summary import summarize
-from reference_fixtures import chat_request, collect, reference_server, run
 
 FAST = ("--ttft-ms", "2", "--itl-ms", "1")
 
@@ -88,12 +89,25 @@ def test_an_endpoint_that_refuses_or_fails_fails_only_its_requests(two_servers, 
     error = f"{type(got[1]).__name__}: {got[1]}"
     assert endpoint_of_error(error) == 1 and "ConnectionRefusedError" in error and dead in error
     # a server that answers 500 to every request, and one that exits at its second request
-    with reference_server(tmp_path, *FAST, "--error-rate", "1") as failing, \
-            reference_server(tmp_path, *FAST, "--exit-after", "1") as dying:
-        router = router_for([failing.url_root + "/v1", dying.url_root + "/v1"], tokenizer, "round_robin",
-                            exited=lambda i: "ServerExited: gone" if i == 1 and dying.poll() is not None else None)
+    with (
+        reference_server(tmp_path, *FAST, "--error-rate", "1") as failing,
+        reference_server(tmp_path, *FAST, "--exit-after", "1") as dying,
+    ):
+        router = router_for(
+            [failing.url_root + "/v1", dying.url_root + "/v1"],
+            tokenizer,
+            "round_robin",
+            exited=lambda i: "ServerExited: gone" if i == 1 and dying.poll() is not None else None,
+        )
         got = run(send_all(router, [request(i) for i in range(6)], concurrent=False))
-        assert [type(g) for g in got] == [EndpointError, int, EndpointError, EndpointError, EndpointError, EndpointError]
+        assert [type(g) for g in got] == [
+            EndpointError,
+            int,
+            EndpointError,
+            EndpointError,
+            EndpointError,
+            EndpointError,
+        ]
         assert "HTTP 500" in str(got[0]) and "ServerExited: gone" in str(got[3])
         assert got[1] == 1 and dying.poll() is not None
         assert all(g.endpoint == 0 for g in got[4:])  # the exited one is sent nothing more
@@ -101,11 +115,18 @@ def test_an_endpoint_that_refuses_or_fails_fails_only_its_requests(two_servers, 
 
 def test_records_carry_the_endpoint_and_the_summary_splits_by_it():
     req = chat_request(0, 2)
-    ok = build_record(req, RequestTiming(t0=0.0, send_t=0.0, end_t=0.2, chunks=[(0.1, 1), (0.2, 1)]),
-                      RequestDone("length", engine_stats={"endpoint": 1}))
-    failed = build_record(req, RequestTiming(t0=0.0, send_t=0.0, end_t=0.1), None,
-                          error="EndpointError: endpoint 0 (http://h:1/v1): HTTPStatusError: HTTP 500",
-                          error_stats=EndpointError(0, "http://h:1/v1", RuntimeError("HTTP 500")).engine_stats)
+    ok = build_record(
+        req,
+        RequestTiming(t0=0.0, send_t=0.0, end_t=0.2, chunks=[(0.1, 1), (0.2, 1)]),
+        RequestDone("length", engine_stats={"endpoint": 1}),
+    )
+    failed = build_record(
+        req,
+        RequestTiming(t0=0.0, send_t=0.0, end_t=0.1),
+        None,
+        error="EndpointError: endpoint 0 (http://h:1/v1): HTTPStatusError: HTTP 500",
+        error_stats=EndpointError(0, "http://h:1/v1", RuntimeError("HTTP 500")).engine_stats,
+    )
     assert (ok.endpoint, failed.endpoint) == (1, 0)
     s = summarize([ok, failed], 1.0, SLOConfig(), endpoint_urls=["http://h:1/v1", "http://h:2/v1"])
     eps = s["endpoints"]
@@ -116,8 +137,9 @@ def test_records_carry_the_endpoint_and_the_summary_splits_by_it():
 
 
 def test_backend_openai_with_urls_routes_over_them(two_servers, tiny_model):
-    from backends.factory import create_backend
     from conftest import make_config
+
+    from backends.factory import create_backend
 
     urls = [s.url_root + "/v1" for s in two_servers]
     cfg = make_config("model=tiny-random", "backend=openai", f"backend.urls=[{urls[0]},{urls[1]}]").backend

@@ -1,4 +1,5 @@
 """The server-sent-events parser: line endings, comments, multi-line data, split reads."""
+
 import pytest
 
 from backends.http.sse import SSEEvent, SSEParser
@@ -23,7 +24,7 @@ def test_every_line_ending(sep):
 
 
 def test_comments_and_keepalives_are_skipped():
-    stream = b": keepalive 0/40\n\n: ping - 2026-11-30 11:00:00\n\ndata: {\"a\":1}\n\n:\n\n"
+    stream = b': keepalive 0/40\n\n: ping - 2026-11-30 11:00:00\n\ndata: {"a":1}\n\n:\n\n'
     assert datas(stream) == ['{"a":1}']
 
 
@@ -75,7 +76,7 @@ def test_a_long_event_in_many_small_reads_is_one_event():
     wire = f"data: {body}\n\n".encode()
     events = []
     for i in range(0, len(wire), 7):  # a line spanning ~28,000 reads, joined once at its end
-        events += parser.feed(wire[i:i + 7])
+        events += parser.feed(wire[i : i + 7])
     assert [e.data for e in events] == [body]
 
 

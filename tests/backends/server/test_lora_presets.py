@@ -1,5 +1,6 @@
 """LoRA adapters in server mode: each preset's arguments and request field, spoken to a
 reference server that serves the adapters (refserver --lora-modules) and refuses unknown ones."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,21 +9,30 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from reference_fixtures import chat_request, collect, run
 
 from backends.base import BackendConfig
 from backends.server.backend import ServerBackend
 from backends.server.presets import (
-    llama_server_preset, llamacpp_preset, mlx_preset, sglang_preset, tgi_preset, vllm_preset,
+    llama_server_preset,
+    llamacpp_preset,
+    mlx_preset,
+    sglang_preset,
+    tgi_preset,
+    vllm_preset,
 )
 from backends.server.standalone import EngineServerConfig
 from core.errors import ConfigError
 from core.lora import LoraAdapter
-from reference_fixtures import chat_request, collect, run
 
 
 def with_adapters(model):
-    adapters = [LoraAdapter(f"a{i}", f"store:adapter-{i}", hf_dir=Path(f"/lora/a{i}"),
-                            gguf_file=Path(f"/lora/a{i}.gguf"), rank=8) for i in range(2)]
+    adapters = [
+        LoraAdapter(
+            f"a{i}", f"store:adapter-{i}", hf_dir=Path(f"/lora/a{i}"), gguf_file=Path(f"/lora/a{i}.gguf"), rank=8
+        )
+        for i in range(2)
+    ]
     return dataclasses.replace(model, adapters=adapters, gguf_file=Path("/lora/model.gguf"))  # llama-server's is named
 
 
@@ -36,7 +46,7 @@ def test_each_preset_launches_the_adapters_and_names_them_per_request(tiny_model
     model = with_adapters(tiny_model)
     cfg = BackendConfig(name="x", mode="server")
     vllm = vllm_preset(cfg, model)
-    assert vllm.lora and vllm.command[vllm.command.index("--lora-modules") + 1:][:2] == ["a0=/lora/a0", "a1=/lora/a1"]
+    assert vllm.lora and vllm.command[vllm.command.index("--lora-modules") + 1 :][:2] == ["a0=/lora/a0", "a1=/lora/a1"]
     assert {"--enable-lora", "--max-loras", "--max-lora-rank"} <= set(vllm.command)
     assert vllm.extra_body(adapter_request(0, "a1"))["model"] == "a1"
     assert "model" not in vllm.extra_body(adapter_request(0, None))
@@ -53,29 +63,56 @@ def test_each_preset_launches_the_adapters_and_names_them_per_request(tiny_model
     assert "--enable-lora" not in plain.command
 
 
-@pytest.mark.parametrize("preset_fn,dialect", [(vllm_preset, "openai"), (sglang_preset, "sglang"),
-                                               (llama_server_preset, "llama-server"), (tgi_preset, "tgi")])
+@pytest.mark.parametrize(
+    "preset_fn,dialect",
+    [(vllm_preset, "openai"), (sglang_preset, "sglang"), (llama_server_preset, "llama-server"), (tgi_preset, "tgi")],
+)
 def test_adapters_reach_a_server_that_serves_them(tmp_path, tiny_model, preset_fn, dialect):
     model = with_adapters(tiny_model)
     cfg = (EngineServerConfig if preset_fn is tgi_preset else BackendConfig)(
-        name=dialect, mode="server", startup_timeout_s=60, server_command=[
-            "{python}", "-m", "refserver", "--port", "{port}", "--dialect", dialect, "--ttft-ms", "1", "--itl-ms", "1",
-            "--model-name", "tgi" if preset_fn is tgi_preset else model.name, "--lora-modules", "a0=/lora/a0", "a1"])
+        name=dialect,
+        mode="server",
+        startup_timeout_s=60,
+        server_command=[
+            "{python}",
+            "-m",
+            "refserver",
+            "--port",
+            "{port}",
+            "--dialect",
+            dialect,
+            "--ttft-ms",
+            "1",
+            "--itl-ms",
+            "1",
+            "--model-name",
+            "tgi" if preset_fn is tgi_preset else model.name,
+            "--lora-modules",
+            "a0=/lora/a0",
+            "a1",
+        ],
+    )
     preset = preset_fn(cfg, model, binary="llama-server") if preset_fn is llama_server_preset else preset_fn(cfg, model)
     backend = ServerBackend(cfg, model, preset)
     backend.check_adapters(model.adapters)
     backend.run_dir = tmp_path
     backend.load()
     try:
+
         async def each():
-            return [await collect(backend.stream(adapter_request(i, name)))
-                    for i, name in enumerate(["a0", "a1", None])]
+            return [
+                await collect(backend.stream(adapter_request(i, name))) for i, name in enumerate(["a0", "a1", None])
+            ]
 
         results = run(each())
         with urllib.request.urlopen(f"{backend.server.url_root}/reference/requests") as r:
             received = [e for e in json.loads(r.read()) if e["path"].endswith("completions")]
-        unknown = {"openai": {"model": "zz"}, "sglang": {"lora_path": "zz"}, "tgi": {"model": "zz"},
-                   "llama-server": {"lora": [{"id": 5, "scale": 1.0}]}}[dialect]
+        unknown = {
+            "openai": {"model": "zz"},
+            "sglang": {"lora_path": "zz"},
+            "tgi": {"model": "zz"},
+            "llama-server": {"lora": [{"id": 5, "scale": 1.0}]},
+        }[dialect]
         base = adapter_request(9, None)
         with pytest.raises(Exception, match="404"):
             run(collect(backend.client.stream(base, {**backend.extra_body(base), **unknown})))

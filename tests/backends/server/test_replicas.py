@@ -1,25 +1,34 @@
 """Managed replicas (backend.replicas=N): N servers launched, routed over, all stopped; one that
 dies is counted against its requests, not fatal unless all are gone; bad configs in one line."""
+
 import os
 import signal
 
 import pandas as pd
 import psutil
 import pytest
+from conftest import make_config
+from reference_fixtures import chat_request, collect, run
 
 from backends.factory import create_backend
 from backends.http.router import EndpointError
-from conftest import make_config
 from core.errors import ConfigError
 from harness.reports.compare.page import endpoints_rows
 from harness.reports.compare.runs import Run
 from harness.reports.run_report import build_report
 from harness.results.store import load_requests, load_run, load_summary
 from harness.run.point import run_benchmark
-from reference_fixtures import chat_request, collect, run
 
-FAST = ["backend=reference", "backend.ttft_ms=2", "backend.itl_ms=1", "model=tiny-random", "workload=synthetic",
-        "workload.input_len=48", "workload.output_len=4", "progress=false"]
+FAST = [
+    "backend=reference",
+    "backend.ttft_ms=2",
+    "backend.itl_ms=1",
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=4",
+    "progress=false",
+]
 
 
 def gone(pid):
@@ -30,9 +39,15 @@ def gone(pid):
 
 
 def test_two_replicas_run_route_and_stop(tmp_path):
-    cfg = make_config(*FAST, "backend.replicas=2", "backend.routing=least_outstanding", "workload.num_requests=8",
-                      "workload.concurrency=4", "backend.replica_env=[{HARNESS_REPLICA: a},{HARNESS_REPLICA: b}]",
-                      f"backend.replica_cpus=[[{min(os.sched_getaffinity(0))}],[{max(os.sched_getaffinity(0))}]]")
+    cfg = make_config(
+        *FAST,
+        "backend.replicas=2",
+        "backend.routing=least_outstanding",
+        "workload.num_requests=8",
+        "workload.concurrency=4",
+        "backend.replica_env=[{HARNESS_REPLICA: a},{HARNESS_REPLICA: b}]",
+        f"backend.replica_cpus=[[{min(os.sched_getaffinity(0))}],[{max(os.sched_getaffinity(0))}]]",
+    )
     run_benchmark(cfg, tmp_path)
     summary = load_summary(tmp_path)
     assert summary["status"] == "complete" and summary["requests"]["completed"] == 8
@@ -96,16 +111,19 @@ def test_a_replica_that_dies_fails_its_requests_and_all_dead_is_fatal(tmp_path, 
     assert all(gone(p) for p in pids)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["backend=openai", "backend.urls=[]"], "at least one"),
-    (["backend=openai", "backend.urls=[http://a/v1,http://b/v1]", "backend.routing=random"], "backend.routing"),
-    (["backend=reference", "backend.replicas=0"], "replicas must be >= 1"),
-    (["backend=reference", "backend.replicas=1000"], "at most 64 .got 1000.; for more endpoints"),
-    (["backend=openai", "backend.urls=[http://a/v1]", "backend.replicas=2"], "give backend.urls"),
-    (["backend=reference", "backend.replicas=2", "backend.replica_gpus=[[0]]"], "one entry per replica"),
-    (["backend=openai", "backend.url=http://127.0.0.1:99999/v1"], "backend.url has a bad port"),
-    (["backend=openai", "backend.urls=[http://a/v1,http://b:x/v1]"], r"backend.urls\[1\] has a bad port"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["backend=openai", "backend.urls=[]"], "at least one"),
+        (["backend=openai", "backend.urls=[http://a/v1,http://b/v1]", "backend.routing=random"], "backend.routing"),
+        (["backend=reference", "backend.replicas=0"], "replicas must be >= 1"),
+        (["backend=reference", "backend.replicas=1000"], "at most 64 .got 1000.; for more endpoints"),
+        (["backend=openai", "backend.urls=[http://a/v1]", "backend.replicas=2"], "give backend.urls"),
+        (["backend=reference", "backend.replicas=2", "backend.replica_gpus=[[0]]"], "one entry per replica"),
+        (["backend=openai", "backend.url=http://127.0.0.1:99999/v1"], "backend.url has a bad port"),
+        (["backend=openai", "backend.urls=[http://a/v1,http://b:x/v1]"], r"backend.urls\[1\] has a bad port"),
+    ],
+)
 def test_bad_endpoint_configs_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message):
         make_config("model=tiny-random", *overrides)

@@ -1,4 +1,5 @@
 """Server mode: presets, the managed child process, and whole runs through backend=reference."""
+
 import json
 import os
 import socket
@@ -8,25 +9,29 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import make_config, run_harness_cli, run_warnings
+from reference_fixtures import chat_request, collect, reply_ids, run
 
 from backends import BackendConfig
-from backends.registry import backend_registry
-from backends.factory import create_backend
 from backends.base import Backend
 from backends.engines.reference import ReferenceConfig
-from backends.server.backend import ServerBackend
-from backends.server.process import ManagedServer, ServerStartError
+from backends.factory import create_backend
 from backends.preset import ServerPreset
+from backends.registry import backend_registry
+from backends.server.backend import ServerBackend
 from backends.server.launch import choose_port, free_port, resolve_python, server_argv
 from backends.server.presets import (
-    eog_token_ids, llamacpp_preset, mlx_preset, sglang_preset, vllm_preset,
+    eog_token_ids,
+    llamacpp_preset,
+    mlx_preset,
+    sglang_preset,
+    vllm_preset,
 )
-from conftest import make_config, run_harness_cli, run_warnings
+from backends.server.process import ManagedServer, ServerStartError
 from core.errors import ConfigError, ModelError
-from refserver.dialects import WORDS
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
-from reference_fixtures import chat_request, collect, reply_ids, run
+from refserver.dialects import WORDS
 from workloads.prompts import PromptRenderer, chat_messages
 
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=6", "progress=false"]
@@ -62,10 +67,28 @@ def test_server_argv_placeholders_command_and_args(tiny_model, real_model):
     preset = ServerPreset(command=["-m", "srv", "--model", "{model}", "--port", "{port}", '--json={"a": 1}'])
     cfg = BackendConfig(name="x", mode="server", server_args=["--extra", "1"])
     argv = server_argv(cfg, preset, tiny_model, 1234)
-    assert argv == [sys.executable, "-m", "srv", "--model", str(tiny_model.hf_dir), "--port", "1234",
-                    '--json={"a": 1}', "--extra", "1"]
-    custom = BackendConfig(name="x", mode="server", server_command=["{python}", "serve.py", "{gguf}", "--host", "{host}"])
-    assert server_argv(custom, preset, real_model, 1) == [sys.executable, "serve.py", str(real_model.gguf_file), "--host", "127.0.0.1"]
+    assert argv == [
+        sys.executable,
+        "-m",
+        "srv",
+        "--model",
+        str(tiny_model.hf_dir),
+        "--port",
+        "1234",
+        '--json={"a": 1}',
+        "--extra",
+        "1",
+    ]
+    custom = BackendConfig(
+        name="x", mode="server", server_command=["{python}", "serve.py", "{gguf}", "--host", "{host}"]
+    )
+    assert server_argv(custom, preset, real_model, 1) == [
+        sys.executable,
+        "serve.py",
+        str(real_model.gguf_file),
+        "--host",
+        "127.0.0.1",
+    ]
     with pytest.raises(ModelError, match="no GGUF"):  # {gguf} is resolved only when used, then required
         server_argv(custom, preset, tiny_model, 1)
     full = ServerPreset(command=["llama-server", "-m", "{gguf}"], uses_python=False)
@@ -109,11 +132,25 @@ def test_engine_presets_build_their_commands(tiny_model, real_model):
     cfg = BackendConfig(mode="server")
     hf = str(tiny_model.hf_dir)
     v = vllm_preset(cfg, tiny_model, extra_args=["--enforce-eager"], env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    assert v.command == ["-m", "vllm.entrypoints.openai.api_server", "--model", hf, "--served-model-name", "tiny-random",
-                         "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager"]
+    assert v.command == [
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        hf,
+        "--served-model-name",
+        "tiny-random",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--enforce-eager",
+    ]
     assert (v.health_path, v.metrics_path, v.served_model_name) == ("/health", "/metrics", "tiny-random")
     # /reset_prefix_cache (between sweep points) exists only in vLLM's dev mode
-    assert v.env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"} and v.reset_cache_path == "/reset_prefix_cache"
+    assert (
+        v.env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+        and v.reset_cache_path == "/reset_prefix_cache"
+    )
     # return_token_ids: the reply's ids come from vLLM, not from re-tokenizing its text
     assert v.extra_body(chat_request(0, 7)) == {"ignore_eos": True, "min_tokens": 7, "return_token_ids": True}
     assert v.extra_body(chat_request(0, 7, exact=False)) == {"return_token_ids": True}
@@ -144,19 +181,47 @@ def test_transformers_serve_missing_is_a_clear_error(tmp_path, tiny_model):
         create_backend(cfg, tiny_model)
 
 
-@pytest.mark.parametrize("preset_fn,dialect", [
-    (vllm_preset, "openai"), (sglang_preset, "sglang"), (llamacpp_preset, "llamacpp"), (mlx_preset, "mlx"),
-])
+@pytest.mark.parametrize(
+    "preset_fn,dialect",
+    [
+        (vllm_preset, "openai"),
+        (sglang_preset, "sglang"),
+        (llamacpp_preset, "llamacpp"),
+        (mlx_preset, "mlx"),
+    ],
+)
 def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset_fn, dialect):
     """Each engine's preset (health path, model name, body extras, prompt form) talks to a
     reference server that streams the way that engine's server does."""
-    cfg = BackendConfig(name=dialect, mode="server", startup_timeout_s=60, server_command=[
-        "{python}", "-m", "refserver", "--port", "{port}", "--dialect", dialect, "--tokens", "1000",
-        "--ttft-ms", "2", "--itl-ms", "1", "--tokenizer", "{model}", "--model-name", "whatever"])
+    cfg = BackendConfig(
+        name=dialect,
+        mode="server",
+        startup_timeout_s=60,
+        server_command=[
+            "{python}",
+            "-m",
+            "refserver",
+            "--port",
+            "{port}",
+            "--dialect",
+            dialect,
+            "--tokens",
+            "1000",
+            "--ttft-ms",
+            "2",
+            "--itl-ms",
+            "1",
+            "--tokenizer",
+            "{model}",
+            "--model-name",
+            "whatever",
+        ],
+    )
     backend = ServerBackend(cfg, real_model, preset_fn(cfg, real_model))
     backend.run_dir = tmp_path
     backend.load()
     try:
+
         async def both():
             import asyncio
 
@@ -167,7 +232,10 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
     finally:
         backend.close()
     for i, (chunks, done) in enumerate(results):
-        assert sum(done.chunk_tokens) == len(reply_ids(done, backend.get_tokenizer())) == 9 + i and done.engine_stats["output_tokens"] == 9 + i
+        assert (
+            sum(done.chunk_tokens) == len(reply_ids(done, backend.get_tokenizer())) == 9 + i
+            and done.engine_stats["output_tokens"] == 9 + i
+        )
         assert done.finish_reason == "length"
         assert done.engine_stats["output_tokens_source"] == ("retokenized" if dialect == "llamacpp" else "usage")
     assert gone(backend.server.pid)
@@ -179,8 +247,12 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
 
 def test_a_server_that_never_becomes_healthy(tmp_path):
     script = tmp_path / "slow.py"
-    script.write_text("import os, time\nprint('booting', os.getpid(), flush=True)\nprint('still loading', flush=True)\ntime.sleep(120)\n")
-    server = ManagedServer([sys.executable, str(script)], port=free_port(), log_path=tmp_path / "server.log", stop_grace_s=2)
+    script.write_text(
+        "import os, time\nprint('booting', os.getpid(), flush=True)\nprint('still loading', flush=True)\ntime.sleep(120)\n"
+    )
+    server = ManagedServer(
+        [sys.executable, str(script)], port=free_port(), log_path=tmp_path / "server.log", stop_grace_s=2
+    )
     server.start()
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as info:
@@ -193,8 +265,11 @@ def test_a_server_that_never_becomes_healthy(tmp_path):
 
 
 def test_a_server_that_exits_at_start_shows_its_log(tmp_path):
-    server = ManagedServer([sys.executable, "-c", "import sys; print('bad flag --nope'); sys.exit(5)"],
-                           port=free_port(), log_path=tmp_path / "server.log")
+    server = ManagedServer(
+        [sys.executable, "-c", "import sys; print('bad flag --nope'); sys.exit(5)"],
+        port=free_port(),
+        log_path=tmp_path / "server.log",
+    )
     server.start()
     with pytest.raises(ServerStartError, match=r"exited with code 5 before it became healthy(.|\n)*bad flag --nope"):
         server.wait_healthy(30)
@@ -209,7 +284,9 @@ def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path):
         "print('pid of the child:', child.pid, flush=True)\n"
         "time.sleep(120)\n"
     )
-    server = ManagedServer([sys.executable, "-c", code], port=free_port(), log_path=tmp_path / "server.log", stop_grace_s=1)
+    server = ManagedServer(
+        [sys.executable, "-c", code], port=free_port(), log_path=tmp_path / "server.log", stop_grace_s=1
+    )
     server.start()
     deadline = time.time() + 30
     while "pid of the child: " not in server.log_path.read_text().split("\n", 1)[-1] and time.time() < deadline:
@@ -237,12 +314,23 @@ def test_a_server_that_cannot_start_at_all(tmp_path):
 
 
 def test_cli_run_in_server_mode(tmp_path):
-    proc = run_harness_cli(*REF, *FAST, "workload.num_requests=6", "workload.concurrency=3",
-                           f"output_root={tmp_path}", cwd=tmp_path, timeout=300)
+    proc = run_harness_cli(
+        *REF,
+        *FAST,
+        "workload.num_requests=6",
+        "workload.concurrency=3",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     run_dir = run_dir_of(proc)
     log = (run_dir / "server.log").read_text()
-    assert "starting reference server" in log and "listening on http://127.0.0.1:" in log and "stopped (exit code 0)" in log
+    assert (
+        "starting reference server" in log
+        and "listening on http://127.0.0.1:" in log
+        and "stopped (exit code 0)" in log
+    )
     summary = load_summary(run_dir)
     assert summary["status"] == "complete" and summary["backend"]["mode"] == "server"
     assert summary["backend"]["engine"] == "reference" and summary["backend"]["engine_version"] == "0.1.0"
@@ -263,8 +351,15 @@ def test_cli_server_never_healthy_fails_after_the_timeout_with_its_log(tmp_path)
     script = tmp_path / "slow.py"
     script.write_text("import time\nprint('loading weights', flush=True)\ntime.sleep(120)\n")
     t0 = time.monotonic()
-    proc = run_harness_cli(*REF, *FAST, f"backend.server_command=[{sys.executable},{script}]",
-                           "backend.startup_timeout_s=2", f"output_root={tmp_path / 'out'}", cwd=tmp_path, timeout=300)
+    proc = run_harness_cli(
+        *REF,
+        *FAST,
+        f"backend.server_command=[{sys.executable},{script}]",
+        "backend.startup_timeout_s=2",
+        f"output_root={tmp_path / 'out'}",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 2 and time.monotonic() - t0 < 120
     assert "error: the reference server did not become healthy within 2 s" in proc.stderr
     assert "  | loading weights" in proc.stderr
@@ -279,8 +374,15 @@ def test_cli_port_in_use_takes_another(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
-        proc = run_harness_cli(*REF, *FAST, f"backend.port={taken}", "workload.num_requests=2",
-                               f"output_root={tmp_path}", cwd=tmp_path, timeout=300)
+        proc = run_harness_cli(
+            *REF,
+            *FAST,
+            f"backend.port={taken}",
+            "workload.num_requests=2",
+            f"output_root={tmp_path}",
+            cwd=tmp_path,
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stderr
     run_dir = run_dir_of(proc)
     assert f"port {taken} is in use; using port" in (run_dir / "server.log").read_text()
@@ -289,8 +391,16 @@ def test_cli_port_in_use_takes_another(tmp_path):
 
 def test_server_mode_api_key_never_reaches_a_file(tmp_path):
     secret = "sk-SERVER-MODE-c0ffee99"
-    proc = run_harness_cli(*REF, *FAST, "backend.api_key_env=HARNESS_TEST_KEY", "workload.num_requests=2",
-                           f"output_root={tmp_path}", cwd=tmp_path, env={"HARNESS_TEST_KEY": secret}, timeout=300)
+    proc = run_harness_cli(
+        *REF,
+        *FAST,
+        "backend.api_key_env=HARNESS_TEST_KEY",
+        "workload.num_requests=2",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+        env={"HARNESS_TEST_KEY": secret},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr  # the server demanded the key: the client sent it
     run_dir = run_dir_of(proc)
     assert "--api-key-env HARNESS_TEST_KEY" in (run_dir / "server.log").read_text()
@@ -301,8 +411,16 @@ def test_server_mode_api_key_never_reaches_a_file(tmp_path):
 
 
 def test_chat_history_is_the_servers_reply_text(tmp_path, tiny_model):
-    cfg = make_config(*REF, "model=tiny-random", "workload=chat", "workload.sessions=2", "workload.turns=3",
-                      "workload.output_len=5", "workload.user_len=20", "workload.concurrency=2")
+    cfg = make_config(
+        *REF,
+        "model=tiny-random",
+        "workload=chat",
+        "workload.sessions=2",
+        "workload.turns=3",
+        "workload.output_len=5",
+        "workload.user_len=20",
+        "workload.concurrency=2",
+    )
     run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path).sort_values(["session_id", "turn"])
     assert df.error.isna().all() and len(df) == 6
@@ -325,8 +443,6 @@ def test_chat_history_is_the_servers_reply_text(tmp_path, tiny_model):
 def test_registry_lists_the_new_backends():
     names = backend_registry.names()
     assert "openai" in names and "reference" in names
-
-
 
 
 def test_servers_are_asked_for_their_per_request_figures(tiny_model):
@@ -353,8 +469,12 @@ def test_vllm_speculates_as_configured_and_is_asked_for_each_request_acceptance(
     from backends.engines.vllm import VLLMBackend, VLLMConfig, per_request_spec_on
 
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
-    cfg = VLLMConfig(mode="server", per_request_metrics=True, speculative_config=spec,
-                     engine_args={"compilation_config": {"level": 0}})
+    cfg = VLLMConfig(
+        mode="server",
+        per_request_metrics=True,
+        speculative_config=spec,
+        engine_args={"compilation_config": {"level": 0}},
+    )
     command = VLLMBackend.server_preset(cfg, tiny_model).command
     assert json.loads(command[command.index("--speculative-config") + 1]) == spec
     assert json.loads(command[command.index("--compilation-config") + 1]) == {"level": 0}
@@ -381,8 +501,12 @@ def test_ctrl_c_as_the_server_starts_leaves_a_server_that_stop_can_find(tmp_path
         return proc
 
     monkeypatch.setattr(subprocess, "Popen", popen_pressed_after_the_fork)
-    server = ManagedServer([sys.executable, "-c", "import time; time.sleep(120)"], port=free_port(),
-                           log_path=tmp_path / "server.log", stop_grace_s=1)
+    server = ManagedServer(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        port=free_port(),
+        log_path=tmp_path / "server.log",
+        stop_grace_s=1,
+    )
     with pytest.raises(KeyboardInterrupt):
         server.start()
     monkeypatch.undo()

@@ -1,25 +1,34 @@
 """Structured output in server mode: each preset's body for a JSON schema, a regex and tools, its
 refusals in one line, and each dialect's constrained reply from the reference server checked."""
+
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
 import pytest
+from reference_fixtures import chat_request, collect, run
 
 from backends.base import BackendConfig
 from backends.preset import StructuredDialect
 from backends.server.backend import ServerBackend
 from backends.server.presets import (
-    llama_server_preset, llamacpp_preset, mlx_preset, sglang_preset, tgi_preset, vllm_preset,
+    llama_server_preset,
+    llamacpp_preset,
+    mlx_preset,
+    sglang_preset,
+    tgi_preset,
+    vllm_preset,
 )
 from backends.server.standalone import EngineServerConfig
 from core.errors import ConfigError
 from core.structured import check_reply, normalize_tools
-from reference_fixtures import chat_request, collect, run
 
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "n": {"type": "integer"}},
-          "required": ["city", "n"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 10}, "n": {"type": "integer"}},
+    "required": ["city", "n"],
+}
 FORMAT = {"type": "json_schema", "schema": SCHEMA}
 REGEX = {"type": "regex", "pattern": "(yes|no)-[0-9]{2}"}
 TOOLS = normalize_tools([{"type": "function", "function": {"name": "lookup", "parameters": SCHEMA}}])
@@ -39,8 +48,11 @@ def with_gguf(model):
 
 class Plan:
     def __init__(self, response_format=None, tools=None, share=0.0):
-        self.structured = ({"response_format": response_format, "tools": tools, "tool_choice_share": share}
-                           if response_format or tools else None)
+        self.structured = (
+            {"response_format": response_format, "tools": tools, "tool_choice_share": share}
+            if response_format or tools
+            else None
+        )
 
 
 def test_each_preset_builds_its_engines_body(tiny_model):
@@ -57,10 +69,12 @@ def test_each_preset_builds_its_engines_body(tiny_model):
     assert sglang.extra_body(constrained(response_format=REGEX))["regex"] == REGEX["pattern"]
     tgi = EngineServerConfig(name="tgi", mode="server")
     assert ServerBackend(tgi, tiny_model, tgi_preset(tgi, tiny_model)).extra_body(constrained(response_format=REGEX))[
-        "response_format"] == {"type": "regex", "value": REGEX["pattern"]}
+        "response_format"
+    ] == {"type": "regex", "value": REGEX["pattern"]}
     python_server = llamacpp_preset(cfg, tiny_model, eog_ids=[0])
     assert ServerBackend(cfg, tiny_model, python_server).extra_body(constrained(response_format=FORMAT))[
-        "response_format"] == {"type": "json_object", "schema": SCHEMA}
+        "response_format"
+    ] == {"type": "json_object", "schema": SCHEMA}
     server = ServerBackend(cfg, tiny_model, llama_server_preset(cfg, tiny_model, binary="llama-server"))
     assert server.extra_body(constrained(response_format=FORMAT))["response_format"] == schema_body
 
@@ -85,19 +99,39 @@ def test_servers_refuse_what_they_cannot_constrain_in_one_line(tiny_model):
     assert StructuredDialect(auto_tools_flag="--x").refusal(Plan(None, TOOLS, 0.5).structured, "e", ["--x"]) is None
 
 
-@pytest.mark.parametrize("preset_fn,dialect,request_kw", [
-    (vllm_preset, "openai", {"response_format": REGEX}),
-    (vllm_preset, "openai", {"tools": TOOLS, "tool_choice": "required"}),
-    (tgi_preset, "tgi", {"response_format": REGEX}),
-    (llamacpp_preset, "llamacpp", {"response_format": FORMAT}),
-    (llama_server_preset, "llama-server", {"tools": TOOLS, "tool_choice": "required"}),
-], ids=["vllm-regex", "vllm-tools", "tgi-regex", "llama-cpp-python-json", "llama-server-tools"])
+@pytest.mark.parametrize(
+    "preset_fn,dialect,request_kw",
+    [
+        (vllm_preset, "openai", {"response_format": REGEX}),
+        (vllm_preset, "openai", {"tools": TOOLS, "tool_choice": "required"}),
+        (tgi_preset, "tgi", {"response_format": REGEX}),
+        (llamacpp_preset, "llamacpp", {"response_format": FORMAT}),
+        (llama_server_preset, "llama-server", {"tools": TOOLS, "tool_choice": "required"}),
+    ],
+    ids=["vllm-regex", "vllm-tools", "tgi-regex", "llama-cpp-python-json", "llama-server-tools"],
+)
 def test_each_dialects_constrained_reply_is_valid(tmp_path, tiny_model, preset_fn, dialect, request_kw):
     tiny_model = with_gguf(tiny_model)
     cfg = (EngineServerConfig if preset_fn is tgi_preset else BackendConfig)(
-        name=dialect, mode="server", startup_timeout_s=60, server_command=[
-            "{python}", "-m", "refserver", "--port", "{port}", "--dialect", dialect, "--ttft-ms", "1", "--itl-ms", "1",
-            "--model-name", "tgi" if preset_fn is tgi_preset else tiny_model.name])
+        name=dialect,
+        mode="server",
+        startup_timeout_s=60,
+        server_command=[
+            "{python}",
+            "-m",
+            "refserver",
+            "--port",
+            "{port}",
+            "--dialect",
+            dialect,
+            "--ttft-ms",
+            "1",
+            "--itl-ms",
+            "1",
+            "--model-name",
+            "tgi" if preset_fn is tgi_preset else tiny_model.name,
+        ],
+    )
     if preset_fn is llama_server_preset:
         preset = preset_fn(cfg, tiny_model, binary="llama-server")
     else:
@@ -110,7 +144,8 @@ def test_each_dialects_constrained_reply_is_valid(tmp_path, tiny_model, preset_f
         chunks, done = run(collect(backend.stream(request)))
     finally:
         backend.close()
-    result = check_reply(done.text, done.tool_calls, request.response_format, request.tools, request.tool_choice,
-                         done.finish_reason)
+    result = check_reply(
+        done.text, done.tool_calls, request.response_format, request.tools, request.tool_choice, done.finish_reason
+    )
     assert result is not None and result.valid, (result, done.text, done.tool_calls)
     assert len(chunks) > 1 and done.engine_stats["output_tokens"] >= len(chunks) // 2  # the pieces are output tokens

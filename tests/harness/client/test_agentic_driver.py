@@ -2,24 +2,47 @@
 starts only after its parent's turn has ended, siblings run in parallel, the parent's next
 turn waits for all of them, tool gaps are kept, and concurrency counts jobs (an open loop of
 jobs capped at 2 in flight)."""
+
 import pandas as pd
 import pytest
-
 from conftest import make_config
+
 from harness.run.point import run_benchmark
 
-REF = ["model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=10", "workload=agentic",
-       "workload.warmup_requests=0", "report=false", "machine.enabled=false", "server_metrics.enabled=false",
-       "workload.system_prompt_len=8", "workload.task_len=8", "workload.tool_result_len=8", "workload.sub_task_len=8",
-       "workload.output_len=4"]
+REF = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=5",
+    "backend.itl_ms=10",
+    "workload=agentic",
+    "workload.warmup_requests=0",
+    "report=false",
+    "machine.enabled=false",
+    "server_metrics.enabled=false",
+    "workload.system_prompt_len=8",
+    "workload.task_len=8",
+    "workload.tool_result_len=8",
+    "workload.sub_task_len=8",
+    "workload.output_len=4",
+]
 
 
 @pytest.fixture(scope="module")
 def agentic_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("agentic") / "run"
-    cfg = make_config(*REF, "workload.jobs=3", "workload.turns=4", "workload.fanout=3", "workload.depth=2",
-                      "workload.sub_turns=3", "workload.tool_gap_s=0.05", "workload.concurrency=2",
-                      "workload.rate=50", "client.workers=2", "slo.job_s=30")
+    cfg = make_config(
+        *REF,
+        "workload.jobs=3",
+        "workload.turns=4",
+        "workload.fanout=3",
+        "workload.depth=2",
+        "workload.sub_turns=3",
+        "workload.tool_gap_s=0.05",
+        "workload.concurrency=2",
+        "workload.rate=50",
+        "client.workers=2",
+        "slo.job_s=30",
+    )
     out = run_benchmark(cfg, run_dir)
     return out, pd.read_parquet(run_dir / "requests.parquet")
 

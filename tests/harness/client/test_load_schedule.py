@@ -1,17 +1,28 @@
 """A closed-loop concurrency schedule is followed, and a timed closed loop starts nothing after
 its end: against the reference server (backend=reference), through a whole run."""
+
 import asyncio
 
 import pandas as pd
 import pytest
-
 from conftest import make_config
+
 from harness.client.driver import ScheduledCap
 from harness.run.point import run_benchmark
 
-FAST = ["model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=15", "workload=synthetic",
-        "workload.input_len=48", "workload.output_len=6", "workload.warmup_requests=0", "report=false",
-        "machine.enabled=false", "server_metrics.enabled=false"]
+FAST = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=5",
+    "backend.itl_ms=15",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=6",
+    "workload.warmup_requests=0",
+    "report=false",
+    "machine.enabled=false",
+    "server_metrics.enabled=false",
+]
 
 
 def _in_flight_max(df: pd.DataFrame, lo: float, hi: float) -> int:

@@ -1,5 +1,6 @@
 """The over-saturation stop: the detector on synthetic series, and the driver end to end
 with a fake engine that serves one request at a time."""
+
 import asyncio
 import math
 import re
@@ -98,6 +99,7 @@ def test_slowly_rising_ttft_is_not_saturated():
 def test_a_burst_the_engine_works_off_is_not_saturated():
     """Backlog +40 and TTFT +3 s over 3 s, worked off over the next 3 s: the rule holds, but
     for less than hold_s (5 s). Without the hold it would stop the point."""
+
     def burst(height):
         return lambda t: height * max(0.0, 1 - abs(t - 23) / 3)
 
@@ -105,8 +107,12 @@ def test_a_burst_the_engine_works_off_is_not_saturated():
     assert feed(SaturationDetector(SaturationConfig()), backlog, ttft, until_s=60) == []
     assert feed(SaturationDetector(SaturationConfig(hold_s=0.0)), backlog, ttft, until_s=60)
     # The same rise kept up is reported once the rule has held for hold_s.
-    reasons = feed(SaturationDetector(SaturationConfig()), lambda t: 5 + 10 * max(0.0, t - 20),
-                   lambda t: 0.3 + 0.5 * max(0.0, t - 20), until_s=40)
+    reasons = feed(
+        SaturationDetector(SaturationConfig()),
+        lambda t: 5 + 10 * max(0.0, t - 20),
+        lambda t: 0.3 + 0.5 * max(0.0, t - 20),
+        until_s=40,
+    )
     assert reasons and 25.0 <= reasons[0][0] <= 30.0  # the fit needs a few s of the ramp, then hold_s
 
 
@@ -187,10 +193,7 @@ class NoRenderer:
 
 
 def open_loop_plan(rate, n, concurrency=None):
-    sessions = [
-        SessionSpec(i, [TurnSpec("q", 1, prompt_token_ids=[1, 2, 3])], arrival_s=i / rate)
-        for i in range(n)
-    ]
+    sessions = [SessionSpec(i, [TurnSpec("q", 1, prompt_token_ids=[1, 2, 3])], arrival_s=i / rate) for i in range(n)]
     return WorkloadPlan("synthetic", sessions, [], exact_output_len=True, concurrency=concurrency, open_loop=True)
 
 
@@ -244,8 +247,13 @@ def test_interrupt_keeps_its_own_error_text():
     """Ctrl-C (the run task cancelled) still records 'the run was interrupted'."""
     plan = open_loop_plan(200.0, 2000)
     backend, records = OneAtATime(), []
-    driver = Driver(backend, NoRenderer(), plan, records.append,
-                    saturation=SaturationDetector(SaturationConfig(min_s=60.0, window_s=1.0, sample_interval_s=0.05)))
+    driver = Driver(
+        backend,
+        NoRenderer(),
+        plan,
+        records.append,
+        saturation=SaturationDetector(SaturationConfig(min_s=60.0, window_s=1.0, sample_interval_s=0.05)),
+    )
 
     async def interrupt():
         task = asyncio.create_task(driver.run(plan.sessions, True))

@@ -2,6 +2,7 @@
 against the reference server: the same requests and the exact concurrency with 1 or 3 worker
 processes, the plan's schedule, chat history kept in one worker, and an ending that keeps
 every record and leaves no worker behind."""
+
 import asyncio
 import json
 import signal
@@ -12,18 +13,23 @@ import time
 import pandas as pd
 import psutil
 import pytest
-
-import workloads.base
 from conftest import as_foreground_job, make_config
 
+import workloads.base
 from core.errors import ConfigError
 from harness.client.pacing import pace_until
 from harness.client.workers import WorkerPool, auto_workers, resolve_workers, slots
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
 
-REF = ["backend=reference", "backend.ttft_ms=5", "backend.itl_ms=5", "backend.count_prompt_tokens=false",
-       "model=tiny-random", "report=false"]
+REF = [
+    "backend=reference",
+    "backend.ttft_ms=5",
+    "backend.itl_ms=5",
+    "backend.count_prompt_tokens=false",
+    "model=tiny-random",
+    "report=false",
+]
 SYNTH = ["workload=synthetic", "workload.input_len=48", "workload.output_len=8", "workload.warmup_requests=0"]
 
 
@@ -52,11 +58,14 @@ def test_slots_split_the_cap_exactly():
     assert slots(7, 3) == [3, 2, 2] and sum(slots(128, 5)) == 128
 
 
-@pytest.mark.parametrize("override,message", [
-    ("client.workers=0", "client.workers must be >= 1"),
-    ("client.event_loop=trio", "client.event_loop must be asyncio or uvloop"),
-    ("client.pacing=busy", "client.pacing must be spin or sleep"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("client.workers=0", "client.workers must be >= 1"),
+        ("client.event_loop=trio", "client.event_loop must be asyncio or uvloop"),
+        ("client.pacing=busy", "client.pacing must be spin or sleep"),
+    ],
+)
 def test_bad_client_settings_are_one_line(override, message):
     with pytest.raises(ConfigError, match=message) as info:
         make_config(*REF, *SYNTH, override)
@@ -112,8 +121,15 @@ def test_closed_loop_concurrency_is_exact_across_workers(tmp_path, workers):
 
 
 def test_open_loop_follows_the_schedule_with_workers_and_uvloop(tmp_path):
-    cfg = make_config(*REF, *SYNTH, "workload.num_requests=60", "workload.rate=100", "client.workers=2",
-                      "client.event_loop=uvloop", "saturation.enabled=false")
+    cfg = make_config(
+        *REF,
+        *SYNTH,
+        "workload.num_requests=60",
+        "workload.rate=100",
+        "client.workers=2",
+        "client.event_loop=uvloop",
+        "saturation.enabled=false",
+    )
     run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert len(df) == 60 and df.error.isna().all() and df.scheduled_s.notna().all()
@@ -123,11 +139,16 @@ def test_open_loop_follows_the_schedule_with_workers_and_uvloop(tmp_path):
     assert load_summary(tmp_path)["harness"]["workers"] == 2
 
 
-@pytest.mark.parametrize("load", [["workload.concurrency=4", "client.workers=1"],
-                                  ["workload.concurrency=4", "client.workers=2"],
-                                  ["workload.rate=200", "client.workers=1"],  # the saturation watch reads it too
-                                  ["workload.rate=200", "client.workers=2", "saturation.enabled=false"]],
-                         ids=["closed-1", "closed-2", "open-1", "open-2"])
+@pytest.mark.parametrize(
+    "load",
+    [
+        ["workload.concurrency=4", "client.workers=1"],
+        ["workload.concurrency=4", "client.workers=2"],
+        ["workload.rate=200", "client.workers=1"],  # the saturation watch reads it too
+        ["workload.rate=200", "client.workers=2", "saturation.enabled=false"],
+    ],
+    ids=["closed-1", "closed-2", "open-1", "open-2"],
+)
 def test_a_plan_kept_on_disk_runs_every_request_once(tmp_path, monkeypatch, load):
     monkeypatch.setattr(workloads.base, "SPILL_AT", 10)  # workloads/session_file.py beyond 10 sessions
     cfg = make_config(*REF, *SYNTH, "workload.num_requests=40", *load)
@@ -142,10 +163,21 @@ def test_a_plan_kept_on_disk_runs_every_request_once(tmp_path, monkeypatch, load
 
 
 def test_chat_sessions_keep_their_history_in_one_worker(tmp_path):
-    cfg = make_config("backend=reference", "backend.ttft_ms=2", "backend.itl_ms=2", "model=tiny-random",
-                      "report=false", "workload=chat", "workload.sessions=6", "workload.turns=3",
-                      "workload.output_len=6", "workload.user_len=16", "workload.concurrency=3",
-                      "workload.warmup_requests=0", "client.workers=3")
+    cfg = make_config(
+        "backend=reference",
+        "backend.ttft_ms=2",
+        "backend.itl_ms=2",
+        "model=tiny-random",
+        "report=false",
+        "workload=chat",
+        "workload.sessions=6",
+        "workload.turns=3",
+        "workload.output_len=6",
+        "workload.user_len=16",
+        "workload.concurrency=3",
+        "workload.warmup_requests=0",
+        "client.workers=3",
+    )
     run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path).sort_values(["session_id", "turn"])
     assert len(df) == 18 and df.error.isna().all()
@@ -172,10 +204,25 @@ def _gone(proc):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_keeps_every_record_and_leaves_no_worker(tmp_path, sig):
-    args = [*REF, "backend.itl_ms=20", *SYNTH, "workload.output_len=30", "workload.num_requests=300",
-            "workload.concurrency=6", "client.workers=3", "progress=false", f"output_root={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    args = [
+        *REF,
+        "backend.itl_ms=20",
+        *SYNTH,
+        "workload.output_len=30",
+        "workload.num_requests=300",
+        "workload.concurrency=6",
+        "client.workers=3",
+        "progress=false",
+        f"output_root={tmp_path}",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
     deadline, run_dir = time.time() + 120, None
     while time.time() < deadline:
         found = list(tmp_path.glob("*/requests.jsonl"))

@@ -1,4 +1,5 @@
 """Intervals of a run statistic's ratio: paired t, two-level bootstrap, within-run, and their coverage."""
+
 import math
 
 import numpy as np
@@ -67,15 +68,17 @@ def test_two_level_bootstrap_holds_run_noise_the_within_run_interval_does_not():
 
 
 def test_run_metric_bootstrap_uses_run_values():
-    i = intervals.two_level_bootstrap([], [], None, a_values=[10.0, 11.0, 10.5], b_values=[12.0, 12.5, 11.8],
-                                      resamples=500)
+    i = intervals.two_level_bootstrap(
+        [], [], None, a_values=[10.0, 11.0, 10.5], b_values=[12.0, 12.5, 11.8], resamples=500
+    )
     assert i.method == intervals.RUN_BOOTSTRAP and i.ratio > 1.1 and i.low > 1
 
 
 def test_widened_by_noise_floor():
     rng = np.random.default_rng(3)
-    within = intervals.two_level_bootstrap(_runs(rng, 1, 1.0), _runs(rng, 1, 1.0), stat_function("median"),
-                                           resamples=500)
+    within = intervals.two_level_bootstrap(
+        _runs(rng, 1, 1.0), _runs(rng, 1, 1.0), stat_function("median"), resamples=500
+    )
     wide = intervals.widened_by_noise_floor(within, 0.05)
     assert wide.method == intervals.WITHIN_RUN_WITH_FLOOR and wide.decides
     assert wide.low < within.low and wide.high > within.high
@@ -88,6 +91,6 @@ def test_widened_by_noise_floor():
     # ν = ν_σ (se² / 2σ²)² (Welch–Satterthwaite: the within-run part is known far better)
     half_width = math.log(from_five.high / from_five.ratio)
     se = math.log(wide.high / wide.ratio) / 1.959964
-    nu = 5 * (se ** 2 / (2 * 0.05 ** 2)) ** 2
+    nu = 5 * (se**2 / (2 * 0.05**2)) ** 2
     assert half_width / se == pytest.approx(student_t.quantile(0.975, nu), rel=1e-3)
     assert 1.96 < half_width / se < 2.5706  # between the normal and t(0.975, 5)

@@ -1,4 +1,5 @@
 """Three verdicts, Benjamini–Hochberg, figures and the noise floor's plan."""
+
 import pytest
 
 from harness.gate import intervals, multiple, noise, verdicts
@@ -13,14 +14,17 @@ TTFT = parse_figure("ttft_s.p50")
 RATE = parse_figure("output_tokens_per_s")
 
 
-@pytest.mark.parametrize("ratio,lo,hi,verdict", [
-    (1.20, 1.10, 1.30, verdicts.REGRESSION),   # worse beyond noise and beyond the margin
-    (1.03, 1.01, 1.05, verdicts.PASS),         # worse beyond noise, but shown within the 10 % margin
-    (1.00, 0.97, 1.03, verdicts.PASS),
-    (1.08, 0.95, 1.21, verdicts.INCONCLUSIVE),
-    (1.12, 1.02, 1.22, verdicts.REGRESSION),
-    (1.12, 0.99, 1.25, verdicts.INCONCLUSIVE),  # beyond the margin but not beyond noise
-])
+@pytest.mark.parametrize(
+    "ratio,lo,hi,verdict",
+    [
+        (1.20, 1.10, 1.30, verdicts.REGRESSION),  # worse beyond noise and beyond the margin
+        (1.03, 1.01, 1.05, verdicts.PASS),  # worse beyond noise, but shown within the 10 % margin
+        (1.00, 0.97, 1.03, verdicts.PASS),
+        (1.08, 0.95, 1.21, verdicts.INCONCLUSIVE),
+        (1.12, 1.02, 1.22, verdicts.REGRESSION),
+        (1.12, 0.99, 1.25, verdicts.INCONCLUSIVE),  # beyond the margin but not beyond noise
+    ],
+)
 def test_three_verdicts_latency(ratio, lo, hi, verdict):
     assert verdicts.decide(TTFT, _interval(ratio, lo, hi), 0.10).verdict == verdict
 

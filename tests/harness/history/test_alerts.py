@@ -1,4 +1,5 @@
 """The nightly rule: two consecutive bad runs after a change point; tainted runs left out."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,12 +47,19 @@ def test_an_old_regression_stops_paging_after_max_age():
 
 def series_frame(values, tainted):
     n = len(values)
-    return pd.DataFrame({
-        "point": ["p"] * n, "point_label": ["the point"] * n, "run_id": [f"r{i}" for i in range(n)],
-        "started_at": pd.date_range("2026-03-01", periods=n, freq="D"), "git_commit": ["a" * 40] * n,
-        "engine_version": ["1"] * n, "tainted": tainted, "taint": [["busy"] if t else [] for t in tainted],
-        "itl_s_p50": values,
-    })
+    return pd.DataFrame(
+        {
+            "point": ["p"] * n,
+            "point_label": ["the point"] * n,
+            "run_id": [f"r{i}" for i in range(n)],
+            "started_at": pd.date_range("2026-03-01", periods=n, freq="D"),
+            "git_commit": ["a" * 40] * n,
+            "engine_version": ["1"] * n,
+            "tainted": tainted,
+            "taint": [["busy"] if t else [] for t in tainted],
+            "itl_s_p50": values,
+        }
+    )
 
 
 def test_tainted_runs_are_left_out_of_change_points_and_alerts():

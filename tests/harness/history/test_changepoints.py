@@ -1,4 +1,5 @@
 """E-divisive means with a permutation test, on seeded synthetic series."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +35,7 @@ def test_two_steps_and_the_segment_means():
     assert [abs(cp.index - at) <= 2 for cp, at in zip(found, (20, 40))] == [True, True]
     means = segment_means(values, found)
     assert means[0] == pytest.approx(values[: found[0].index].mean())
-    assert means[-1] == pytest.approx(values[found[1].index:].mean())
+    assert means[-1] == pytest.approx(values[found[1].index :].mean())
 
 
 def test_the_statistic_matches_its_formula():

@@ -1,4 +1,5 @@
 """python -m harness.history: exit codes (0 fine, 1 alert, 2 bad input) and one-line errors."""
+
 from __future__ import annotations
 
 import subprocess
@@ -32,16 +33,19 @@ def test_add_list_check_and_trend(tmp_path, capsys):
     assert (tmp_path / "t.html").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["list", "{tmp}/none"], "holds no runs yet"),
-    (["check", "{tmp}/h", "--metric", "ttft_s"], "a request metric needs a statistic"),
-    (["check", "{tmp}/h", "--metric", "speed"], "unknown figure"),
-    (["check", "{tmp}/h", "--margin", "5"], "--margin must be in [0, 1)"),
-    (["check", "{tmp}/h", "--engine", "tgi"], "no run in"),
-    (["add", "{tmp}/h", "{tmp}/missing"], "is not a folder"),
-    (["trend", "{tmp}/h", "--out", "{tmp}"], "--out must be a file"),
-    (["add", "{tmp}/runs/run-000/summary.json", "{tmp}/runs"], "the history's root must be a folder"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["list", "{tmp}/none"], "holds no runs yet"),
+        (["check", "{tmp}/h", "--metric", "ttft_s"], "a request metric needs a statistic"),
+        (["check", "{tmp}/h", "--metric", "speed"], "unknown figure"),
+        (["check", "{tmp}/h", "--margin", "5"], "--margin must be in [0, 1)"),
+        (["check", "{tmp}/h", "--engine", "tgi"], "no run in"),
+        (["add", "{tmp}/h", "{tmp}/missing"], "is not a folder"),
+        (["trend", "{tmp}/h", "--out", "{tmp}"], "--out must be a file"),
+        (["add", "{tmp}/runs/run-000/summary.json", "{tmp}/runs"], "the history's root must be a folder"),
+    ],
+)
 def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys, args, message):
     nightly(tmp_path / "runs", BASE[:3])
     main(["add", str(tmp_path / "h"), str(tmp_path / "runs")])

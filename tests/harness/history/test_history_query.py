@@ -1,4 +1,5 @@
 """DuckDB over the history's files."""
+
 from __future__ import annotations
 
 from datetime import date

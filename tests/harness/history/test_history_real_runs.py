@@ -1,4 +1,5 @@
 """Two real runs against the reference server, added to a history and read back through DuckDB."""
+
 from __future__ import annotations
 
 from conftest import run_harness_cli
@@ -7,13 +8,25 @@ from harness.history.cli import main
 from harness.history.query import runs
 from harness.results.sweep_file import point_run_dirs, read_sweep
 
-ARGS = ["model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=2", "workload=synthetic",
-        "workload.input_len=32", "workload.output_len=4", "workload.num_requests=4", "workload.warmup_requests=0",
-        "progress=false", "report=false"]
+ARGS = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=5",
+    "backend.itl_ms=2",
+    "workload=synthetic",
+    "workload.input_len=32",
+    "workload.output_len=4",
+    "workload.num_requests=4",
+    "workload.warmup_requests=0",
+    "progress=false",
+    "report=false",
+]
 
 
 def test_a_real_sweep_goes_into_the_history(tmp_path, capsys):
-    proc = run_harness_cli("-m", *ARGS, "workload.concurrency=1,2", f"output_root={tmp_path / 'out'}", cwd=tmp_path, timeout=300)
+    proc = run_harness_cli(
+        "-m", *ARGS, "workload.concurrency=1,2", f"output_root={tmp_path / 'out'}", cwd=tmp_path, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     sweep = next((tmp_path / "out").glob("sweep-*"))
     run_dirs = point_run_dirs(read_sweep(sweep))
@@ -32,8 +45,9 @@ def test_a_real_sweep_goes_into_the_history(tmp_path, capsys):
 
 
 def test_history_on_the_command_line_adds_each_run_as_it_finishes(tmp_path):
-    proc = run_harness_cli(*ARGS, f"history={tmp_path / 'h'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
-                           timeout=300)
+    proc = run_harness_cli(
+        *ARGS, f"history={tmp_path / 'h'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert "history: added: " in proc.stdout
     frame = runs(tmp_path / "h")

@@ -1,4 +1,5 @@
 """The history's files: one immutable Parquet file per run, partitioned by engine and date."""
+
 from __future__ import annotations
 
 import os
@@ -69,9 +70,20 @@ def test_a_folder_of_runs_adds_each_and_a_non_run_is_refused(tmp_path):
 
 
 def test_decisions_are_files_of_their_own(tmp_path):
-    decision = {"arms": ["base", "head"], "metric": "ttft_s", "stat": "p50", "ratio": 1.02, "ci_low": 0.99,
-                "ci_high": 1.05, "verdict": "pass", "blocks": 5, "runs": 10, "wall_s": 312.5,
-                "commits": {"base": "a" * 40, "head": "b" * 40}, "started_at": "2026-03-02T01:00:00+00:00"}
+    decision = {
+        "arms": ["base", "head"],
+        "metric": "ttft_s",
+        "stat": "p50",
+        "ratio": 1.02,
+        "ci_low": 0.99,
+        "ci_high": 1.05,
+        "verdict": "pass",
+        "blocks": 5,
+        "runs": 10,
+        "wall_s": 312.5,
+        "commits": {"base": "a" * 40, "head": "b" * 40},
+        "started_at": "2026-03-02T01:00:00+00:00",
+    }
     stored = add_decision(tmp_path / "h", decision)
     assert stored.status == ADDED and stored.path.parent.name == "date=2026-03-02"
     row = pq.read_table(stored.path).to_pylist()[0]

@@ -1,4 +1,5 @@
 """trend.html: the series, the change point marked, the alert in red, tainted runs in grey."""
+
 from __future__ import annotations
 
 from browser import screenshot_dir

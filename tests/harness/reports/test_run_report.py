@@ -1,4 +1,5 @@
 """report.html: written by every run, self-contained, drawn without errors in Chromium, escaped."""
+
 import json
 import os
 import re
@@ -34,8 +35,9 @@ def with_gpu(run_dir: Path, plots: list[str]) -> list[str]:
 def cli_run(tmp_path_factory):
     """A synthetic run through `python -m harness`, as a user runs it."""
     root = tmp_path_factory.mktemp("cli")
-    proc = run_harness_cli(*FAST, "workload.num_requests=6", "workload.concurrency=2", "progress=false",
-                           f"output_root={root}", cwd=root)
+    proc = run_harness_cli(
+        *FAST, "workload.num_requests=6", "workload.concurrency=2", "progress=false", f"output_root={root}", cwd=root
+    )
     assert proc.returncode == 0, proc.stderr
     return proc, Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
 
@@ -44,8 +46,15 @@ def cli_run(tmp_path_factory):
 def chat_run(tmp_path_factory):
     """A chat run whose system prompt is a script, with an output and an error that are scripts too."""
     run_dir = tmp_path_factory.mktemp("chat")
-    cfg = make_config("model=tiny-random", "workload=chat", "workload.sessions=2", "workload.turns=3",
-                      "workload.user_len=16", "workload.output_len=5", "workload.concurrency=2")
+    cfg = make_config(
+        "model=tiny-random",
+        "workload=chat",
+        "workload.sessions=2",
+        "workload.turns=3",
+        "workload.user_len=16",
+        "workload.output_len=5",
+        "workload.concurrency=2",
+    )
     cfg.workload.system_prompt = PAYLOAD
     run_benchmark(cfg, run_dir)
     return run_dir
@@ -66,8 +75,12 @@ def test_every_run_writes_a_self_contained_report(cli_run):
 
 def test_report_renders_in_chromium(cli_run, chromium, tmp_path):
     _, run_dir = cli_run
-    page = assert_renders(chromium, run_dir / "report.html", screenshot_dir(tmp_path) / "report-synthetic.png",
-                          with_gpu(run_dir, SINGLE_RUN_PLOTS))
+    page = assert_renders(
+        chromium,
+        run_dir / "report.html",
+        screenshot_dir(tmp_path) / "report-synthetic.png",
+        with_gpu(run_dir, SINGLE_RUN_PLOTS),
+    )
     assert page.title == f"Report · {run_dir.name}"
 
 
@@ -85,8 +98,12 @@ def test_chat_report_has_turn_plots_and_escapes_run_text(chat_run, chromium, tmp
     assert "&lt;script&gt;window.__pwned" in html  # shown, as text
     assert plot_ids(html) == with_gpu(chat_run, SINGLE_RUN_PLOTS + ["ttft-turn"])
 
-    page = assert_renders(chromium, chat_run / "report.html", screenshot_dir(tmp_path) / "report-chat.png",
-                          with_gpu(chat_run, SINGLE_RUN_PLOTS + ["ttft-turn"]))
+    page = assert_renders(
+        chromium,
+        chat_run / "report.html",
+        screenshot_dir(tmp_path) / "report-chat.png",
+        with_gpu(chat_run, SINGLE_RUN_PLOTS + ["ttft-turn"]),
+    )
     assert "pwned" not in page.title
     text = page.values["text"]
     assert '<script>window.__pwned = 1; document.title = "pwned"' in text  # the prompt, the output, the error
@@ -110,7 +127,9 @@ def test_runs_with_failed_requests(monkeypatch, tmp_path, chromium):
     html = (tmp_path / "report.html").read_text()
     assert "2 of 6 requests failed" in html and "Failed requests (2" in html
     assert "<script>window.__pwned" not in html
-    page = assert_renders(chromium, tmp_path / "report.html", tmp_path / "failed.png", with_gpu(tmp_path, SINGLE_RUN_PLOTS))
+    page = assert_renders(
+        chromium, tmp_path / "report.html", tmp_path / "failed.png", with_gpu(tmp_path, SINGLE_RUN_PLOTS)
+    )
     assert "engine refused <script>window.__pwned" in page.values["text"]
 
 
@@ -126,7 +145,9 @@ def test_run_where_every_request_failed(monkeypatch, tmp_path, chromium):
     html = (tmp_path / "report.html").read_text()
     assert "No request completed" in html and "3 of 3 requests failed (RuntimeError: out of memory)" in html
     assert plot_ids(html) == with_gpu(tmp_path, ["timeline", "memory"])  # the failures on the timeline; memory
-    assert_renders(chromium, tmp_path / "report.html", tmp_path / "all-failed.png", with_gpu(tmp_path, ["timeline", "memory"]))
+    assert_renders(
+        chromium, tmp_path / "report.html", tmp_path / "all-failed.png", with_gpu(tmp_path, ["timeline", "memory"])
+    )
 
 
 def test_interrupted_run_still_gets_its_report(monkeypatch, tmp_path):
@@ -165,7 +186,9 @@ def test_report_from_what_a_dead_run_leaves(cli_run, tmp_path, chromium):
     html = report.write_report(run_dir).read_text()
     assert "failed: RuntimeError: &lt;script&gt;" in html and "unknown (no env.json)" in html
     assert plot_ids(html) == ["latency-cdf", "itl", "timeline", "throughput-time"]
-    assert_renders(chromium, run_dir / "report.html", tmp_path / "dead.png", ["latency-cdf", "itl", "timeline", "throughput-time"])
+    assert_renders(
+        chromium, run_dir / "report.html", tmp_path / "dead.png", ["latency-cdf", "itl", "timeline", "throughput-time"]
+    )
 
 
 def test_report_of_a_killed_run_and_of_a_run_still_going(cli_run, tmp_path):
@@ -225,7 +248,9 @@ def test_rebuild_from_the_command_line(cli_run, tmp_path):
     run_dir = tmp_path / "again"
     shutil.copytree(source, run_dir)
     (run_dir / "report.html").unlink()
-    proc = subprocess.run([sys.executable, "-m", "harness.report", str(run_dir)], capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.report", str(run_dir)], capture_output=True, text=True, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "report.html").exists() and "MiB" in proc.stdout
 

@@ -1,5 +1,6 @@
 """compare's verdict words from a ratio's interval: faster, slower, no significant difference,
 and within-run only for one run against one run (harness/reports/compare/stats.py)."""
+
 import numpy as np
 
 from harness.gate import intervals

@@ -1,4 +1,5 @@
 """Per-adapter figures in the summary, the console and the report."""
+
 from __future__ import annotations
 
 from records import record

@@ -1,4 +1,5 @@
 """The metric formulas against values computed by hand."""
+
 import math
 
 import pytest
@@ -81,12 +82,15 @@ def test_cached_share():
     assert formulas.cached_share([None, None], [5, 5]) is None
 
 
-@pytest.mark.parametrize("stats,error", [
-    ({"output_tokens": -5}, "invalid output tokens count: '-5'"),
-    ({"output_tokens": "12"}, "invalid output tokens count: '12'"),
-    ({"prompt_tokens": 3.5}, "invalid prompt tokens count: '3.5'"),
-    ({"output_tokens": float("nan")}, "invalid output tokens count: 'nan'"),
-])
+@pytest.mark.parametrize(
+    "stats,error",
+    [
+        ({"output_tokens": -5}, "invalid output tokens count: '-5'"),
+        ({"output_tokens": "12"}, "invalid output tokens count: '12'"),
+        ({"prompt_tokens": 3.5}, "invalid prompt tokens count: '3.5'"),
+        ({"output_tokens": float("nan")}, "invalid output tokens count: 'nan'"),
+    ],
+)
 def test_counts_a_server_lies_about_fail_that_request(stats, error):
     """A server's usage that is not a whole number ≥ 0 is that request's error, never negative tokens/s."""
     from core.types import GenerationRequest
@@ -103,16 +107,21 @@ def test_itl_per_chunk_is_the_chunks_own_gaps():
     chunks = [(1.0, 2), (1.3, 3), (1.4, 1)]
     assert formulas.inter_chunk_latencies(chunks) == pytest.approx([0.3, 0.1])
     assert sum(formulas.inter_chunk_latencies(chunks)) == pytest.approx(sum(formulas.inter_token_latencies(chunks)))
-    assert formulas.inter_chunk_latencies([(1.0, 1), (1.1, 0), (1.5, 1)]) == pytest.approx([0.5])  # no-token chunks skipped
+    assert formulas.inter_chunk_latencies([(1.0, 1), (1.1, 0), (1.5, 1)]) == pytest.approx(
+        [0.5]
+    )  # no-token chunks skipped
 
 
-@pytest.mark.parametrize("counts,total,expected", [
-    ([1, 3, 1, 1], 4, [1, 1, 1, 1]),  # " t12" re-tokenized into 3 where the server counted 1
-    ([1, 1, 1], 3, [1, 1, 1]),  # agree: unchanged
-    ([2, 2], 6, [3, 3]),  # fewer counted than produced: scaled up
-    ([1, 5, 1], 5, [1, 3, 1]),  # the surplus comes off the chunk that over-counted
-    ([1, 3, 1], 2, [1, 1, 0]),  # fewer tokens than chunks: the first keeps one, the rest by weight
-])
+@pytest.mark.parametrize(
+    "counts,total,expected",
+    [
+        ([1, 3, 1, 1], 4, [1, 1, 1, 1]),  # " t12" re-tokenized into 3 where the server counted 1
+        ([1, 1, 1], 3, [1, 1, 1]),  # agree: unchanged
+        ([2, 2], 6, [3, 3]),  # fewer counted than produced: scaled up
+        ([1, 5, 1], 5, [1, 3, 1]),  # the surplus comes off the chunk that over-counted
+        ([1, 3, 1], 2, [1, 1, 0]),  # fewer tokens than chunks: the first keeps one, the rest by weight
+    ],
+)
 def test_chunk_counts_reconciled_with_usage(counts, total, expected):
     scaled = reconcile_counts(counts, total)
     assert scaled == expected and sum(scaled) == total and scaled[0] >= 1
@@ -155,9 +164,18 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
 
     from harness.run.point import run_benchmark
 
-    cfg = make_config("model=tiny-random", "backend=reference", "backend.ttft_ms=5", "backend.itl_ms=4",
-                      "backend.chunk_tokens=3", "backend.count_prompt_tokens=false", "workload=synthetic",
-                      "workload.num_requests=3", "workload.input_len=48", "workload.output_len=9")
+    cfg = make_config(
+        "model=tiny-random",
+        "backend=reference",
+        "backend.ttft_ms=5",
+        "backend.itl_ms=4",
+        "backend.chunk_tokens=3",
+        "backend.count_prompt_tokens=false",
+        "workload=synthetic",
+        "workload.num_requests=3",
+        "workload.input_len=48",
+        "workload.output_len=9",
+    )
     run_benchmark(cfg, tmp_path)
     df = pd.read_parquet(tmp_path / "requests.parquet")
     assert df.error.isna().all() and (df.output_tokens == 9).all()
@@ -167,7 +185,7 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
         assert sum(itl) == pytest.approx(sum(itl_chunk)) == pytest.approx(e2e - ttft)
         assert list(itl[:2]) == [0.0, 0.0]  # the first event's 2 other tokens came with it
         for k in (0, 1):  # each event's gap is spread evenly over its 3 tokens
-            assert list(itl[2 + 3 * k:5 + 3 * k]) == pytest.approx([itl_chunk[k] / 3] * 3)
+            assert list(itl[2 + 3 * k : 5 + 3 * k]) == pytest.approx([itl_chunk[k] / 3] * 3)
     # the reply's ids: not counted on the stream's path (the jsonl row has none), but by the
     # run's writer with the tables, from the reply text
     import json
@@ -179,8 +197,9 @@ def test_a_server_that_sends_three_tokens_an_event(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
     assert [r["output_token_ids"] for r in rows] == [None] * 3
     tok = AutoTokenizer.from_pretrained(load_run(tmp_path).summary.model["hf_dir"])
-    assert [list(ids) for ids in df.output_token_ids] == [tok(t, add_special_tokens=False)["input_ids"]
-                                                         for t in df.output_text]
+    assert [list(ids) for ids in df.output_token_ids] == [
+        tok(t, add_special_tokens=False)["input_ids"] for t in df.output_text
+    ]
     assert all(len(ids) for ids in df.output_token_ids)
 
 
@@ -194,8 +213,9 @@ def test_first_tokens_client_wait_and_http_phases():
     assert formulas.ttfo(1.0, 1.25) == 0.25 and formulas.ttfo(1.0, None) is None
     assert formulas.client_wait(None, 2.0) is None and formulas.client_wait(1.5, 2.0) == 0.5
     assert formulas.from_scheduled(0.5, 0.25) == 0.75 and formulas.from_scheduled(None, 0.25) is None
-    fresh = formulas.http_phases(10.0, {"connect_start": 10.001, "connect_end": 10.003, "sent": 10.004,
-                                  "first_byte": 10.05, "last_byte": 10.5})
+    fresh = formulas.http_phases(
+        10.0, {"connect_start": 10.001, "connect_end": 10.003, "sent": 10.004, "first_byte": 10.05, "last_byte": 10.5}
+    )
     assert fresh["http_connect_s"] == pytest.approx(0.002) and fresh["http_reused"] is False
     assert fresh["http_first_byte_s"] == pytest.approx(0.05) and fresh["http_last_byte_s"] == pytest.approx(0.5)
     reused = formulas.http_phases(10.0, {"sent": 10.001, "first_byte": 10.05, "last_byte": 10.5})

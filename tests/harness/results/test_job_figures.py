@@ -1,5 +1,6 @@
 """Job-level figures of agent jobs from made-up records: JCT, goodput under slo.job_s, the
 cached share per job and per depth, and the critical path."""
+
 import pytest
 
 from harness.results.jobs import JOB_METRICS, critical_path, job_figures, job_table, jobs_line
@@ -7,10 +8,27 @@ from harness.results.record import RequestRecord
 
 
 def rec(rid, session, turn, start, end, job=0, depth=0, parent=None, cached=None, prompt=100, error=None):
-    return RequestRecord(request_id=rid, session_id=session, turn=turn, prompt_tokens=prompt, output_tokens=4,
-                         requested_output_tokens=4, exact_output_len=True, expected_prompt_tokens=None,
-                         scheduled_s=None, start_s=start, end_s=end, ttft_s=0.01, tpot_s=0.01, e2e_s=end - start,
-                         cached_tokens=cached, error=error, job_id=job, depth=depth, parent_request_id=parent)
+    return RequestRecord(
+        request_id=rid,
+        session_id=session,
+        turn=turn,
+        prompt_tokens=prompt,
+        output_tokens=4,
+        requested_output_tokens=4,
+        exact_output_len=True,
+        expected_prompt_tokens=None,
+        scheduled_s=None,
+        start_s=start,
+        end_s=end,
+        ttft_s=0.01,
+        tpot_s=0.01,
+        e2e_s=end - start,
+        cached_tokens=cached,
+        error=error,
+        job_id=job,
+        depth=depth,
+        parent_request_id=parent,
+    )
 
 
 def job0():
@@ -55,10 +73,14 @@ def test_jct_goodput_and_cached_shares():
 def test_a_job_cut_short_is_unfinished_not_completed_or_failed():
     """A run interrupted in a tool gap: the job's sent calls all completed, but its plan held more."""
     in_gap = [rec(10, 3, 0, 0.0, 0.3, job=1)]  # 1 of its 8 planned calls
-    cancelled = [rec(20, 4, 0, 0.0, 0.3, job=2), rec(21, 4, 1, 0.5, 0.6, job=2, error="cancelled: the run was interrupted")]
+    cancelled = [
+        rec(20, 4, 0, 0.0, 0.3, job=2),
+        rec(21, 4, 1, 0.5, 0.6, job=2, error="cancelled: the run was interrupted"),
+    ]
     failed = [rec(30, 5, 0, 0.0, 0.3, job=3, error="boom")]
-    figures = job_figures(job0() + in_gap + cancelled + failed, duration_s=6.0, slo_job_s=None,
-                          planned={0: 6, 1: 8, 2: 8, 3: 8})
+    figures = job_figures(
+        job0() + in_gap + cancelled + failed, duration_s=6.0, slo_job_s=None, planned={0: 6, 1: 8, 2: 8, 3: 8}
+    )
     assert (figures["count"], figures["completed"], figures["failed"], figures["unfinished"]) == (4, 1, 1, 2)
     assert figures["job_s"]["count"] == 1 and figures["jobs_per_s"] == pytest.approx(1 / 6)
     assert dict(job_table(figures))["jobs completed"] == "1/4, 2 unfinished (the run was cut short)"
@@ -87,8 +109,13 @@ def test_the_console_and_the_report_show_the_jobs():
     from harness.reports.run_report import jobs_html
     from harness.results.schema import RunSummary
 
-    summary = RunSummary.from_dict({"status": "complete", "jobs": job_figures(job0(), 5.0, 6.0),
-                                    "requests": {"sent": 6, "completed": 6, "failed": 0}})
+    summary = RunSummary.from_dict(
+        {
+            "status": "complete",
+            "jobs": job_figures(job0(), 5.0, 6.0),
+            "requests": {"sent": 6, "completed": 6, "failed": 0},
+        }
+    )
     assert summary.to_dict()["jobs"]["completed"] == 1 and "jobs" not in RunSummary().to_dict()
     page = jobs_html(summary)
     assert "Job completion time (s)" in page and "p50 5.00" in page and "depth 1" in page

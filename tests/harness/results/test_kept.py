@@ -1,4 +1,5 @@
 """What a run keeps in memory of its requests: columns, ITL gaps held to a budget."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,11 +7,11 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from harness.config import SLOConfig
 from harness.results.kept import KeptRequests, as_table
 from harness.results.metrics import ENGINE_STAGES, distributions
-from harness.results.summary import summarize, time_windows
-from harness.config import SLOConfig
 from harness.results.store import RunWriter, load_requests
+from harness.results.summary import summarize, time_windows
 from tests.records import record
 
 
@@ -18,8 +19,12 @@ def _full(i: int, n_out: int = 11, gap: float = 0.01):
     r = record(i, n_out=n_out, e2e=0.1 + gap * (n_out - 1))
     r.itl_s = [gap * (1 + (i * 7 + k) % 5) for k in range(n_out - 1)]
     r.itl_chunk_s = list(r.itl_s)
-    return dataclasses.replace(r, output_text="x" * 500, output_token_ids=list(range(n_out)),
-                               engine_stats={"vllm_queue_s": 0.5, "prompt_tokens": 50, "note": "y" * 200})
+    return dataclasses.replace(
+        r,
+        output_text="x" * 500,
+        output_token_ids=list(range(n_out)),
+        engine_stats={"vllm_queue_s": 0.5, "prompt_tokens": 50, "note": "y" * 200},
+    )
 
 
 def test_a_kept_record_has_every_field_but_the_payloads():
@@ -29,9 +34,22 @@ def test_a_kept_record_has_every_field_but_the_payloads():
     assert slim.output_text is None and slim.output_token_ids is None and slim.ids_text is None
     assert slim.engine_stats == {"vllm_queue_s": 0.5}  # what the summary reads: the engine's stage times
     assert list(slim.itl_chunk_s) == list(slim.itl_s) == _full(3).itl_s
-    for name in ("request_id", "ttft_s", "tpot_s", "exact_output_len", "http_reused", "adapter", "error",
-                 "cached_tokens", "stage", "start_s", "prompt_tokens"):
-        assert getattr(slim, name) == getattr(full, name) and type(getattr(slim, name)) is type(getattr(full, name)), name
+    for name in (
+        "request_id",
+        "ttft_s",
+        "tpot_s",
+        "exact_output_len",
+        "http_reused",
+        "adapter",
+        "error",
+        "cached_tokens",
+        "stage",
+        "start_s",
+        "prompt_tokens",
+    ):
+        assert getattr(slim, name) == getattr(full, name) and type(getattr(slim, name)) is type(getattr(full, name)), (
+            name
+        )
     assert not slim.ok and kept.sampling() is None and len(kept) == 1 and kept[0].request_id == 3
 
 
@@ -95,7 +113,9 @@ def test_past_the_budget_every_request_keeps_one_gap_in_k_and_the_sample_stays_u
         kept.add(r)
     info = kept.sampling()
     assert info is not None and info["one_in"] == 8 and info["itl_s_seen"] == 400 * 64
-    assert info["itl_s_kept"] <= 4000 and info["itl_s_kept"] == sum(len(r.itl_s) for r in kept) == len(kept.gaps("itl_s"))
+    assert info["itl_s_kept"] <= 4000 and info["itl_s_kept"] == sum(len(r.itl_s) for r in kept) == len(
+        kept.gaps("itl_s")
+    )
     exact = distributions(full)["itl_s"]
     sampled = distributions(kept)["itl_s"]
     for p in ("p50", "p90", "mean"):

@@ -1,4 +1,5 @@
 """Every metric defined once: tag, label, unit, direction and formula; the summary follows the metrics."""
+
 import pytest
 from records import record
 
@@ -24,9 +25,11 @@ def test_summary_sections_follow_the_registry():
 
 def test_a_metric_cannot_be_defined_twice():
     with pytest.raises(ValueError, match="defined twice"):
+
         @metrics.register
         class AnotherTTFT(metrics.RequestMetric):
             """TTFT again = no."""
+
             key, label, unit = "ttft_s", "TTFT", "ms"
 
 

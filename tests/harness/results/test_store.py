@@ -1,4 +1,5 @@
 """The run folder's schema: typed summary round trip, text a server sent, partial folders."""
+
 import json
 
 import pandas as pd
@@ -9,9 +10,23 @@ from harness.results.store import RunWriter, clean_text, load_run
 
 
 def record(i, **kw):
-    base = dict(request_id=i, session_id=i, turn=0, prompt_tokens=5, output_tokens=2, requested_output_tokens=2,
-                exact_output_len=True, expected_prompt_tokens=5, scheduled_s=None, start_s=0.0, end_s=0.2,
-                ttft_s=0.1, tpot_s=0.1, e2e_s=0.2, itl_s=[0.1])
+    base = dict(
+        request_id=i,
+        session_id=i,
+        turn=0,
+        prompt_tokens=5,
+        output_tokens=2,
+        requested_output_tokens=2,
+        exact_output_len=True,
+        expected_prompt_tokens=5,
+        scheduled_s=None,
+        start_s=0.0,
+        end_s=0.2,
+        ttft_s=0.1,
+        tpot_s=0.1,
+        e2e_s=0.2,
+        itl_s=[0.1],
+    )
     base.update(kw)
     return RequestRecord(**base)
 
@@ -65,4 +80,7 @@ def test_report_of_a_folder_that_is_no_run_is_one_line(tmp_path, capsys):
     from harness.reports.run_report import main as report_main
 
     assert report_main([str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {tmp_path} is not a run folder: it has neither summary.json nor requests.jsonl"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: {tmp_path} is not a run folder: it has neither summary.json nor requests.jsonl"
+    )

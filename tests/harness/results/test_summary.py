@@ -1,4 +1,5 @@
 """Per-run summaries: failures are counted apart and length mismatches are flagged."""
+
 import pytest
 from records import record
 
@@ -28,7 +29,11 @@ def test_goodput_counts_requests_meeting_every_slo():
 
 
 def test_length_mismatches_are_flagged():
-    records = [record(0, n_out=7, requested=10), record(1, prompt=49, expected=50), record(2, exact=False, n_out=12, requested=10)]
+    records = [
+        record(0, n_out=7, requested=10),
+        record(1, prompt=49, expected=50),
+        record(2, exact=False, n_out=12, requested=10),
+    ]
     warnings = summarize(records, 1.0, SLOConfig())["warnings"]
     assert any("exact output length" in w and "7 instead of 10" in w for w in warnings)
     assert any("prompts differ" in w and "49 instead of 50" in w for w in warnings)
@@ -40,12 +45,16 @@ def test_per_turn_rows_and_table():
     s = summarize(records, 1.0, SLOConfig())
     assert [row["turn"] for row in s["per_turn"]] == [0, 1]
     assert s["per_turn"][1]["ttft_mean_s"] == pytest.approx(0.3)
-    text = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s))
+    text = format_summary(
+        RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s)
+    )
     assert "TTFT (ms)" in text and "per turn" in text
 
 
 def test_large_overhead_is_a_warning():
-    lines = overhead_warnings({"delivery_lag_max_s": {"p90": 0.03}, "send_lag_s": {"p90": 0.2}}, {"e2e_s": {"p50": 0.1}})
+    lines = overhead_warnings(
+        {"delivery_lag_max_s": {"p90": 0.03}, "send_lag_s": {"p90": 0.2}}, {"e2e_s": {"p50": 0.1}}
+    )
     assert len(lines) == 2 and "30 ms" in lines[0] and "200 ms late" in lines[1]
     assert overhead_warnings({"delivery_lag_max_s": {"p90": 0.01}}, {"e2e_s": {"p50": 1.0}}) == []
 
@@ -68,9 +77,18 @@ def test_the_client_checks_itself(tmp_path):
     from harness.results.summary import client_warnings
     from harness.run.point import run_benchmark
 
-    outcome = run_benchmark(make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=6",
-                                        "workload.input_len=48", "workload.output_len=8", "progress=false",
-                                        "report=false"), tmp_path)
+    outcome = run_benchmark(
+        make_config(
+            "model=tiny-random",
+            "workload=synthetic",
+            "workload.num_requests=6",
+            "workload.input_len=48",
+            "workload.output_len=8",
+            "progress=false",
+            "report=false",
+        ),
+        tmp_path,
+    )
     harness = outcome.summary.harness
     assert harness["loop_lag_s"]["count"] >= 1 and harness["loop_lag_s"]["p99"] >= 0
     assert harness["cpu_cores"] > 0
@@ -84,12 +102,20 @@ def test_cache_hit_rates_side_by_side():
     records = [record(0, prompt=100), record(1, prompt=100)]
     records[0].cached_tokens, records[1].cached_tokens = 0, 80
     s = summarize(records, 1.0, SLOConfig())
-    workload = {"name": "shared_prefix", "target_cache_hit": 0.5, "theoretical_cache_hit": 0.48,
-                "data": {"path": "d.jsonl", "format": "mooncake", "records": 3, "sha256": "ab" * 32}}
-    text = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload=workload, **s))
+    workload = {
+        "name": "shared_prefix",
+        "target_cache_hit": 0.5,
+        "theoretical_cache_hit": 0.48,
+        "data": {"path": "d.jsonl", "format": "mooncake", "records": 3, "sha256": "ab" * 32},
+    }
+    text = format_summary(
+        RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload=workload, **s)
+    )
     assert "prefix-cache hit rate: target 50.0% · theoretical 48.0% · measured 40.0%" in text
     assert "data: d.jsonl (mooncake, 3 records, sha256 abababababab…)" in text
-    plain = format_summary(RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s))
+    plain = format_summary(
+        RunSummary(status="complete", backend={"name": "x"}, model={"name": "m"}, workload={"name": "chat"}, **s)
+    )
     assert "prefix-cache hit rate" not in plain
 
 
@@ -124,8 +150,12 @@ def test_the_console_says_what_a_long_queue_wait_means():
         r.queue_wait_s = 0.8
     s = summarize(records, duration_s=4.0, slo=SLOConfig())
     head = {"status": "complete", "model": {"name": "m"}, "workload": {"name": "chat"}}
-    note = "transformers runs one request at a time with batching=serial; backend.batching=continuous serves them together"
-    serial = format_summary(RunSummary(**head, backend={"name": "transformers", "info": {"notes": {"queue_wait": note}}}, **s))
+    note = (
+        "transformers runs one request at a time with batching=serial; backend.batching=continuous serves them together"
+    )
+    serial = format_summary(
+        RunSummary(**head, backend={"name": "transformers", "info": {"notes": {"queue_wait": note}}}, **s)
+    )
     assert "queue wait: 800 ms of the TTFT p50 1000 ms" in serial and "backend.batching=continuous" in serial
     other = format_summary(RunSummary(**head, backend={"name": "vllm", "info": {}}, **s))
     assert "queue wait: 800 ms" in other and "batching=continuous" not in other

@@ -1,4 +1,5 @@
 """The steady-state window and the per-stage figures of the summary, against records built by hand."""
+
 import pytest
 from records import record
 
@@ -7,7 +8,10 @@ from harness.results import metrics
 from harness.results.schema import RunSummary
 from harness.results.summary import summarize, time_windows
 
-STAGES = [{"index": 0, "start_s": 0.0, "end_s": 10.0, "rate": 1.0}, {"index": 1, "start_s": 10.0, "end_s": 20.0, "rate": 2.0}]
+STAGES = [
+    {"index": 0, "start_s": 0.0, "end_s": 10.0, "rate": 1.0},
+    {"index": 1, "start_s": 10.0, "end_s": 20.0, "rate": 2.0},
+]
 
 
 def _at(i, start, ttft, n_out=10, stage=None, error=None):
@@ -18,17 +22,23 @@ def _at(i, start, ttft, n_out=10, stage=None, error=None):
 
 def _runs():
     # a slow fill (TTFT 1 s) in the first 2 s, steady (0.1 s) after, a slow drain after 18 s
-    return ([_at(i, 0.5 * i, 1.0) for i in range(4)]  # starts 0, 0.5, 1, 1.5
-            + [_at(10 + i, 2.0 + i, 0.1) for i in range(16)]  # starts 2 … 17
-            + [_at(40, 18.5, 2.0), _at(41, 19.0, 2.0, error="boom")])
+    return (
+        [_at(i, 0.5 * i, 1.0) for i in range(4)]  # starts 0, 0.5, 1, 1.5
+        + [_at(10 + i, 2.0 + i, 0.1) for i in range(16)]  # starts 2 … 17
+        + [_at(40, 18.5, 2.0), _at(41, 19.0, 2.0, error="boom")]
+    )
 
 
 def test_the_window_counts_the_requests_that_started_inside_it():
     records = _runs()
     whole = summarize(records, 22.0, SLOConfig())
     out = time_windows(whole, records, SLOConfig(), window=(2.0, 17.0))
-    assert out["window"] == {"start_s": 2.0, "end_s": 17.0, "duration_s": 15.0,
-                             "requests": {"sent": 16, "completed": 16, "failed": 0}}
+    assert out["window"] == {
+        "start_s": 2.0,
+        "end_s": 17.0,
+        "duration_s": 15.0,
+        "requests": {"sent": 16, "completed": 16, "failed": 0},
+    }
     assert out["latency"]["ttft_s"]["count"] == 16 and out["latency"]["ttft_s"]["p99"] == pytest.approx(0.1)
     assert out["throughput"]["requests_per_s"] == pytest.approx(16 / 15.0)
     assert out["throughput"]["output_tokens_per_s"] == pytest.approx(160 / 15.0)

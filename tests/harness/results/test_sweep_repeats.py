@@ -1,4 +1,5 @@
 """A point's figures over its repeats: mean and 95 % CI, a repeat cut short left out."""
+
 from __future__ import annotations
 
 import pytest

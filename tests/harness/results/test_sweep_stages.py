@@ -1,4 +1,5 @@
 """A time-shaped point in a sweep: its stages' figures in sweep.json and a row each in the table."""
+
 from __future__ import annotations
 
 from harness.reports.console import format_sweep
@@ -7,16 +8,26 @@ from harness.results.sweep_file import combine_stages, key_figures, stage_load
 
 
 def _stage(index: int, ttft: float, load: dict) -> dict:
-    return {"index": index, "start_s": 10.0 * index, "end_s": 10.0 * (index + 1), **load,
-            "requests": {"sent": 5, "completed": 5, "failed": 0},
-            "latency": {"ttft_s": {"p50": ttft, "p99": 2 * ttft}, "tpot_s": {"p50": 0.01}},
-            "throughput": {"output_tokens_per_s": 100.0 * (index + 1), "requests_per_s": 1.0 + index}}
+    return {
+        "index": index,
+        "start_s": 10.0 * index,
+        "end_s": 10.0 * (index + 1),
+        **load,
+        "requests": {"sent": 5, "completed": 5, "failed": 0},
+        "latency": {"ttft_s": {"p50": ttft, "p99": 2 * ttft}, "tpot_s": {"p50": 0.01}},
+        "throughput": {"output_tokens_per_s": 100.0 * (index + 1), "requests_per_s": 1.0 + index},
+    }
 
 
 def _summary(scale: float = 1.0) -> RunSummary:
-    return RunSummary(latency={"ttft_s": {"p50": 0.2}}, throughput={"output_tokens_per_s": 150.0},
-                      stages=[_stage(0, 0.1 * scale, {"rate": 1.0}),
-                              _stage(1, 0.3 * scale, {"rate": {"from": 1.0, "to": 4.0, "shape": "linear"}})])
+    return RunSummary(
+        latency={"ttft_s": {"p50": 0.2}},
+        throughput={"output_tokens_per_s": 150.0},
+        stages=[
+            _stage(0, 0.1 * scale, {"rate": 1.0}),
+            _stage(1, 0.3 * scale, {"rate": {"from": 1.0, "to": 4.0, "shape": "linear"}}),
+        ],
+    )
 
 
 def test_a_stage_says_its_load_in_words():
@@ -39,8 +50,13 @@ def test_repeats_give_each_stage_a_mean_and_interval():
 
 
 def test_the_sweep_table_has_a_row_per_stage_under_its_point():
-    point = {"index": 3, "overrides": ["workload.stages=…"], "status": "complete",
-             "figures": key_figures(_summary()), "stages": combine_stages([_summary()])}
+    point = {
+        "index": 3,
+        "overrides": ["workload.stages=…"],
+        "status": "complete",
+        "figures": key_figures(_summary()),
+        "stages": combine_stages([_summary()]),
+    }
     table = format_sweep({"points": [point, {"index": 4, "overrides": [], "status": "complete", "figures": {}}]})
     lines = table.splitlines()
     rows = [line.split()[0] for line in lines[2:-1]]

@@ -1,5 +1,6 @@
 """python -m harness.ab: interleaved blocks of real runs against the reference server, the three
 verdicts, the A/A noise floor, one-line refusals, and an interrupted experiment."""
+
 import json
 import signal
 import subprocess
@@ -15,22 +16,53 @@ from harness.gate import noise
 from harness.history import query
 from harness.run import ab
 
-COMMON = ["backend=reference", "backend.ttft_ms=20", "backend.itl_ms=4", "model=tiny-random", "workload=synthetic",
-          "workload.num_requests=12", "workload.concurrency=4", "workload.output_len=12", "workload.input_len=40",
-          "report=false", "machine.enabled=false", "backend.count_prompt_tokens=false", "workload.warmup_requests=0"]
+COMMON = [
+    "backend=reference",
+    "backend.ttft_ms=20",
+    "backend.itl_ms=4",
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.num_requests=12",
+    "workload.concurrency=4",
+    "workload.output_len=12",
+    "workload.input_len=40",
+    "report=false",
+    "machine.enabled=false",
+    "backend.count_prompt_tokens=false",
+    "workload.warmup_requests=0",
+]
 
 
 def run_ab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.ab", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.ab", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_real_slowdown_is_a_regression_with_every_file(tmp_path):
     out = tmp_path / "ab"
-    done = run_ab("--blocks", "2", "--max-blocks", "3", "--seed", "3", "--threshold", "5", "--out", str(out),
-                  "--figures", "tpot_s.p50,output_tokens_per_s", "--markdown", str(tmp_path / "summary.md"),
-                  "--history", str(tmp_path / "history"),
-                  "--b", "backend.itl_ms=6", "--", *COMMON)
+    done = run_ab(
+        "--blocks",
+        "2",
+        "--max-blocks",
+        "3",
+        "--seed",
+        "3",
+        "--threshold",
+        "5",
+        "--out",
+        str(out),
+        "--figures",
+        "tpot_s.p50,output_tokens_per_s",
+        "--markdown",
+        str(tmp_path / "summary.md"),
+        "--history",
+        str(tmp_path / "history"),
+        "--b",
+        "backend.itl_ms=6",
+        "--",
+        *COMMON,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     # decided at the first look (2 blocks) on a quiet machine; a noisy one may need the second (3)
     blocks = 2 if "A/B: REGRESSION after 2 blocks (4 runs in" in done.stdout else 3
@@ -51,8 +83,20 @@ def test_a_real_slowdown_is_a_regression_with_every_file(tmp_path):
 
 def test_aa_stores_the_noise_floor_and_plans_the_runs(tmp_path):
     out, floors = tmp_path / "aa", tmp_path / "noise"
-    done = run_ab("--aa", "--blocks", "2", "--out", str(out), "--noise-dir", str(floors), "--precision", "5",
-                  "--", *COMMON, "backend.run_noise_cv=0.03")
+    done = run_ab(
+        "--aa",
+        "--blocks",
+        "2",
+        "--out",
+        str(out),
+        "--noise-dir",
+        str(floors),
+        "--precision",
+        "5",
+        "--",
+        *COMMON,
+        "backend.run_noise_cv=0.03",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "A/A:" in done.stdout and "noise floor (" in done.stdout and "needs" in done.stdout
     [path] = list(floors.glob("*/*.json"))
@@ -61,15 +105,18 @@ def test_aa_stores_the_noise_floor_and_plans_the_runs(tmp_path):
     assert json.loads((out / "ab.json").read_text())["noise_floor"] == str(path)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--", *COMMON], "the arms are the same"),
-    (["--blocks", "1", "--b", "backend.itl_ms=5", "--", *COMMON], "--blocks must be >= 2"),
-    (["--figures", "speed", "--b", "backend.itl_ms=5", "--", *COMMON], "unknown figure 'speed'"),
-    (["--b", "backend.itl_ms=5", "--", *COMMON, "repeat=3"], "set by harness.ab"),
-    (["--b-cwd", "/tmp", "--", *COMMON], "not a checkout of the harness"),
-    (["--threshold", "nan", "--b", "backend.itl_ms=5", "--", *COMMON], "--threshold"),
-    (["--timeout-s", "-1", "--b", "backend.itl_ms=5", "--", *COMMON], "--timeout-s"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--", *COMMON], "the arms are the same"),
+        (["--blocks", "1", "--b", "backend.itl_ms=5", "--", *COMMON], "--blocks must be >= 2"),
+        (["--figures", "speed", "--b", "backend.itl_ms=5", "--", *COMMON], "unknown figure 'speed'"),
+        (["--b", "backend.itl_ms=5", "--", *COMMON, "repeat=3"], "set by harness.ab"),
+        (["--b-cwd", "/tmp", "--", *COMMON], "not a checkout of the harness"),
+        (["--threshold", "nan", "--b", "backend.itl_ms=5", "--", *COMMON], "--threshold"),
+        (["--timeout-s", "-1", "--b", "backend.itl_ms=5", "--", *COMMON], "--timeout-s"),
+    ],
+)
 def test_bad_input_is_one_line(args, message, tmp_path):
     assert ab.main(["--out", str(tmp_path / "x"), *args]) == ab.EXIT_BAD_INPUT
 
@@ -88,10 +135,27 @@ def test_a_refused_run_ends_the_experiment_in_one_line(tmp_path):
 
 def test_sigterm_keeps_what_was_measured_and_leaves_no_process(tmp_path):
     out = tmp_path / "ab"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.ab", "--blocks", "3", "--out", str(out), "--b",
-                             "backend.itl_ms=5", "--", *COMMON, "workload.num_requests=200"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=as_foreground_job)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.ab",
+            "--blocks",
+            "3",
+            "--out",
+            str(out),
+            "--b",
+            "backend.itl_ms=5",
+            "--",
+            *COMMON,
+            "workload.num_requests=200",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("block001-*/requests.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -112,9 +176,26 @@ def test_a_killed_experiment_takes_its_run_with_it(tmp_path):
     """SIGKILL leaves harness.ab no clean-up: its run gets SIGTERM from the kernel, ends
     interrupted with what it measured, and its server goes with it."""
     out = tmp_path / "ab"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.ab", "--blocks", "3", "--out", str(out), "--b",
-                             "backend.itl_ms=5", "--", *COMMON, "workload.num_requests=400"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=as_foreground_job)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.ab",
+            "--blocks",
+            "3",
+            "--out",
+            str(out),
+            "--b",
+            "backend.itl_ms=5",
+            "--",
+            *COMMON,
+            "workload.num_requests=400",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=as_foreground_job,
+    )
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("block001-*/requests.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.2)

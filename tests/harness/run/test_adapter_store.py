@@ -1,4 +1,5 @@
 """The model store's LoRA adapters: seeded PEFT folders, and GGUF LoRAs for llama.cpp."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,8 +49,11 @@ def test_the_gguf_lora_has_llama_cpps_names_and_shapes(real_model):
 
     adapter = store_adapter(real_model, 0)
     reader = gguf.GGUFReader(str(adapter.gguf_file))
-    text = {k: bytes(f.parts[f.data[0]]).decode() for k, f in reader.fields.items()
-            if k in ("general.type", "adapter.type", "general.architecture")}
+    text = {
+        k: bytes(f.parts[f.data[0]]).decode()
+        for k, f in reader.fields.items()
+        if k in ("general.type", "adapter.type", "general.architecture")
+    }
     assert text == {"general.type": "adapter", "adapter.type": "lora", "general.architecture": "llama"}
     assert float(reader.fields["adapter.lora.alpha"].parts[-1][0]) == 32.0
     shapes = {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}  # ggml order: ne0 first

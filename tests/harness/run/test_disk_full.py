@@ -1,5 +1,6 @@
 """A run whose folder's disk fills ends in one line that names the folder and the rows kept,
 stops the engine, and leaves what was written readable."""
+
 import json
 import os
 import subprocess
@@ -7,12 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_harness_cli
 
-RUN = ["model=tiny-random", "backend=reference", "backend.ttft_ms=1", "backend.itl_ms=1", "workload=synthetic",
-       "workload.input_len=48", "workload.output_len=48", "workload.num_requests=300", "workload.concurrency=8",
-       "workload.warmup_requests=0", "progress=false", "report=false"]
+RUN = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=1",
+    "backend.itl_ms=1",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=48",
+    "workload.num_requests=300",
+    "workload.concurrency=8",
+    "workload.warmup_requests=0",
+    "progress=false",
+    "report=false",
+]
 
 
 def _one_line_end(proc: subprocess.CompletedProcess) -> str:
@@ -37,9 +48,16 @@ def test_rows_that_cannot_reach_the_disk_end_the_run_in_one_line(tmp_path):
         "    init(self, run_dir, *a, **k)\n"
         "    (Path(run_dir) / 'requests.jsonl').symlink_to('/dev/full')\n"
         "RunWriter.__init__ = patched\n"
-        "from harness.cli import main\nsys.argv = ['harness', *sys.argv[1:]]\nmain()\n")
-    proc = subprocess.run([sys.executable, str(script), *RUN, f"output_root={tmp_path / 'out'}"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env={**os.environ})
+        "from harness.cli import main\nsys.argv = ['harness', *sys.argv[1:]]\nmain()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), *RUN, f"output_root={tmp_path / 'out'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
     line = _one_line_end(proc)
     run_dir = _run_dir(tmp_path / "out")
     assert str(run_dir) in line and "0 finished requests" in line

@@ -1,6 +1,7 @@
 """harness.ab --keep-loaded: one engine per arm (python -m harness.held), loaded once and kept for
 all its runs, against the reference server; its endings leave no process, and an A/A stores its
 noise floor apart from fresh engines'."""
+
 import json
 import signal
 import subprocess
@@ -14,14 +15,32 @@ from conftest import REPO, as_foreground_job
 from harness.gate import noise
 from harness.run import ab
 
-COMMON = ["backend=reference", "backend.ttft_ms=20", "backend.itl_ms=4", "model=tiny-random", "workload=synthetic",
-          "workload.num_requests=12", "workload.concurrency=4", "workload.output_len=12", "workload.input_len=40",
-          "report=false", "machine.enabled=false", "backend.count_prompt_tokens=false", "workload.warmup_requests=0"]
+COMMON = [
+    "backend=reference",
+    "backend.ttft_ms=20",
+    "backend.itl_ms=4",
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.num_requests=12",
+    "workload.concurrency=4",
+    "workload.output_len=12",
+    "workload.input_len=40",
+    "report=false",
+    "machine.enabled=false",
+    "backend.count_prompt_tokens=false",
+    "workload.warmup_requests=0",
+]
 
 
 def start_ab(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness.ab", "--keep-loaded", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.ab", "--keep-loaded", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_foreground_job,
+    )
 
 
 def summary(run_dir) -> dict:
@@ -30,8 +49,22 @@ def summary(run_dir) -> dict:
 
 def test_each_arm_loads_once_and_a_slowdown_is_still_found(tmp_path):
     out = tmp_path / "ab"
-    proc = start_ab("--blocks", "2", "--max-blocks", "3", "--seed", "3", "--out", str(out),
-                    "--figures", "tpot_s.p50", "--b", "backend.itl_ms=6", "--", *COMMON)
+    proc = start_ab(
+        "--blocks",
+        "2",
+        "--max-blocks",
+        "3",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--figures",
+        "tpot_s.p50",
+        "--b",
+        "backend.itl_ms=6",
+        "--",
+        *COMMON,
+    )
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == ab.EXIT_REGRESSION, stdout + stderr
     assert "engines kept loaded, started 2×" in stdout
@@ -71,16 +104,18 @@ def test_a_refused_arm_is_one_line(tmp_path):
 
 
 def test_two_held_servers_cannot_share_a_port(tmp_path, capsys):
-    code = ab.main(["--keep-loaded", "--out", str(tmp_path / "x"), "--b", "backend.itl_ms=5", "--", *COMMON,
-                    "backend.port=8123"])
+    code = ab.main(
+        ["--keep-loaded", "--out", str(tmp_path / "x"), "--b", "backend.itl_ms=5", "--", *COMMON, "backend.port=8123"]
+    )
     assert code == ab.EXIT_BAD_INPUT and "cannot share backend.port=8123" in capsys.readouterr().err
 
 
 def start_long_experiment(tmp_path) -> tuple[subprocess.Popen, Path, list[psutil.Process]]:
     """An experiment whose first run is under way: its process, folder and process family."""
     out = tmp_path / "ab"
-    proc = start_ab("--blocks", "3", "--out", str(out), "--b", "backend.itl_ms=5", "--", *COMMON,
-                    "workload.num_requests=300")
+    proc = start_ab(
+        "--blocks", "3", "--out", str(out), "--b", "backend.itl_ms=5", "--", *COMMON, "workload.num_requests=300"
+    )
     deadline = time.monotonic() + 120
     while not list((out / "runs").glob("block001-*/requests.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.2)

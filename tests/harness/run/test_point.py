@@ -1,4 +1,5 @@
 """Whole runs through run_benchmark: the run folder, exact lengths, chat history, the real model."""
+
 import json
 
 import pandas as pd
@@ -11,10 +12,24 @@ from harness.run.point import run_benchmark
 
 
 def test_synthetic_run_writes_every_file(tmp_path):
-    cfg = make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=6",
-                      "workload.input_len=64", "workload.output_len=9", "workload.concurrency=2")
+    cfg = make_config(
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=6",
+        "workload.input_len=64",
+        "workload.output_len=9",
+        "workload.concurrency=2",
+    )
     outcome = run_benchmark(cfg, tmp_path)
-    for name in ("requests.parquet", "requests.jsonl", "summary.json", "config.yaml", "env.json", "workload.json", "memory.parquet"):
+    for name in (
+        "requests.parquet",
+        "requests.jsonl",
+        "summary.json",
+        "config.yaml",
+        "env.json",
+        "workload.json",
+        "memory.parquet",
+    ):
         assert (tmp_path / name).exists(), name
     df = pd.read_parquet(tmp_path / "requests.parquet")
     assert list(df.columns) == list(REQUEST_COLUMNS)
@@ -38,8 +53,15 @@ def test_synthetic_run_writes_every_file(tmp_path):
 
 
 def test_open_loop_run_records_schedule(tmp_path):
-    cfg = make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=5",
-                      "workload.input_len=40", "workload.output_len=4", "workload.rate=20", "workload.arrival=constant")
+    cfg = make_config(
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=5",
+        "workload.input_len=40",
+        "workload.output_len=4",
+        "workload.rate=20",
+        "workload.arrival=constant",
+    )
     run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert df.scheduled_s.tolist() == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
@@ -47,8 +69,16 @@ def test_open_loop_run_records_schedule(tmp_path):
 
 
 def test_static_batching_shows_in_the_engine_stats(tmp_path):
-    cfg = make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=8", "workload.input_len=40",
-                      "workload.output_len=6", "workload.concurrency=4", "backend.batching=static", "backend.batch_wait_s=0.05")
+    cfg = make_config(
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=8",
+        "workload.input_len=40",
+        "workload.output_len=6",
+        "workload.concurrency=4",
+        "backend.batching=static",
+        "backend.batch_wait_s=0.05",
+    )
     run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     sizes = df.engine_stats.map(lambda s: json.loads(s)["batch_size"])
@@ -58,8 +88,14 @@ def test_static_batching_shows_in_the_engine_stats(tmp_path):
 
 @pytest.mark.real_model
 def test_real_model_chat_resends_history(tmp_path):
-    cfg = make_config("workload=chat", "workload.sessions=2", "workload.turns=3", "workload.output_len=12",
-                      "workload.concurrency=2", "workload.user_len=24")
+    cfg = make_config(
+        "workload=chat",
+        "workload.sessions=2",
+        "workload.turns=3",
+        "workload.output_len=12",
+        "workload.concurrency=2",
+        "workload.user_len=24",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path).sort_values(["session_id", "turn"])
     assert len(df) == 6 and df.error.isna().all()
@@ -75,9 +111,15 @@ def test_real_model_chat_resends_history(tmp_path):
 
 @pytest.mark.real_model
 def test_real_model_synthetic_exact_lengths(tmp_path):
-    cfg = make_config("workload=synthetic", "workload.num_requests=4", "workload.input_len=100",
-                      "workload.output_len=16", "workload.concurrency=4", "workload.input_len_dist=uniform",
-                      "workload.input_len_spread=30")
+    cfg = make_config(
+        "workload=synthetic",
+        "workload.num_requests=4",
+        "workload.input_len=100",
+        "workload.output_len=16",
+        "workload.concurrency=4",
+        "workload.input_len_dist=uniform",
+        "workload.input_len_spread=30",
+    )
     outcome = run_benchmark(cfg, tmp_path)
     df = load_requests(tmp_path)
     assert (df.output_tokens == 16).all()
@@ -92,13 +134,20 @@ def test_a_failing_table_write_keeps_the_summary_and_the_report(tmp_path, monkey
         raise OSError("disk full")
 
     monkeypatch.setattr(RunWriter, "write_tables", broken)
-    cfg = make_config("model=tiny-random", "workload=synthetic", "workload.num_requests=2", "workload.input_len=40",
-                      "workload.output_len=3")
+    cfg = make_config(
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=2",
+        "workload.input_len=40",
+        "workload.output_len=3",
+    )
     run_benchmark(cfg, tmp_path)
     assert not (tmp_path / "requests.parquet").exists()
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "complete"
     assert (tmp_path / "report.html").exists()  # rebuilt from requests.jsonl
-    assert any("requests.parquet and memory.parquet not written (OSError: disk full)" in r.message for r in caplog.records)
+    assert any(
+        "requests.parquet and memory.parquet not written (OSError: disk full)" in r.message for r in caplog.records
+    )
 
 
 def test_a_second_interrupt_waits_for_the_results(tmp_path):
@@ -141,4 +190,6 @@ def test_a_count_whose_arrivals_span_hours_is_named_before_the_wait(caplog):
         assert caplog.messages == []
         warn_of_a_long_span(plan(1e9))
     [message] = caplog.messages
-    assert message.startswith("open loop: the last of 2 requests is due 2.78e+05 h after the first (check workload.rate")
+    assert message.startswith(
+        "open loop: the last of 2 requests is due 2.78e+05 h after the first (check workload.rate"
+    )

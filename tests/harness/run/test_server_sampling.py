@@ -1,4 +1,5 @@
 """A run samples the server's /metrics during its measured phase; a slow /metrics never holds it."""
+
 import json
 import shutil
 import time
@@ -10,14 +11,29 @@ from conftest import make_config
 from harness.reports.compare.cli import main as compare_main
 from harness.run.point import run_benchmark
 
-REF = ["backend=reference", "backend.count_prompt_tokens=false", "model=tiny-random", "workload=synthetic",
-       "workload.input_len=40", "workload.warmup_requests=1"]
+REF = [
+    "backend=reference",
+    "backend.count_prompt_tokens=false",
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=40",
+    "workload.warmup_requests=1",
+]
 
 
 def test_a_run_samples_the_servers_state_and_draws_it(tmp_path):
-    cfg = make_config(*REF, "backend.ttft_ms=20", "backend.itl_ms=10", "backend.max_running=2",
-                      "backend.spec_draft_tokens=4", "backend.spec_acceptance=0.5", "workload.num_requests=8",
-                      "workload.output_len=20", "workload.concurrency=4", "server_metrics.interval_s=0.1")
+    cfg = make_config(
+        *REF,
+        "backend.ttft_ms=20",
+        "backend.itl_ms=10",
+        "backend.max_running=2",
+        "backend.spec_draft_tokens=4",
+        "backend.spec_acceptance=0.5",
+        "workload.num_requests=8",
+        "workload.output_len=20",
+        "workload.concurrency=4",
+        "server_metrics.interval_s=0.1",
+    )
     run = tmp_path / "run"
     run_benchmark(cfg, run)
     s = json.loads((run / "summary.json").read_text())
@@ -31,7 +47,8 @@ def test_a_run_samples_the_servers_state_and_draws_it(tmp_path):
     series = pd.read_parquet(run / "server_metrics.parquet")
     assert list(series.columns) == ["t_s", "name", "labels", "kind", "value"]
     assert {"kv_cache_usage", "requests_running", "requests_waiting", "spec_acceptance_rate"} <= set(
-        series.loc[series["kind"] == "neutral", "name"])
+        series.loc[series["kind"] == "neutral", "name"]
+    )
     assert series["t_s"].max() <= s["duration_s"] + 1.0
     page = (run / "report.html").read_text()
     assert 'data-plot="server-time"' in page and "Server state over time" in page
@@ -44,9 +61,17 @@ def test_a_run_samples_the_servers_state_and_draws_it(tmp_path):
 def test_a_dripping_metrics_does_not_hold_a_short_run(tmp_path):
     """/metrics drips one byte a second (its ~6 KB would take over an hour): every scrape is given
     up at its deadline, so the run ends within a few seconds of its measured phase."""
-    cfg = make_config(*REF, "backend.ttft_ms=5", "backend.itl_ms=5", "backend.metrics_drip_s=1.0",
-                      "server_metrics.timeout_s=0.5", "server_metrics.interval_s=0.2", "workload.num_requests=4",
-                      "workload.output_len=200", "workload.concurrency=2")
+    cfg = make_config(
+        *REF,
+        "backend.ttft_ms=5",
+        "backend.itl_ms=5",
+        "backend.metrics_drip_s=1.0",
+        "server_metrics.timeout_s=0.5",
+        "server_metrics.interval_s=0.2",
+        "workload.num_requests=4",
+        "workload.output_len=200",
+        "workload.concurrency=2",
+    )
     # a measured phase of about 2 s (4 requests of 200 tokens at 5 ms, 2 at a time), so the sampler
     # tries at least one scrape after the one given up before the phase has ended (a phase shorter
     # than that saw only a skipped scrape on a fast machine)

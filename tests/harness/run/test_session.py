@@ -1,4 +1,5 @@
 """The engine session: one load serves several load points; the config hash and engine key."""
+
 import time
 
 import pytest
@@ -10,7 +11,13 @@ from harness.config import config_sha256, engine_key
 from harness.run.point import run_benchmark, run_point
 from harness.run.session import EngineSession, SessionCache
 
-FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=40", "workload.output_len=4", "workload.num_requests=3"]
+FAST = [
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=40",
+    "workload.output_len=4",
+    "workload.num_requests=3",
+]
 
 
 def test_one_session_serves_two_points(tmp_path):
@@ -34,7 +41,9 @@ def test_cache_keeps_a_session_only_for_the_same_engine(tmp_path):
     cache = SessionCache()
     serial = make_config(*FAST)
     s1 = cache.get(serial, tmp_path)
-    assert cache.get(make_config(*FAST, "workload.concurrency=4", "seed=3"), tmp_path) is s1  # a load setting: same engine
+    assert (
+        cache.get(make_config(*FAST, "workload.concurrency=4", "seed=3"), tmp_path) is s1
+    )  # a load setting: same engine
     s2 = cache.get(make_config(*FAST, "backend.batching=static"), tmp_path)  # an engine setting: another one
     assert s2 is not s1 and cache.session is s2
     assert cache.get(make_config(*FAST, "backend.batching=static"), tmp_path, reuse=False) is not s2
@@ -44,8 +53,11 @@ def test_cache_keeps_a_session_only_for_the_same_engine(tmp_path):
 
 def test_config_hash_ignores_presentation_keys():
     base = make_config(*FAST)
-    assert config_sha256(base) == config_sha256(make_config(*FAST, "progress=true", "report=false", "resume=true",
-                                                            "output_root=/elsewhere", "sweep.compare_html=false"))
+    assert config_sha256(base) == config_sha256(
+        make_config(
+            *FAST, "progress=true", "report=false", "resume=true", "output_root=/elsewhere", "sweep.compare_html=false"
+        )
+    )
     assert config_sha256(base) != config_sha256(make_config(*FAST, "workload.concurrency=2"))
     assert config_sha256(base) != config_sha256(make_config(*FAST, "repeat=2"))
     assert engine_key(base) == engine_key(make_config(*FAST, "workload.concurrency=2"))
@@ -92,6 +104,8 @@ def test_a_workload_refused_after_the_launch_stops_the_server(tmp_path, monkeypa
 
     monkeypatch.setattr(ServerBackend, "begin_load", spy)
     with pytest.raises(ConfigError, match="context"):
-        run_benchmark(make_config("backend=reference", "model=tiny-random", "workload=jsonl",
-                                  f"workload.path={long_prompts}"), tmp_path / "run")
+        run_benchmark(
+            make_config("backend=reference", "model=tiny-random", "workload=jsonl", f"workload.path={long_prompts}"),
+            tmp_path / "run",
+        )
     assert len(launched) == 1 and launched[0].poll() is not None

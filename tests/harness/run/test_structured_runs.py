@@ -1,6 +1,7 @@
 """Structured output end to end against the reference server: replies under a JSON schema, a regex
 and required tool calls are checked and counted; a lying engine's replies are caught, and compare
 never calls it faster."""
+
 import json
 import shutil
 
@@ -14,12 +15,24 @@ from harness.reports.console import format_summary
 from harness.results.schema import RunSummary
 from harness.run.point import run_benchmark, run_point
 
-REF = ["backend=reference", "backend.count_prompt_tokens=false", "backend.ttft_ms=20", "backend.itl_ms=1",
-       "model=tiny-random", "workload=structured", "workload.instruction=null", "workload.input_len=40",
-       "workload.num_requests=6", "workload.concurrency=3", "report=false"]
-TOOLS = ("workload.tools=[{type: function, function: {name: get_weather, parameters: {type: object, "
-         "properties: {city: {type: string, maxLength: 20}, days: {type: integer, minimum: 1}}, "
-         "required: [city, days]}}}]")
+REF = [
+    "backend=reference",
+    "backend.count_prompt_tokens=false",
+    "backend.ttft_ms=20",
+    "backend.itl_ms=1",
+    "model=tiny-random",
+    "workload=structured",
+    "workload.instruction=null",
+    "workload.input_len=40",
+    "workload.num_requests=6",
+    "workload.concurrency=3",
+    "report=false",
+]
+TOOLS = (
+    "workload.tools=[{type: function, function: {name: get_weather, parameters: {type: object, "
+    "properties: {city: {type: string, maxLength: 20}, days: {type: integer, minimum: 1}}, "
+    "required: [city, days]}}}]"
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +55,9 @@ def test_honest_replies_are_all_valid_and_counted(honest, tmp_path):
     df = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert df["output_valid"].tolist() == [True] * 6 and set(df["output_check"]) == {"json_schema"}
     assert all(isinstance(json.loads(t), dict) for t in df["output_text"])
-    assert "structured output: 6 of 6 checked replies valid (100.0 %; json_schema 6/6)" in \
-        format_summary(RunSummary.from_dict(s))
+    assert "structured output: 6 of 6 checked replies valid (100.0 %; json_schema 6/6)" in format_summary(
+        RunSummary.from_dict(s)
+    )
     workload = json.loads((tmp_path / "run" / "workload.json").read_text())
     assert workload["structured"]["response_format"]["type"] == "json_schema"
 
@@ -52,8 +66,11 @@ def test_regex_and_tool_calls_over_http(honest, tmp_path):
     regex = "workload.response_format={type: regex, pattern: '(yes|no), [a-z]{2,8}\\.'}"
     run_point(honest, make_config(*REF, regex), tmp_path / "regex")
     assert summary_of(tmp_path / "regex")["structured"]["by_kind"]["regex"]["valid"] == 6
-    run_point(honest, make_config(*REF, "workload.response_format=null", TOOLS, "workload.tool_choice_share=0.5"),
-              tmp_path / "tools")
+    run_point(
+        honest,
+        make_config(*REF, "workload.response_format=null", TOOLS, "workload.tool_choice_share=0.5"),
+        tmp_path / "tools",
+    )
     s = summary_of(tmp_path / "tools")
     assert s["structured"]["by_kind"] == {"tool_call": {"checked": 3, "valid": 3, "valid_share": 1.0}}
     df = pd.read_parquet(tmp_path / "tools" / "requests.parquet").sort_values("request_id")
@@ -81,8 +98,14 @@ def test_a_lying_engine_is_caught_and_never_faster(honest, tmp_path, capsys):
     for i in (1, 2):
         shutil.copytree(honest, tmp_path / f"honest{i}")
         shutil.copytree(liar, tmp_path / f"liar{i}")
-    paths = [str(honest), str(tmp_path / "honest1"), str(tmp_path / "honest2"),
-             str(liar), str(tmp_path / "liar1"), str(tmp_path / "liar2")]
+    paths = [
+        str(honest),
+        str(tmp_path / "honest1"),
+        str(tmp_path / "honest2"),
+        str(liar),
+        str(tmp_path / "liar1"),
+        str(tmp_path / "liar2"),
+    ]
     assert compare_main([*paths, "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert "not faster: only 0 % of its replies were valid" in out
@@ -103,5 +126,13 @@ def test_different_constraints_do_not_compare_and_bad_ones_are_refused(honest, t
     with pytest.raises(ConfigError, match="tool_choice_share"):
         make_config(*REF, "workload.tool_choice_share=0.5")
     with pytest.raises(ConfigError, match="no constrained decoding"):
-        run_benchmark(make_config("backend=transformers", "model=tiny-random", "workload=structured",
-                                  "workload.input_len=120", "report=false"), tmp_path / "tf")
+        run_benchmark(
+            make_config(
+                "backend=transformers",
+                "model=tiny-random",
+                "workload=structured",
+                "workload.input_len=120",
+                "report=false",
+            ),
+            tmp_path / "tf",
+        )

@@ -1,5 +1,6 @@
 """Sweeps through `python -m harness -m …`: one engine load, failure isolation, sweep.json,
 compare.html, resume, repeats; and the SLO search."""
+
 import json
 from pathlib import Path
 
@@ -9,8 +10,14 @@ from conftest import run_harness_cli
 from harness.results.store import load_summary
 from harness.results.sweep_file import mean_ci95, varying_overrides
 
-FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4",
-        "workload.num_requests=4", "progress=false"]
+FAST = [
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.input_len=48",
+    "workload.output_len=4",
+    "workload.num_requests=4",
+    "progress=false",
+]
 # what a sweep does with whatever engine it drives: the reference server (no torch import, no
 # model load) keeps these quick; the engines' own sweeps are in tests/backends/engines/
 REF = ["backend=reference", "backend.ttft_ms=5", "backend.itl_ms=1", *FAST]
@@ -43,7 +50,7 @@ def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium)
     assert [load_summary(Path(p["run_dirs"][0]))["workload"]["concurrency"] for p in points] == [1, 2, 4]
     assert (sweep_dir(tmp_path) / "compare.html").exists() and (sweep_dir(tmp_path) / "compare.csv").exists()
     assert "engine loads: 1 for 3 points" in proc.stdout
-    table = proc.stdout[proc.stdout.index("overrides"):]
+    table = proc.stdout[proc.stdout.index("overrides") :]
     assert "workload.concurrency=4" in table and "workload.input_len" not in table  # only what the sweep varies
     page = chromium.open(sweep_dir(tmp_path) / "compare.html", screenshot=tmp_path / "sweep.png")
     assert page.errors == []
@@ -53,9 +60,18 @@ def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium)
 
 def test_another_engine_setting_loads_again(tmp_path):
     # llama.cpp on the store's GGUF: an engine setting that needs a new load, and a load of a second
-    proc = run_harness_cli("-m", "backend=llamacpp", "backend.n_ctx=256,512", "workload=synthetic",
-                           "workload.input_len=48", "workload.output_len=4", "workload.num_requests=4", "progress=false",
-                           f"output_root={tmp_path}", cwd=tmp_path)
+    proc = run_harness_cli(
+        "-m",
+        "backend=llamacpp",
+        "backend.n_ctx=256,512",
+        "workload=synthetic",
+        "workload.input_len=48",
+        "workload.output_len=4",
+        "workload.num_requests=4",
+        "progress=false",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     sweep = read_sweep(tmp_path)
     assert sweep["engine_loads"] == 2
@@ -79,16 +95,33 @@ def test_a_value_no_point_accepts_stops_the_sweep_before_it_starts(tmp_path):
     proc = run_harness_cli("-m", *REF, "workload.concurrency=1,0,2", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: the sweep's point workload.concurrency=0: workload.concurrency must be >= 1 (got 0)"]
+        "error: the sweep's point workload.concurrency=0: workload.concurrency must be >= 1 (got 0)"
+    ]
     assert list(tmp_path.iterdir()) == []  # nothing ran, no folder made
 
 
 def test_engine_death_reloads_for_the_next_point(tmp_path):
     """The reference server exits at its 4th request: that point fails, the next one gets a new server."""
-    args = ["model=tiny-random", "backend=reference", "workload=synthetic", "workload.input_len=32", "workload.output_len=4",
-            "workload.warmup_requests=0", "progress=false", "backend.ttft_ms=5", "backend.itl_ms=1"]
-    proc = run_harness_cli("-m", *args, "backend.exit_after=3", "workload.num_requests=2,6,2", f"output_root={tmp_path}",
-                           cwd=tmp_path, timeout=300)
+    args = [
+        "model=tiny-random",
+        "backend=reference",
+        "workload=synthetic",
+        "workload.input_len=32",
+        "workload.output_len=4",
+        "workload.warmup_requests=0",
+        "progress=false",
+        "backend.ttft_ms=5",
+        "backend.itl_ms=1",
+    ]
+    proc = run_harness_cli(
+        "-m",
+        *args,
+        "backend.exit_after=3",
+        "workload.num_requests=2,6,2",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     sweep = read_sweep(tmp_path)
     assert [p["status"] for p in sweep["points"]] == ["complete", "failed", "complete"]
@@ -137,7 +170,11 @@ def test_single_run_with_repeats(tmp_path):
 
 def test_mean_ci95_and_varying_overrides():
     ci = mean_ci95([1.0, 2.0, 3.0])
-    assert ci["mean"] == 2.0 and ci["ci_low"] == pytest.approx(2 - 4.303 / 3 ** 0.5) and ci["ci_high"] == pytest.approx(2 + 4.303 / 3 ** 0.5)
+    assert (
+        ci["mean"] == 2.0
+        and ci["ci_low"] == pytest.approx(2 - 4.303 / 3**0.5)
+        and ci["ci_high"] == pytest.approx(2 + 4.303 / 3**0.5)
+    )
     assert mean_ci95([5.0])["ci_low"] is None and mean_ci95([None])["mean"] is None
     assert varying_overrides([["a=1", "b=1"], ["a=1", "b=2"]]) == [["b=1"], ["b=2"]]
 
@@ -146,10 +183,27 @@ def test_slo_search_over_concurrency(tmp_path):
     """A server that serves one request at a time (the reference server's backend.max_running=1):
     TTFT grows with concurrency, so the SLO breaks somewhere."""
     proc = run_harness_cli(
-        "model=tiny-random", "backend=reference", "backend.ttft_ms=50", "backend.itl_ms=10", "backend.max_running=1",
-        "workload=synthetic", "workload.input_len=48", "workload.output_len=24", "workload.num_requests=8",
-        "progress=false", "report=false", "slo_search.enabled=true", "slo_search.over=concurrency", "slo_search.low=1",
-        "slo_search.high=16", "slo_search.attainment=0.75", "slo.ttft_s=0.25", f"output_root={tmp_path}", cwd=tmp_path, timeout=600)
+        "model=tiny-random",
+        "backend=reference",
+        "backend.ttft_ms=50",
+        "backend.itl_ms=10",
+        "backend.max_running=1",
+        "workload=synthetic",
+        "workload.input_len=48",
+        "workload.output_len=24",
+        "workload.num_requests=8",
+        "progress=false",
+        "report=false",
+        "slo_search.enabled=true",
+        "slo_search.over=concurrency",
+        "slo_search.low=1",
+        "slo_search.high=16",
+        "slo_search.attainment=0.75",
+        "slo.ttft_s=0.25",
+        f"output_root={tmp_path}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
     sweep = json.loads((run_dir / "sweep.json").read_text())

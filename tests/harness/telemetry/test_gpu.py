@@ -1,6 +1,7 @@
 """GPU figures through NVML: absent on a CPU, and with a fake ``pynvml`` the sampling, the
 devices CUDA_VISIBLE_DEVICES leaves, per-process memory and the energy, power and utilisation
 math, in the summary, gpu.parquet, the console, the report and compare."""
+
 import json
 import logging
 import os
@@ -30,8 +31,14 @@ from harness.telemetry import gpu_phase
 from harness.telemetry.gpu import GpuTelemetry, visible_devices
 from harness.telemetry.processes import engine_pids
 
-FAST = ["model=tiny-random", "workload=synthetic", "workload.num_requests=6", "workload.input_len=32",
-        "workload.output_len=5", "workload.concurrency=2"]
+FAST = [
+    "model=tiny-random",
+    "workload=synthetic",
+    "workload.num_requests=6",
+    "workload.input_len=32",
+    "workload.output_len=5",
+    "workload.concurrency=2",
+]
 GPU_KEYS = [k for k, m in metrics.RUN_METRICS.items() if m.source == "gpu"]
 
 
@@ -153,14 +160,18 @@ def test_sampled_figures_and_per_process_memory(monkeypatch, no_cuda_env):
     assert run.phase.energy_j == pytest.approx(850.0, abs=0.01)
     assert run.phase.util == pytest.approx((0.8 + 0.5) / 2)  # device 0 busy 80 % over the phase, device 1 50 %
     assert run.memory == {"gpu_nvml_peak_used_bytes": 4 * GIB, "gpu_nvml_peak_process_used_bytes": 3 * GIB + GIB // 2}
-    assert [(d["peak_used_bytes"], d["peak_process_used_bytes"]) for d in run.section["devices"]] == \
-        [(2 * GIB, 3 * GIB), (2 * GIB, GIB // 2)]
+    assert [(d["peak_used_bytes"], d["peak_process_used_bytes"]) for d in run.section["devices"]] == [
+        (2 * GIB, 3 * GIB),
+        (2 * GIB, GIB // 2),
+    ]
     assert run.section["scope"] == "engine processes" and run.section["energy_source"] == "mixed"
     assert run.section["window_unix_s"][1] - run.section["window_unix_s"][0] == pytest.approx(2.0)
     assert gpu_phase.WHOLE_DEVICE in run.section["notes"]
 
     unlisted = gpu_phase.run_figures(devices, [], [r[:3] + (None,) + r[4:] for r in rows], True, 101.0, 103.0, 1.0)
-    assert unlisted.memory["gpu_nvml_peak_process_used_bytes"] is None and gpu_phase.UNLISTED in unlisted.section["notes"]
+    assert (
+        unlisted.memory["gpu_nvml_peak_process_used_bytes"] is None and gpu_phase.UNLISTED in unlisted.section["notes"]
+    )
     remote = gpu_phase.run_figures(devices, [], [r[:3] + (None,) + r[4:] for r in rows], False, 101.0, 103.0, 1.0)
     assert remote.section["scope"] == "device" and gpu_phase.REMOTE in remote.section["notes"]
     assert remote.phase.energy_j == pytest.approx(850.0, abs=0.01)  # device figures all the same
@@ -275,7 +286,15 @@ def test_a_gpu_run_reports_energy_power_and_utilisation(gpu_run, tmp_path, chrom
     assert s["memory"]["gpu_nvml_peak_used_bytes"] == 4 * GIB and s["memory"]["gpu_nvml_peak_process_used_bytes"] == GIB
 
     table = pd.read_parquet(run_dir / "gpu.parquet")
-    assert list(table.columns) == ["t_s", "device", "used_bytes", "process_used_bytes", "util_pct", "power_w", "energy_j"]
+    assert list(table.columns) == [
+        "t_s",
+        "device",
+        "used_bytes",
+        "process_used_bytes",
+        "util_pct",
+        "power_w",
+        "energy_j",
+    ]
     assert set(table.device) == {0, 1} and table.t_s.min() < 0 < table.t_s.max()  # from before the phase to after it
     assert table[table.device == 1].energy_j.isna().all() and table[table.device == 0].energy_j.notna().all()
 
@@ -302,6 +321,7 @@ def test_a_gpu_run_reports_energy_power_and_utilisation(gpu_run, tmp_path, chrom
 
 def test_a_managed_server_counts_its_own_processes(monkeypatch, tmp_path, no_cuda_env):
     """backend=reference launches a server: its process is the engine's; the watchdog and pid 1 are not."""
+
     def processes():
         out = [(1, 9 * GIB)]
         for child in psutil.Process().children(recursive=True):
@@ -332,7 +352,9 @@ def test_no_driver_is_one_info_line(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     caplog.set_level(logging.INFO, logger="harness")
     assert GpuTelemetry.open() is None
-    assert [r.getMessage() for r in caplog.records] == ["GPU figures off: NVML did not start (Driver Not Loaded): no NVIDIA driver here?"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "GPU figures off: NVML did not start (Driver Not Loaded): no NVIDIA driver here?"
+    ]
 
 
 def test_sweep_figures_keep_gpu_metrics_only_where_present():

@@ -1,6 +1,7 @@
 """The machine's state around a run: the CPU read on this machine, the figures and taint rules
 on given readings, the GPU rules through a fake ``pynvml`` that reports throttling, and a real
 run against the reference server beside a busy process, which taints it."""
+
 import json
 import os
 import signal
@@ -102,10 +103,20 @@ def test_busy_processes_are_the_cpu_time_others_used_over_the_window():
     # 3000: born during the run, 30 % over the window; 4000: idle
     tables = [
         [reading(me, 1, 5.0), reading(1000, 1, 10.0, "stress"), reading(2000, me, 0.0), reading(4000, 1, 1.0)],
-        [reading(me, 1, 5.5), reading(1000, 1, 10.6, "stress"), reading(2000, me, 1.0), reading(4000, 1, 1.0),
-         reading(3000, 1, 0.9, "burst", born=1e12)],
-        [reading(me, 1, 6.0), reading(1000, 1, 11.2, "stress"), reading(2000, me, 2.0), reading(4000, 1, 1.0),
-         reading(3000, 1, 0.9, "burst", born=1e12)],
+        [
+            reading(me, 1, 5.5),
+            reading(1000, 1, 10.6, "stress"),
+            reading(2000, me, 1.0),
+            reading(4000, 1, 1.0),
+            reading(3000, 1, 0.9, "burst", born=1e12),
+        ],
+        [
+            reading(me, 1, 6.0),
+            reading(1000, 1, 11.2, "stress"),
+            reading(2000, me, 2.0),
+            reading(4000, 1, 1.0),
+            reading(3000, 1, 0.9, "burst", born=1e12),
+        ],
     ]
     scans = Scans(*tables)
     tracker = ProcessTracker(scans.scan, scans.clock, wall_clock=lambda: 1000.0)
@@ -127,8 +138,11 @@ def test_own_processes_are_the_roots_and_their_descendants():
 
 def test_taint_rules_on_given_readings():
     busy_pid = 4242
-    scans = Scans([reading(busy_pid, 1, 0.0, "stress")], [reading(busy_pid, 1, 0.97, "stress")],
-                  [reading(busy_pid, 1, 1.94, "stress")])
+    scans = Scans(
+        [reading(busy_pid, 1, 0.0, "stress")],
+        [reading(busy_pid, 1, 0.97, "stress")],
+        [reading(busy_pid, 1, 1.94, "stress")],
+    )
     tracker = ProcessTracker(scans.scan, scans.clock, wall_clock=lambda: 1000.0)
     tracker.prime(set())
     tracker.sample(set())
@@ -144,8 +158,10 @@ def test_taint_rules_on_given_readings():
 
 
 def test_cpu_figures_during_the_run():
-    samples = [Snapshot(1.0, CpuState((1.0, 0, 0), 2, 2, [1000.0, 2000.0])),
-               Snapshot(2.0, CpuState((3.0, 0, 0), 2, 2, [1500.0, None]))]
+    samples = [
+        Snapshot(1.0, CpuState((1.0, 0, 0), 2, 2, [1000.0, 2000.0])),
+        Snapshot(2.0, CpuState((3.0, 0, 0), 2, 2, [1500.0, None])),
+    ]
     during = cpu_during(samples)
     assert (during.load1_max, during.load1_mean, during.freq_mhz_min, during.freq_mhz_max) == (3.0, 2.0, 1000.0, 2000.0)
 
@@ -164,7 +180,9 @@ def gpu_telemetry(monkeypatch, **kwargs) -> tuple[FakeNVML, GpuTelemetry]:
 
 def monitored(telemetry: GpuTelemetry, during=lambda: None, **kwargs):
     """A monitor on the fake GPU with a quiet CPU and no other process, sampled a few times."""
-    monitor = MachineMonitor(0.02, gpu=telemetry, tracker=ProcessTracker(scan=list), read_cpu=lambda: QUIET_CPU, **kwargs)
+    monitor = MachineMonitor(
+        0.02, gpu=telemetry, tracker=ProcessTracker(scan=list), read_cpu=lambda: QUIET_CPU, **kwargs
+    )
     monitor.start()
     during()
     time.sleep(0.15)
@@ -172,7 +190,9 @@ def monitored(telemetry: GpuTelemetry, during=lambda: None, **kwargs):
 
 
 def test_gpu_state_reads_clocks_reasons_violations_and_modes(monkeypatch):
-    fake, telemetry = gpu_telemetry(monkeypatch, clocks_event_reasons=SW_POWER_CAP | HW_SLOWDOWN, processes=lambda: [(77, None)])
+    fake, telemetry = gpu_telemetry(
+        monkeypatch, clocks_event_reasons=SW_POWER_CAP | HW_SLOWDOWN, processes=lambda: [(77, None)]
+    )
     try:
         [state] = read_gpu_states(fake, telemetry.devices)
     finally:
@@ -180,18 +200,26 @@ def test_gpu_state_reads_clocks_reasons_violations_and_modes(monkeypatch):
     assert (state.sm_clock_mhz, state.mem_clock_mhz, state.sm_clock_max_mhz) == (1980, 2619, 1980)
     assert state.reasons == ["sw_power_cap", "hw_slowdown"]
     assert (state.violation_power_ns, state.violation_thermal_ns, state.temperature_c) == (5_000_000_000, 0, 45)
-    assert (state.power_limit_w, state.persistence_mode, state.ecc_enabled, state.mig_enabled) == (700.0, True, True, False)
+    assert (state.power_limit_w, state.persistence_mode, state.ecc_enabled, state.mig_enabled) == (
+        700.0,
+        True,
+        True,
+        False,
+    )
     assert state.processes == [77] and state.errors == {}
     assert reason_names(0x1 | 0x200) == ["gpu_idle", "0x200"]
     json.dumps(state.to_dict())
 
 
-@pytest.mark.parametrize("reasons, expected", [
-    (HW_THERMAL | HW_SLOWDOWN, ["GPU 0: HW slowdown seen", "GPU 0: HW thermal slowdown seen"]),
-    (HW_POWER_BRAKE | HW_SLOWDOWN, ["GPU 0: HW slowdown seen", "GPU 0: HW power brake seen"]),
-    (SW_THERMAL, ["GPU 0: SW thermal slowdown seen"]),
-    (SW_POWER_CAP, []),  # normal at full load: recorded, never tainting
-])
+@pytest.mark.parametrize(
+    "reasons, expected",
+    [
+        (HW_THERMAL | HW_SLOWDOWN, ["GPU 0: HW slowdown seen", "GPU 0: HW thermal slowdown seen"]),
+        (HW_POWER_BRAKE | HW_SLOWDOWN, ["GPU 0: HW slowdown seen", "GPU 0: HW power brake seen"]),
+        (SW_THERMAL, ["GPU 0: SW thermal slowdown seen"]),
+        (SW_POWER_CAP, []),  # normal at full load: recorded, never tainting
+    ],
+)
 def test_throttling_seen_during_the_run_taints_it(monkeypatch, reasons, expected):
     fake, telemetry = gpu_telemetry(monkeypatch)
 
@@ -301,8 +329,13 @@ def test_old_summaries_without_taint_still_load_and_a_tainted_one_says_so():
 def start_busy_loop() -> int:
     """A Python busy loop that is no child of this process (the shell that starts it exits), so
     the monitor counts it as another process; its PID."""
-    shell = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-                           capture_output=True, text=True, timeout=30, check=True)
+    shell = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return int(shell.stdout.strip())
 
 
@@ -310,9 +343,18 @@ def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path):
     busy = start_busy_loop()
     try:
         assert psutil.Process(busy).ppid() != os.getpid()
-        cfg = make_config("backend=reference", "backend.ttft_ms=5", "backend.itl_ms=40", "model=tiny-random",
-                          "workload=synthetic", "workload.num_requests=6", "workload.input_len=32",
-                          "workload.output_len=10", "workload.concurrency=2", "machine.interval_s=0.2")
+        cfg = make_config(
+            "backend=reference",
+            "backend.ttft_ms=5",
+            "backend.itl_ms=40",
+            "model=tiny-random",
+            "workload=synthetic",
+            "workload.num_requests=6",
+            "workload.input_len=32",
+            "workload.output_len=10",
+            "workload.concurrency=2",
+            "machine.interval_s=0.2",
+        )
         outcome = run_benchmark(cfg, tmp_path)
     finally:
         os.kill(busy, signal.SIGKILL)
@@ -336,9 +378,18 @@ def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path):
 
 
 def test_machine_state_can_be_turned_off(tmp_path: Path):
-    cfg = make_config("backend=reference", "backend.ttft_ms=1", "backend.itl_ms=1", "model=tiny-random",
-                      "workload=synthetic", "workload.num_requests=2", "workload.input_len=32",
-                      "workload.output_len=2", "workload.concurrency=1", "machine.enabled=false")
+    cfg = make_config(
+        "backend=reference",
+        "backend.ttft_ms=1",
+        "backend.itl_ms=1",
+        "model=tiny-random",
+        "workload=synthetic",
+        "workload.num_requests=2",
+        "workload.input_len=32",
+        "workload.output_len=2",
+        "workload.concurrency=1",
+        "machine.enabled=false",
+    )
     run_benchmark(cfg, tmp_path)
     assert not (tmp_path / MACHINE).exists()
     assert json.loads((tmp_path / "summary.json").read_text())["taint"] == []

@@ -1,4 +1,5 @@
 """Prometheus text: parsing, histogram quantiles, and the before/after difference."""
+
 import math
 
 import pytest
@@ -91,14 +92,21 @@ def test_histograms_without_new_observations_are_left_out():
 
 
 def _tgi_histogram(name: str, count: int, total: float) -> str:
-    return (f"# TYPE {name} histogram\n"
-            f'{name}_bucket{{le="0.01"}} 0\n{name}_bucket{{le="0.1"}} {count}\n{name}_bucket{{le="+Inf"}} {count}\n'
-            f"{name}_sum {total}\n{name}_count {count}\n")
+    return (
+        f"# TYPE {name} histogram\n"
+        f'{name}_bucket{{le="0.01"}} 0\n{name}_bucket{{le="0.1"}} {count}\n{name}_bucket{{le="+Inf"}} {count}\n'
+        f"{name}_sum {total}\n{name}_count {count}\n"
+    )
 
 
 def test_tgi_metric_names_map_to_the_key_figures():
-    names = ("tgi_request_duration", "tgi_request_queue_duration", "tgi_request_mean_time_per_token_duration",
-             "tgi_request_validation_duration", "tgi_request_inference_duration")
+    names = (
+        "tgi_request_duration",
+        "tgi_request_queue_duration",
+        "tgi_request_mean_time_per_token_duration",
+        "tgi_request_validation_duration",
+        "tgi_request_inference_duration",
+    )
     before = "".join(_tgi_histogram(n, 0, 0.0) for n in names)
     after = "".join(_tgi_histogram(n, 4, 0.2) for n in names)
     key = prometheus.phase_difference(before, after)["key"]
@@ -147,10 +155,12 @@ def test_speculative_acceptance_from_counter_deltas_as_vllm_bench_serve():
 
 
 def test_speculative_acceptance_from_llama_server_counters():
-    text = ("# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total {}\n"
-            "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter\n"
-            "llamacpp:spec_decode_num_accepted_tokens_total {}\n"
-            "# TYPE llamacpp:spec_decode_num_drafts_total counter\nllamacpp:spec_decode_num_drafts_total {}\n")
+    text = (
+        "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total {}\n"
+        "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter\n"
+        "llamacpp:spec_decode_num_accepted_tokens_total {}\n"
+        "# TYPE llamacpp:spec_decode_num_drafts_total counter\nllamacpp:spec_decode_num_drafts_total {}\n"
+    )
     spec = prometheus.phase_difference(text.format(0, 0, 0), text.format(400, 260, 100))["speculative"]
     assert spec["acceptance_rate"] == pytest.approx(0.65) and spec["mean_acceptance_length"] == pytest.approx(3.6)
     assert spec["acceptance_per_position"] == []

@@ -1,12 +1,13 @@
 """The /metrics sampler and its deadline, against the real reference server."""
+
 import threading
 import time
 
 import pytest
+from reference_fixtures import chat_over_http, reference_server
 
 from backends.http.probe import http_get_text
 from harness.telemetry import server_metrics as sm
-from reference_fixtures import chat_over_http, reference_server
 
 
 def _scrape(url):
@@ -15,15 +16,29 @@ def _scrape(url):
         if status != 200:
             raise OSError(f"HTTP {status}")
         return text
+
     return scrape
 
 
-
-
 def test_the_sampler_follows_the_load(tmp_path):
-    with reference_server(tmp_path, "--metrics", "--ttft-ms", "100", "--itl-ms", "10", "--tokens", "30",
-                          "--max-running", "2", "--kv-capacity-tokens", "100", "--spec-draft-tokens", "2",
-                          "--spec-acceptance", "0.5") as server:
+    with reference_server(
+        tmp_path,
+        "--metrics",
+        "--ttft-ms",
+        "100",
+        "--itl-ms",
+        "10",
+        "--tokens",
+        "30",
+        "--max-running",
+        "2",
+        "--kv-capacity-tokens",
+        "100",
+        "--spec-draft-tokens",
+        "2",
+        "--spec-acceptance",
+        "0.5",
+    ) as server:
         sampler = sm.ServerMetricsSampler(sm.DeadlineScrape(_scrape(server.url_root + "/metrics"), 2.0), 0.05)
         t0 = time.perf_counter()
         sampler.start()
@@ -54,8 +69,22 @@ def test_the_sampler_follows_the_load(tmp_path):
 
 def test_sglangs_acceptance_gauges_are_the_neutral_series(tmp_path):
     """SGLang keeps gauges of the acceptance, not counters: they are sampled as they are."""
-    with reference_server(tmp_path, "--dialect", "sglang", "--metrics", "--ttft-ms", "20", "--itl-ms", "5",
-                          "--tokens", "12", "--spec-draft-tokens", "2", "--spec-acceptance", "0.5") as server:
+    with reference_server(
+        tmp_path,
+        "--dialect",
+        "sglang",
+        "--metrics",
+        "--ttft-ms",
+        "20",
+        "--itl-ms",
+        "5",
+        "--tokens",
+        "12",
+        "--spec-draft-tokens",
+        "2",
+        "--spec-acceptance",
+        "0.5",
+    ) as server:
         sampler = sm.ServerMetricsSampler(sm.DeadlineScrape(_scrape(server.url_root + "/metrics"), 2.0), 0.05)
         sampler.record(sampler.scraper())  # before any request: the gauges are 0, nothing sampled
         assert not [r for r in sampler.rows if r[1] in (sm.SPEC_RATE, sm.SPEC_LENGTH)]
