@@ -30,6 +30,8 @@ SIGNALS = sorted(s for s in signal.valid_signals() if s not in (signal.SIGKILL, 
 CHILD_EXIT_GRACE_S = 5.0
 # processes a library starts once for the whole interpreter and keeps (not owned by any test)
 PROCESS_SINGLETONS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+# variables pytest itself sets for each phase of a test
+PYTEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
 
 
 @dataclass
@@ -88,7 +90,7 @@ def snapshot() -> ProcessState:
         mask=frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         wakeup_fd=_wakeup_fd(),
         affinity=frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        environ=dict(os.environ),
+        environ={k: v for k, v in os.environ.items() if k not in PYTEST_VARIABLES},
         cwd=os.getcwd(),
         children=_alive_children(),
     )
@@ -163,6 +165,12 @@ def differences(before: ProcessState, after: ProcessState) -> list[tuple[str, Ca
     if after.cwd != before.cwd:
         found.append((f"the working directory: {before.cwd} became {after.cwd}", lambda: os.chdir(before.cwd)))
     return found
+
+
+def _restore_environ(environ: dict[str, str]) -> None:
+    for name in set(os.environ) - set(environ) - set(PYTEST_VARIABLES):
+        del os.environ[name]
+    os.environ.update(environ)
 
 
 def _kill(pids: dict[int, str]) -> None:
