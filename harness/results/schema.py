@@ -41,6 +41,16 @@ from harness.results.metrics import REQUEST_METRICS
 
 SUMMARY = "summary.json"
 
+# summary.json's layout, "major.minor", written into every summary.json (``schema_version``). A
+# reader takes any minor of its own major or an older one: keys it does not know are dropped and
+# missing ones take their defaults (RunSummary.from_dict). A newer major may mean other things by
+# the same keys, so it is refused in one line (harness/results/store.py load_summary). A file
+# written before the version was recorded reads as UNVERSIONED_SCHEMA.
+#   1.0  the layout before versions were recorded
+#   1.1  schema_version
+SCHEMA_VERSION = "1.1"
+UNVERSIONED_SCHEMA = "1.0"
+
 REQUESTS_PARQUET = "requests.parquet"
 
 REQUESTS_JSONL = "requests.jsonl"
@@ -142,6 +152,7 @@ class RunSummary:
     ``latency[metric]`` is a distribution (count, mean, std, min, max, p50…p99) and
     ``throughput[metric]`` a number, keyed by the metric registry (harness/results/metrics.py)."""
 
+    schema_version: str = SCHEMA_VERSION  # this file's layout (UNVERSIONED_SCHEMA for one written before)
     status: str = FAILED
     error: Optional[str] = None
     started_at: Optional[str] = None
@@ -218,8 +229,10 @@ class RunSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSummary:
-        """From summary.json; keys this version does not know are dropped, missing ones default."""
+        """From summary.json; keys this version does not know are dropped, missing ones default
+        (a file that records no schema version was written before it was recorded)."""
         known = {f.name for f in dataclasses.fields(cls)}
+        data = {"schema_version": UNVERSIONED_SCHEMA, **data}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def stat(self, metric: str, stat: str = "p50") -> Optional[float]:
@@ -274,6 +287,19 @@ class RunResult:
 
 
 CLAIM = ".claimed"
+
+
+def schema_major(version: Any) -> int:
+    """The major of a ``schema_version`` ("1.1" → 1; a bare integer is a major); ValueError for
+    anything else."""
+    if isinstance(version, bool):
+        raise ValueError(f"not a schema version: {version!r}")
+    if isinstance(version, int):
+        return version
+    major, dot, minor = str(version).partition(".")
+    if not major.isdigit() or (dot and not minor.isdigit()):
+        raise ValueError(f"not a schema version: {version!r}")
+    return int(major)
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:
