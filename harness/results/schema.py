@@ -37,6 +37,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from core.hash_versions import HASH_VERSION, UNRECORDED
 from harness.results.metrics import REQUEST_METRICS
 
 SUMMARY = "summary.json"
@@ -47,7 +48,7 @@ SUMMARY = "summary.json"
 # the same keys, so it is refused in one line (harness/results/store.py load_summary). A file
 # written before the version was recorded reads as UNVERSIONED_SCHEMA.
 #   1.0  the layout before versions were recorded
-#   1.1  schema_version
+#   1.1  schema_version, and hash_version (the form of its hashes: core/hash_versions.py)
 SCHEMA_VERSION = "1.1"
 UNVERSIONED_SCHEMA = "1.0"
 
@@ -179,6 +180,9 @@ class RunSummary:
     # the engine session: reused (loaded for an earlier point), session_load_s, points_served
     engine: dict[str, Any] = field(default_factory=dict)
     config_sha256: Optional[str] = None  # the point's resolved config (what resume matches on)
+    # the form of config_sha256 and the workload's hashes this run was made with (core/hash_versions.py;
+    # UNRECORDED before runs recorded it); a loaded summary holds its hashes in the current form
+    hash_version: int = HASH_VERSION
     repeat: Optional[dict[str, int]] = None  # {"index": i, "of": n} when the point is repeated
     saturated: Optional[str] = None  # why an open-loop point was stopped as over-saturated
     server_metrics: Optional[dict[str, Any]] = None
@@ -230,9 +234,9 @@ class RunSummary:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSummary:
         """From summary.json; keys this version does not know are dropped, missing ones default
-        (a file that records no schema version was written before it was recorded)."""
+        (a file that records no versions was written before they were recorded)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        data = {"schema_version": UNVERSIONED_SCHEMA, **data}
+        data = {"schema_version": UNVERSIONED_SCHEMA, "hash_version": UNRECORDED, **data}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def stat(self, metric: str, stat: str = "p50") -> Optional[float]:

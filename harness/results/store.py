@@ -6,7 +6,7 @@
   row groups, so a long run's end holds one group at a time; JSON written atomically;
 - :func:`check_run_dir_free` — claims the folder for one run;
 - :func:`load_summary` — summary.json: an older schema version read as it is, a newer major
-  refused in one line;
+  refused in one line, the hashes in the current form (harness/results/migrations.py);
 - :func:`load_run` — a folder back as a :class:`RunResult`, also a killed run's (its figures
   rebuilt from ``requests.jsonl`` when it left no ``summary.json``). Report and compare render
   it and never recompute what the summary holds.
@@ -36,6 +36,7 @@ from core.text import valid_text
 from harness.config import SLOConfig
 from harness.results.kept import KeptRequests
 from harness.results.metrics import ENGINE_STAGES
+from harness.results.migrations import current_hashes
 from harness.results.record import RequestRecord
 from harness.results.schema import (
     CLAIM,
@@ -404,7 +405,8 @@ class NewerSummary(HarnessError):
 
 def load_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json as plain JSON (for pandas users); :func:`load_run` gives the typed one. A
-    file of an older schema version reads as it is (a newer major is refused: :class:`NewerSummary`)."""
+    file of an older schema version reads as it is (a newer major is refused: :class:`NewerSummary`);
+    its hashes come back in the current form (:func:`harness.results.migrations.current_hashes`)."""
     path = Path(run_dir) / SUMMARY
     try:
         summary = json.loads(path.read_text())
@@ -419,7 +421,7 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
             "reads as killed (its figures rebuilt from requests.jsonl)"
         )
     check_schema_version(summary, path)
-    return summary
+    return current_hashes(summary, Path(run_dir))
 
 
 def check_schema_version(summary: dict[str, Any], path: Path) -> None:

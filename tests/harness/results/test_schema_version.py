@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from core.hash_versions import HASH_VERSION, UNRECORDED
 from harness.results.schema import SCHEMA_VERSION, UNVERSIONED_SCHEMA, RunSummary, schema_major
 from harness.results.store import NewerSummary, RunWriter, UnreadableSummary, load_run, load_summary
 
@@ -22,17 +23,17 @@ def run_folder(path, **edits):
     return path
 
 
-def test_every_summary_records_its_schema_version(tmp_path):
+def test_every_summary_records_its_schema_and_hash_versions(tmp_path):
     written = json.loads((run_folder(tmp_path) / "summary.json").read_text())
-    assert written["schema_version"] == SCHEMA_VERSION
+    assert written["schema_version"] == SCHEMA_VERSION and written["hash_version"] == HASH_VERSION
     assert list(written)[0] == "schema_version"  # the first key: what a reader checks first
 
 
 def test_a_summary_from_before_versions_reads_as_it_did(tmp_path):
-    run_folder(tmp_path, schema_version=None)
+    run_folder(tmp_path, schema_version=None, hash_version=None)
     assert "schema_version" not in load_summary(tmp_path)
     summary = load_run(tmp_path).summary
-    assert summary.schema_version == UNVERSIONED_SCHEMA
+    assert summary.schema_version == UNVERSIONED_SCHEMA and summary.hash_version == UNRECORDED
     assert summary.status == "complete" and summary.config_sha256 == "c" * 64
 
 
