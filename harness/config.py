@@ -16,6 +16,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from core import hash_versions
 from core.errors import ConfigError
 
 
@@ -355,37 +356,11 @@ def check_finite(node: Any, path: str = "") -> None:
         raise ConfigError(f"{path} must be a finite number (got {node})")
 
 
-# Keys that change how a run is shown or stored, not what it measures: not in config_sha256.
-PRESENTATION_KEYS = (
-    "output_root",
-    "progress",
-    "report",
-    "resume",
-    "save_output_text",
-    "sweep",
-    "machine",
-    "history",
-    "server_metrics",
-    "cost",
-)
-
-
-# Workload keys that enter config_sha256 only when set (value when unset): time-shaped load and
-# the steady-state window (workloads/schedule.py, docs/metrics.md).
-WORKLOAD_KEYS_HASHED_WHEN_SET = {"duration_s": None, "stages": None, "ramp": None, "warmup_s": 0.0, "cooldown_s": 0.0}
-
-
 def config_sha256(cfg: RunConfig) -> str:
-    """sha256 of the resolved config that decides what a point measures (resume matches on it)."""
-    body = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    for key in PRESENTATION_KEYS:
-        body.pop(key, None)
-    workload = body.get("workload")
-    if isinstance(workload, dict):  # keys added after configs were hashed: out while unset, so those hashes hold
-        for key, unset in WORKLOAD_KEYS_HASHED_WHEN_SET.items():
-            if key in workload and workload[key] == unset:
-                del workload[key]
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+    """sha256 of the resolved config that decides what a point measures (resume matches on it).
+    What it leaves out, and how the hashes of runs made by older versions map onto it, is
+    core/hash_versions.py's."""
+    return hash_versions.config_digest(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
 
 
 def engine_key(cfg: RunConfig) -> str:

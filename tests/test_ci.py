@@ -1,9 +1,11 @@
-"""The CI: workflows checked by actionlint, and the benchmark job's scripts (scripts/ci/) run end
-to end here, with the reference server as the engine: sweep, baseline absent and found, the
-gate passing and failing, the job summary, the teardown."""
+"""The CI: workflows checked by actionlint, the Pythons requires-python claims all tested, and
+the benchmark job's scripts (scripts/ci/) run end to end here, with the reference server as the
+engine: sweep, baseline absent and found, the gate passing and failing, the job summary, the
+teardown."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from conftest import REPO
+from packaging.specifiers import SpecifierSet
 
 CI = REPO / "scripts" / "ci"
 BIN = Path(sys.executable).parent
@@ -50,6 +54,17 @@ def test_workflows_pass_actionlint():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert shutil.which("shellcheck", path=str(BIN)), "shellcheck checks the workflows' scripts"
     assert sorted(p.name for p in (REPO / ".github" / "workflows").glob("*.yml")) == ["ci.yml", "gpu-benchmark.yml"]
+
+
+def test_ci_tests_every_python_that_requires_python_claims():
+    """pyproject.toml's requires-python is exactly the fast job's matrix: a Python the package
+    installs on that CI never tests fails here, and so does one CI tests that it refuses."""
+    claim = re.search(r'^requires-python = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    assert claim, "pyproject.toml states requires-python"
+    admitted = [f"3.{minor}" for minor in range(6, 30) if f"3.{minor}.0" in SpecifierSet(claim.group(1))]
+    fast = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["fast"]
+    assert fast["strategy"]["matrix"]["python"] == admitted
+    assert fast["steps"][-1]["run"].startswith('python -m pytest -m "not engine and not slow"')
 
 
 def test_shell_scripts_pass_shellcheck():
@@ -128,7 +143,7 @@ def gate(tmp_path, current, baseline, name):
 
 def point_verdicts(summary):
     """The gate column of the summary's table, one per point."""
-    rows = [l for l in summary.splitlines() if l.startswith("| workload.concurrency=")]
+    rows = [line for line in summary.splitlines() if line.startswith("| workload.concurrency=")]
     return [r.rstrip(" |").rsplit("| ", 1)[1] for r in rows]
 
 

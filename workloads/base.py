@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from core.errors import ConfigError
+from core.hash_versions import PLAN, SESSION, TURN, hashed_when_set
 from core.structured import check_tool_choice_share, normalize_response_format, normalize_tools
 from workloads.lora import LoraSettings, adapter_specs, assign, round_robin
 from workloads.session_file import SPILL_AT, SessionFile
@@ -237,9 +238,11 @@ def fork_table(sessions: Sequence[SessionSpec], first_ids: Sequence[int]) -> For
     return table
 
 
-# Fields added for data workloads: left out of the plan's JSON while unset, so the hashes of
-# the generated workloads stay what they were.
-_OPTIONAL_KEYS = ("reply", "prompt_id", "history", "adapter", "job_id", "depth", "parent")
+# Session and turn fields added since the first plans (core/hash_versions.py): left out of the
+# plan's JSON while unset (None), so the hashes of the plans made before them stay what they were.
+_OPTIONAL_KEYS = frozenset({**hashed_when_set(SESSION), **hashed_when_set(TURN)})
+# Plan keys added since the first plans: in the hashes only when set (not empty)
+_PLAN_KEYS = tuple(hashed_when_set(PLAN))
 # workload.json of a data workload keeps this much of each user message (the data file has the rest)
 EXCERPT_CHARS = 200
 
@@ -432,17 +435,19 @@ class WorkloadPlan:
 
 
 def _measured(body: dict[str, Any], with_schedule: bool) -> dict[str, Any]:
-    """What a hash covers besides the sessions. Keys absent from older plans (the data file's
-    sha256, the schedule, LoRA, structured output) are left out while unset, so those hashes
-    stay what they were; the prompts' hash leaves the schedule (arrivals) out."""
+    """What a hash covers besides the sessions. Keys absent from older plans (the data file,
+    the schedule, LoRA, structured output: core/hash_versions.py) are left out while unset, so
+    those hashes stay what they were; the data file enters as its sha256, and the prompts' hash
+    leaves the schedule (arrivals) out."""
     measured = {k: body[k] for k in ("name", "exact_output_len", "sampling")}
-    if body.get("source"):
-        measured["data_sha256"] = body["source"].get("sha256")
-    if with_schedule and body.get("schedule"):
-        measured["schedule"] = body["schedule"]
-    for key in ("lora", "structured"):
-        if body.get(key):
-            measured[key] = body[key]
+    for key in _PLAN_KEYS:
+        value = body.get(key)
+        if not value or (key == "schedule" and not with_schedule):
+            continue
+        if key == "source":
+            measured["data_sha256"] = value.get("sha256")
+        else:
+            measured[key] = value
     return measured
 
 

@@ -22,7 +22,7 @@ from harness.gate import intervals, multiple, noise, verdicts
 from harness.gate.bootstrap import resampled_stat
 from harness.gate.figures import Figure
 from harness.results.schema import RunResult
-from harness.results.store import load_run
+from harness.results.store import NewerSummary, load_run
 from harness.telemetry.environment import hardware_fingerprint
 
 WITHIN_RESAMPLES = 300
@@ -76,6 +76,8 @@ def _load(run_dir: Optional[Path]) -> Optional[RunResult]:
         return None
     try:
         return load_run(run_dir, with_workload=False)
+    except NewerSummary:  # not damaged: written by a newer harness, which this one does not read
+        raise
     except Exception:  # noqa: BLE001 - a damaged run folder is a failed run
         return None
 

@@ -37,9 +37,20 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from core.hash_versions import HASH_VERSION, UNRECORDED
 from harness.results.metrics import REQUEST_METRICS
 
 SUMMARY = "summary.json"
+
+# summary.json's layout, "major.minor", written into every summary.json (``schema_version``). A
+# reader takes any minor of its own major or an older one: keys it does not know are dropped and
+# missing ones take their defaults (RunSummary.from_dict). A newer major may mean other things by
+# the same keys, so it is refused in one line (harness/results/store.py load_summary). A file
+# written before the version was recorded reads as UNVERSIONED_SCHEMA.
+#   1.0  the layout before versions were recorded
+#   1.1  schema_version, and hash_version (the form of its hashes: core/hash_versions.py)
+SCHEMA_VERSION = "1.1"
+UNVERSIONED_SCHEMA = "1.0"
 
 REQUESTS_PARQUET = "requests.parquet"
 
@@ -142,6 +153,7 @@ class RunSummary:
     ``latency[metric]`` is a distribution (count, mean, std, min, max, p50…p99) and
     ``throughput[metric]`` a number, keyed by the metric registry (harness/results/metrics.py)."""
 
+    schema_version: str = SCHEMA_VERSION  # this file's layout (UNVERSIONED_SCHEMA for one written before)
     status: str = FAILED
     error: Optional[str] = None
     started_at: Optional[str] = None
@@ -168,6 +180,9 @@ class RunSummary:
     # the engine session: reused (loaded for an earlier point), session_load_s, points_served
     engine: dict[str, Any] = field(default_factory=dict)
     config_sha256: Optional[str] = None  # the point's resolved config (what resume matches on)
+    # the form of config_sha256 and the workload's hashes this run was made with (core/hash_versions.py;
+    # UNRECORDED before runs recorded it); a loaded summary holds its hashes in the current form
+    hash_version: int = HASH_VERSION
     repeat: Optional[dict[str, int]] = None  # {"index": i, "of": n} when the point is repeated
     saturated: Optional[str] = None  # why an open-loop point was stopped as over-saturated
     server_metrics: Optional[dict[str, Any]] = None
@@ -218,8 +233,10 @@ class RunSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSummary:
-        """From summary.json; keys this version does not know are dropped, missing ones default."""
+        """From summary.json; keys this version does not know are dropped, missing ones default
+        (a file that records no versions was written before they were recorded)."""
         known = {f.name for f in dataclasses.fields(cls)}
+        data = {"schema_version": UNVERSIONED_SCHEMA, "hash_version": UNRECORDED, **data}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def stat(self, metric: str, stat: str = "p50") -> Optional[float]:
@@ -274,6 +291,19 @@ class RunResult:
 
 
 CLAIM = ".claimed"
+
+
+def schema_major(version: Any) -> int:
+    """The major of a ``schema_version`` ("1.1" → 1; a bare integer is a major); ValueError for
+    anything else."""
+    if isinstance(version, bool):
+        raise ValueError(f"not a schema version: {version!r}")
+    if isinstance(version, int):
+        return version
+    major, dot, minor = str(version).partition(".")
+    if not major.isdigit() or (dot and not minor.isdigit()):
+        raise ValueError(f"not a schema version: {version!r}")
+    return int(major)
 
 
 def completed(df: pd.DataFrame) -> pd.DataFrame:

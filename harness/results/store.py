@@ -5,6 +5,8 @@
   the tables when the run ends (also on error or Ctrl-C), requests.parquet from requests.jsonl in
   row groups, so a long run's end holds one group at a time; JSON written atomically;
 - :func:`check_run_dir_free` — claims the folder for one run;
+- :func:`load_summary` — summary.json: an older schema version read as it is, a newer major
+  refused in one line, the hashes in the current form (harness/results/migrations.py);
 - :func:`load_run` — a folder back as a :class:`RunResult`, also a killed run's (its figures
   rebuilt from ``requests.jsonl`` when it left no ``summary.json``). Report and compare render
   it and never recompute what the summary holds.
@@ -34,6 +36,7 @@ from core.text import valid_text
 from harness.config import SLOConfig
 from harness.results.kept import KeptRequests
 from harness.results.metrics import ENGINE_STAGES
+from harness.results.migrations import current_hashes
 from harness.results.record import RequestRecord
 from harness.results.schema import (
     CLAIM,
@@ -45,13 +48,16 @@ from harness.results.schema import (
     REQUEST_COLUMNS,
     REQUESTS_JSONL,
     REQUESTS_PARQUET,
+    SCHEMA_VERSION,
     SERVER_METRICS,
     SERVER_METRICS_COLUMNS,
     SUMMARY,
     TEXT_COLUMNS,
+    UNVERSIONED_SCHEMA,
     WORKLOAD,
     RunResult,
     RunSummary,
+    schema_major,
 )
 from harness.results.summary import summarize
 from harness.telemetry import gpu_phase
@@ -391,8 +397,16 @@ class UnreadableSummary(HarnessError, ValueError):
     that skip what they cannot read)."""
 
 
+class NewerSummary(HarnessError):
+    """A summary.json of a newer major schema version than this harness reads: its keys may mean
+    other things, so it is not read at all (not a ValueError: the callers that skip a damaged
+    summary must not skip this one without a word)."""
+
+
 def load_summary(run_dir: Path) -> dict[str, Any]:
-    """summary.json as plain JSON (for pandas users); :func:`load_run` gives the typed one."""
+    """summary.json as plain JSON (for pandas users); :func:`load_run` gives the typed one. A
+    file of an older schema version reads as it is (a newer major is refused: :class:`NewerSummary`);
+    its hashes come back in the current form (:func:`harness.results.migrations.current_hashes`)."""
     path = Path(run_dir) / SUMMARY
     try:
         summary = json.loads(path.read_text())
@@ -406,7 +420,22 @@ def load_summary(run_dir: Path) -> dict[str, Any]:
             f"{path} is not a run's summary (it has no status); move it aside and the run "
             "reads as killed (its figures rebuilt from requests.jsonl)"
         )
-    return summary
+    check_schema_version(summary, path)
+    return current_hashes(summary, Path(run_dir))
+
+
+def check_schema_version(summary: dict[str, Any], path: Path) -> None:
+    """Refuse, in one line, a summary.json of a newer major schema version than SCHEMA_VERSION's."""
+    found = summary.get("schema_version", UNVERSIONED_SCHEMA)
+    try:
+        major = schema_major(found)
+    except ValueError:
+        raise UnreadableSummary(f"{path} has no readable schema_version ({found!r})") from None
+    if major > schema_major(SCHEMA_VERSION):
+        raise NewerSummary(
+            f"{path} has schema version {found}, newer than this harness reads (major "
+            f"{schema_major(SCHEMA_VERSION)}, it writes {SCHEMA_VERSION}): read it with a newer harness"
+        )
 
 
 def load_run(run_dir: Path, with_workload: bool = True) -> RunResult:

@@ -19,10 +19,9 @@ from harness.reports.describe import backend_text, engine_text, load_text, model
 from harness.reports.html import fmt
 from harness.reports.tables import header_lines, text_table, wrap
 from harness.results import metrics
-from harness.results.schema import CONFIG, REQUESTS_JSONL, WORKLOAD, WORKLOAD_PARTS, RunResult, RunSummary
-from harness.results.store import is_run_dir, load_run, read_json
+from harness.results.schema import CONFIG, REQUESTS_JSONL, WORKLOAD_PARTS, RunResult, RunSummary
+from harness.results.store import is_run_dir, load_run
 from harness.results.sweep_file import point_run_dirs
-from workloads.base import WorkloadPlan
 
 TABLE_STATS = ("p50", "p90", "p99")  # of each request metric shown in the console, in compare.csv
 LOAD_KEYS = ("concurrency", "rate")  # what a sweep varies; the rest of the workload is its shape
@@ -103,19 +102,11 @@ def _runs_below(folder: Path) -> list[Path]:
     return [p.parent for p in sorted(folder.glob("*/summary.json")) + sorted(folder.glob("*/*/summary.json"))]
 
 
-def prompts_sha256(run: RunResult) -> Optional[str]:
-    """The summary's sha256 of the prompts without arrival times; older runs: from workload.json."""
-    sha = run.summary.workload.get("prompts_sha256")
-    if sha:
-        return sha
-    workload = read_json(run.run_dir / WORKLOAD)
-    if not workload or "sessions" not in workload:
-        return None
-    return WorkloadPlan.prompts_hash(workload)
-
-
 def load_runs(paths: Sequence[Path]) -> list[Run]:
-    runs = [Run(data, prompts_sha256(data)) for data in (load_run(path, with_workload=False) for path in paths)]
+    """The runs, loaded; their hashes in the current form (an older run's migrated, its prompts'
+    hash taken from its workload.json where its summary has none: harness/results/migrations.py)."""
+    loaded = [load_run(path, with_workload=False) for path in paths]
+    runs = [Run(data, data.summary.workload.get("prompts_sha256")) for data in loaded]
     assign_labels(runs)
     return runs
 
