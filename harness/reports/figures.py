@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
-from harness.reports.html import esc
+from harness.reports.templating import fragment
 
 PALETTE = (
     "#4e79a7",
@@ -371,7 +372,7 @@ def figure_div(fig: Figure, div_id: str) -> str:
         default_height=f"{fig.layout.get('height') or 360}px",
         validate=False,
     )
-    return f'<div class="figure" data-plot="{esc(div_id)}">{div}</div>'
+    return str(fragment("figure", div_id, Markup(div)))
 
 
 # --- HTML ---------------------------------------------------------------------------------
