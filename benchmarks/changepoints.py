@@ -1,10 +1,14 @@
-"""The history's change-point detector (harness/history/changepoints.py) against Apache Otava.
+"""The history's change-point detector (harness/history/changepoints.py) against Apache Otava and
+MongoDB's signal-processing-algorithms (the same E-divisive means with a permutation test).
 
-    .venv/bin/python benchmarks/changepoints.py [--trials 100] [--seed 0] [--venv /tmp/otava-venv]
+    .venv/bin/python benchmarks/changepoints.py [--trials 100] [--seed 0] [--detectors ours otava spa]
+        [--venv /tmp/otava-venv] [--spa-venv /tmp/spa-venv]
 
-Otava cannot share the project's environment (apache-otava 0.8 pins numpy 2.2 and scipy 1.16
-and pulls cloud clients), so it runs in a virtual environment of its own, created on first use
-(``python3 -m venv VENV && VENV/bin/pip install apache-otava``), fed the same series as JSON.
+Neither library can share the project's environment (apache-otava 0.8 pins numpy 2.2 and scipy
+1.16 and pulls cloud clients; signal-processing-algorithms 2.1.6 pins numpy < 2, setuptools < 71
+and gevent), so each runs in a virtual environment of its own, created on first use
+(``python3 -m venv VENV && VENV/bin/pip install apache-otava``, or ``signal-processing-algorithms``),
+fed the same series as JSON.
 
 Series (seeded): n ~ U{30…60} runs of a level 100 with Gaussian noise of CV ~ U[2 %, 5 %], and
 0, 1 or 2 steps (``--trials`` series each) of ±U[5 %, 20 %] at positions at least 6 runs from
@@ -44,6 +48,19 @@ for values in job["series"]:
     t = time.perf_counter()
     found, _ = compute_change_points(values, window_len=job["window"], max_pvalue=job["p"], min_magnitude=0.0)
     out.append({"found": sorted(int(c.index) for c in found), "s": time.perf_counter() - t})
+json.dump(out, sys.stdout)
+"""
+
+# the same for signal-processing-algorithms: e_divisive returns the first index after each change
+SPA_DRIVER = """
+import json, sys, time
+from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+job = json.load(sys.stdin)
+out = []
+for values in job["series"]:
+    t = time.perf_counter()
+    found = e_divisive(values, pvalue=job["p"], permutations=job["permutations"])
+    out.append({"found": sorted(int(i) for i in found), "s": time.perf_counter() - t})
 json.dump(out, sys.stdout)
 """
 
@@ -111,19 +128,19 @@ class Score:
             bucket[1] += 1
 
 
-def ensure_otava(venv: Path) -> Path:
+def ensure_venv(venv: Path, package: str, module: str) -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
-    probe = subprocess.run([str(python), "-c", "import otava"], capture_output=True)
+    probe = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True)
     if probe.returncode != 0:
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "apache-otava"], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", package], check=True)
     return python
 
 
-def run_otava(python: Path, series: list[Series], window: int, p: float) -> list[dict]:
-    job = json.dumps({"series": [s.values for s in series], "window": window, "p": p})
-    out = subprocess.run([str(python), "-c", OTAVA_DRIVER], input=job, capture_output=True, text=True, check=True)
+def run_driver(python: Path, driver: str, series: list[Series], **job: float) -> list[dict]:
+    data = json.dumps({"series": [s.values for s in series], **job})
+    out = subprocess.run([str(python), "-c", driver], input=data, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -155,18 +172,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100, help="series per number of steps (0, 1, 2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--detectors", nargs="+", choices=("ours", "otava", "spa"), default=["ours", "otava", "spa"])
     parser.add_argument("--venv", type=Path, default=Path("/tmp/otava-venv"))
+    parser.add_argument("--spa-venv", type=Path, default=Path("/tmp/spa-venv"))
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     by_steps = {k: [make_series(rng, k) for _ in range(args.trials)] for k in (0, 1, 2)}
-    python = ensure_otava(args.venv)
     print(f"{args.trials} series per row · n 30–60 · CV 2–5 % · steps ±5–20 % · match within ±{TOLERANCE} runs")
-    detectors = {
-        "ours (p 0.01, R 199, default)": lambda g: ours(g, 0.01, 199),
-        "ours (p 0.001, R 999)": lambda g: ours(g, 0.001, 999),
-        "otava (window 50, p 0.001, default)": lambda g: run_otava(python, g, 50, 0.001),
-        "otava (window 50, p 0.01)": lambda g: run_otava(python, g, 50, 0.01),
-    }
+    detectors = {}
+    if "ours" in args.detectors:
+        detectors["ours (p 0.01, R 199, default)"] = lambda g: ours(g, 0.01, 199)
+        detectors["ours (p 0.001, R 999)"] = lambda g: ours(g, 0.001, 999)
+    if "otava" in args.detectors:
+        otava = ensure_venv(args.venv, "apache-otava", "otava")
+        detectors["otava (window 50, p 0.001, default)"] = lambda g: run_driver(
+            otava, OTAVA_DRIVER, g, window=50, p=0.001
+        )
+        detectors["otava (window 50, p 0.01)"] = lambda g: run_driver(otava, OTAVA_DRIVER, g, window=50, p=0.01)
+    if "spa" in args.detectors:
+        spa = ensure_venv(args.spa_venv, "signal-processing-algorithms", "signal_processing_algorithms")
+        detectors["spa (p 0.05, R 100, default)"] = lambda g: run_driver(spa, SPA_DRIVER, g, p=0.05, permutations=100)
+        detectors["spa (p 0.01, R 199, as ours)"] = lambda g: run_driver(spa, SPA_DRIVER, g, p=0.01, permutations=199)
     for name, detect in detectors.items():
         report(name, by_steps, {k: detect(group) for k, group in by_steps.items()})
 

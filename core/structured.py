@@ -17,17 +17,16 @@ client into ``RequestDone.tool_calls``). In-process engines have no tool-call pa
 constrained by :func:`tool_call_schema` and reply with one call as the JSON object
 ``{"name": ..., "arguments": {...}}``, which :func:`check_reply` reads back.
 
-JSON schemas are checked with the ``jsonschema`` package (Draft 2020-12) where it is installed,
-else with the small validator below, which knows ``type`` (one or a list), ``enum``, ``const``,
-``properties``, ``required``, ``additionalProperties`` (bool or schema), ``items``,
-``minItems``/``maxItems``, ``minLength``/``maxLength``, ``pattern``, ``minimum``/``maximum``,
-``exclusiveMinimum``/``exclusiveMaximum``, ``anyOf``/``oneOf``/``allOf`` and ignores the rest
-(``$ref``, formats…): a reply it passes may still fail the full standard. :func:`validator_name`
-says which one ran; the summary keeps it.
+JSON schemas are checked with the ``jsonschema`` package, by the full standard of the draft a
+schema declares in ``$schema`` (Draft 2020-12 when it declares none). ``format`` is an annotation
+there, as the standard has it by default: a reply is not failed on it. A ``$ref`` is resolved
+within the schema only; nothing is fetched. :func:`validator_name` says which version ran; the
+summary keeps it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -142,13 +141,18 @@ def check_tool_choice_share(share: Any, tools: Optional[list[Any]]) -> None:
 
 
 def check_schema(schema: dict[str, Any], key: str) -> None:
-    """A schema the checker can use: the jsonschema package's own check where installed."""
-    validator = _jsonschema_validator()
-    if validator is not None:
-        try:
-            validator.check_schema(schema)
-        except Exception as exc:  # noqa: BLE001 - jsonschema.SchemaError, one line
-            raise ConfigError(f"{key} is not a valid JSON schema: {str(exc).splitlines()[0]}") from None
+    """A valid schema under its draft's metaschema (``$schema``, else Draft 2020-12); ConfigError
+    in one line, with where in the schema the fault is."""
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        raise ConfigError(
+            f"{key} is not a valid JSON schema: {'at /' + where + ': ' if where else ''}{exc.message}"
+        ) from None
 
 
 def tool_choice_for(index: int, share: float) -> str:
@@ -301,114 +305,44 @@ def _short(text: str) -> str:
 
 
 # --- JSON schema validation -----------------------------------------------------------------
+# jsonschema is imported where it is used: importing it costs about 50 ms of every process's start
+# here, and most runs check no schema.
 
-_JSONSCHEMA: Any = None  # the jsonschema validator class once looked up; False: not installed
+
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json: str) -> Any:
+    """The validator of one schema (given as canonical JSON, so it can key the cache): the draft the
+    schema declares in ``$schema``, else Draft 2020-12. A workload has a handful of schemas and
+    thousands of replies, so each is built once."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
+    schema = json.loads(schema_json)
+    return validator_for(schema, default=Draft202012Validator)(schema)
 
 
-def _jsonschema_validator() -> Any:
-    global _JSONSCHEMA
-    if _JSONSCHEMA is None:
-        try:
-            import jsonschema  # optional: the built-in subset below stands in without it
-
-            _JSONSCHEMA = jsonschema.Draft202012Validator
-        except ImportError:
-            _JSONSCHEMA = False
-    return _JSONSCHEMA or None
+def _validator_of(schema: Any) -> Any:
+    return _validator(json.dumps(schema, sort_keys=True))
 
 
 def validator_name() -> str:
     """Which JSON schema validator checks replies here."""
-    validator = _jsonschema_validator()
-    if validator is None:
-        return "built-in subset (core/structured.py)"
     try:
         return f"jsonschema {importlib.metadata.version('jsonschema')}"
     except importlib.metadata.PackageNotFoundError:  # importable, but not installed as a distribution
         return "jsonschema"
 
 
-def schema_error(value: Any, schema: dict[str, Any]) -> Optional[str]:
+def schema_error(value: Any, schema: Any) -> Optional[str]:
     """Why ``value`` is not valid under ``schema`` (one line, with the path), or None."""
-    validator = _jsonschema_validator()
-    if validator is not None:
-        error = next(iter(sorted(validator(schema).iter_errors(value), key=lambda e: list(e.path))), None)
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"{'at /' + where + ': ' if where else ''}{error.message}"
-    return subset_error(value, schema, "")
+    from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable  # jsonschema's own dependency
 
-
-_TYPES = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or (isinstance(v, float) and v.is_integer()),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
-def subset_error(value: Any, schema: Any, path: str = "") -> Optional[str]:
-    """The built-in validator (the subset in the module's docstring): the first error, or None."""
-    if schema is True or not isinstance(schema, dict):
-        return None if schema is not False else f"at {path or '/'}: no value is allowed here"
-    at = f"at {path or '/'}: "
-    types = schema.get("type")
-    if types is not None:
-        names = types if isinstance(types, list) else [types]
-        if not any(_TYPES.get(t, lambda v: True)(value) for t in names):
-            return f"{at}{json.dumps(value)[:40]} is not of type {' or '.join(names)}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{at}{json.dumps(value)[:40]} is not one of {schema['enum']}"
-    if "const" in schema and value != schema["const"]:
-        return f"{at}{json.dumps(value)[:40]} is not {json.dumps(schema['const'])}"
-    for word in ("allOf", "anyOf", "oneOf"):
-        if word in schema:
-            errors = [subset_error(value, s, path) for s in schema[word]]
-            passed = sum(e is None for e in errors)
-            if word == "allOf" and passed < len(errors):
-                return next(e for e in errors if e)
-            if word == "anyOf" and not passed:
-                return f"{at}valid under none of anyOf ({errors[0]})"
-            if word == "oneOf" and passed != 1:
-                return f"{at}valid under {passed} of oneOf, not exactly one"
-    if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for name in schema.get("required") or ():
-            if name not in value:
-                return f"{at}{name!r} is a required property"
-        extra = schema.get("additionalProperties", True)
-        for name, item in value.items():
-            if name in props:
-                error = subset_error(item, props[name], f"{path}/{name}")
-            elif extra is False:
-                error = f"{at}additional property {name!r} is not allowed"
-            else:
-                error = subset_error(item, extra, f"{path}/{name}")
-            if error:
-                return error
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", math.inf):
-            return f"{at}{len(value)} items, outside [{schema.get('minItems', 0)}, {schema.get('maxItems', '∞')}]"
-        if "items" in schema:
-            for i, item in enumerate(value):
-                error = subset_error(item, schema["items"], f"{path}/{i}")
-                if error:
-                    return error
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", math.inf):
-            return (
-                f"{at}a string of {len(value)} characters, outside [{schema.get('minLength', 0)}, "
-                f"{schema.get('maxLength', '∞')}]"
-            )
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
-            return f"{at}{value[:40]!r} does not match {schema['pattern']!r}"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < schema.get("minimum", -math.inf) or value > schema.get("maximum", math.inf):
-            return f"{at}{value} is outside [{schema.get('minimum', '-∞')}, {schema.get('maximum', '∞')}]"
-        if value <= schema.get("exclusiveMinimum", -math.inf) or value >= schema.get("exclusiveMaximum", math.inf):
-            return f"{at}{value} is outside the exclusive bounds"
-    return None
+    try:
+        error = best_match(_validator_of(schema).iter_errors(value))
+    except Unresolvable as exc:  # a $ref outside the schema: nothing is fetched
+        return f"the schema's reference cannot be resolved ({exc})"
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{'at /' + where + ': ' if where else ''}{error.message}"

@@ -17,6 +17,13 @@ its event must not hold the client, and every other stream's timing, for minutes
 :meth:`SSEParser.feed_data` returns only each event's data, and takes a fast path for the
 event every OpenAI-compatible server streams, ``data: <one line>`` and a blank line: the
 read is split at blank lines, and only the other events go through the line-by-line rules.
+
+Why our own and not httpx-sse (the SSE decoders of the httpx world; aiohttp has none): the
+client parses every token's event on the timing path, and ours costs about half as much, with a
+size limit httpx-sse lacks. ``benchmarks/sse_parse.py`` (20,000 OpenAI chunk events with
+keep-alive comments, the same data out; best of 7, CPU time), 2026-12-05, 2-core x86_64,
+Python 3.11: one event per read, ``feed_data`` 0.95–1.05 µs per event against httpx-sse 0.4.3's
+1.72–1.80 µs; 16 KiB reads, 0.50 against 1.09–1.12 µs.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from harness.history.alerts import AlertRule
 from harness.history.analysis import SeriesReport, alert_cells
 from harness.history.changepoints import segment_means
 from harness.reports.figures import figure, figure_div, trace
-from harness.reports.html import banner, esc, fmt, page, section, table
+from harness.reports.html import esc, fmt, page, safe, table
 
 CHANGE_COLOR, ALERT_COLOR, TAINT_COLOR, RUN_COLOR, STEP_COLOR = "#8a4a05", "#d62728", "#b0b7c0", "#4e79a7", "#59a14f"
 
@@ -150,40 +150,31 @@ def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
 
 def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> str:
     alerts = alert_rows(reports)
-    runs = sum(len(r.runs) for r in reports)
-    head = (
-        f'<h1>History trend</h1><p class="sub">{esc(root)} · {len({r.point for r in reports})} points · '
-        f"{len(reports)} series · {runs} values</p>"
-    )
     rule_text = (
         f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
         f"before the last change point by more than {rule.margin * 100:g} %, and that change point is at most "
         f"{rule.max_age} runs old. Change points: E-divisive means with a permutation test."
     )
-    if alerts:
-        top = banner(
-            [f"{a['figure']} at {a['point']}: {a['change']} since {a['since']}" for a in alerts],
-            f"{len(alerts)} alert(s)",
-            "error",
-        )
-        top += table(alerts, list(alerts[0]), text_columns=("point", "figure", "since", "latest"))
-    else:
-        top = banner(["no series has two consecutive bad runs after a change point"], "no alert", "ok")
     changes = change_rows(reports)
-    change_table = (
-        table(changes, list(changes[0]), text_columns=("point", "figure", "first run after", "commit"))
-        if changes
-        else '<p class="note">no change point in any series</p>'
+    return page(
+        "trend.html.j2",
+        "History trend",
+        root=root,
+        points=len({r.point for r in reports}),
+        series=len(reports),
+        values=sum(len(r.runs) for r in reports),
+        alerts=[f"{a['figure']} at {a['point']}: {a['change']} since {a['since']}" for a in alerts],
+        alert_table=safe(
+            table(alerts, list(alerts[0]), text_columns=("point", "figure", "since", "latest")) if alerts else ""
+        ),
+        rule=rule_text,
+        change_table=safe(
+            table(changes, list(changes[0]), text_columns=("point", "figure", "first run after", "commit"))
+            if changes
+            else ""
+        ),
+        figures=safe("".join(series_figure(r, f"trend-{i}") for i, r in enumerate(reports))),
     )
-    figures = "".join(series_figure(r, f"trend-{i}") for i, r in enumerate(reports))
-    body = (
-        head
-        + top
-        + f'<p class="note">{esc(rule_text)}</p>'
-        + section("Change points", change_table)
-        + section("Series", figures)
-    )
-    return page("History trend", body)
 
 
 def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> Path:

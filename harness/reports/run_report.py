@@ -90,33 +90,30 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
         if made is not None:
             charts.append(made)
 
-    status = summary.status or "?"
-    parts = [
-        f'<h1>{esc(run.name)} <span class="pill {esc(status)}">{esc(status)}</span></h1>',
-        f'<p class="sub">LLM inference benchmark report · {esc(run_date(run.run_dir))}</p>',
-        html.banner(
-            summary.taint,
-            "Tainted: the machine was not fit to measure on (machine.json); rerun, or leave "
-            "this run out of comparisons",
-            "error",
-        ),
-        html.banner(summary.warnings, "Warnings", "warning"),
-        html.meta_list(_header_items(run)),
-        html.section("Summary", _summary_html(summary)),
-        _client_html(summary),
-    ]
+    sections = [html.section("Summary", _summary_html(summary)), _client_html(summary)]
     plot_ids = []
     for div_id, title, fig, note in charts:
         if fig is None:  # a panel that is absent: the line that says why
-            parts.append(html.section(title, "", note))
+            sections.append(html.section(title, "", note))
             continue
         plot_ids.append(div_id)
-        parts.append(html.section(title, figures.figure_div(fig, div_id), note))
+        sections.append(html.section(title, figures.figure_div(fig, div_id), note))
     if not charts:
-        parts.append(html.section("Charts", '<p class="note">No completed request: nothing to plot.</p>'))
-    parts.append(_requests_html(run))
-    parts.append(_details_html(run))
-    return html.page(f"Report · {run.name}", "\n".join(p for p in parts if p)), plot_ids
+        sections.append(html.section("Charts", html.note("No completed request: nothing to plot.")))
+    sections.append(_requests_html(run))
+    sections.append(_details_html(run))
+    page = html.page(
+        "report.html.j2",
+        f"Report · {run.name}",
+        name=run.name,
+        status=summary.status or "?",
+        date=run_date(run.run_dir),
+        taint=summary.taint,
+        warnings=summary.warnings,
+        header=_header_items(run),
+        sections=html.safe(sections),
+    )
+    return page, plot_ids
 
 
 def _header_items(run: RunResult) -> list[tuple[str, str]]:
@@ -158,7 +155,9 @@ def _detail_html(summary: RunSummary) -> str:
             rows.append(row)
     if not rows:
         return ""
-    return "<h3>Details</h3>" + html.table(rows, ["figure", "count", *metrics.STATS, "max"], text_columns=["figure"])
+    return html.heading("Details") + html.table(
+        rows, ["figure", "count", *metrics.STATS, "max"], text_columns=["figure"]
+    )
 
 
 def _summary_html(summary: RunSummary) -> str:
@@ -211,9 +210,7 @@ def _summary_html(summary: RunSummary) -> str:
     page = html.cards(items) + table + _detail_html(summary)
     checked = structured_line(summary.structured)
     if checked:  # workload.response_format / workload.tools: how many replies kept their constraint
-        page += (
-            f'<p class="note">{esc(checked)} (JSON schemas checked with {esc(summary.structured.get("validator"))})</p>'
-        )
+        page += html.note(f"{checked} (JSON schemas checked with {summary.structured.get('validator')})")
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
@@ -230,7 +227,7 @@ def _summary_html(summary: RunSummary) -> str:
             }
             for t in turns
         ]
-        page += '<p class="note">Per turn (chat):</p>' + html.table(turn_rows, list(turn_rows[0]))
+        page += html.note("Per turn (chat):") + html.table(turn_rows, list(turn_rows[0]))
     return (
         page
         + jobs_html(summary)
@@ -246,11 +243,10 @@ def jobs_html(summary: RunSummary) -> str:
     rows = [{"figure": k, "value": v} for k, v in job_table(summary.jobs)]
     if not rows:
         return ""
-    return (
-        '<p class="note">Agent jobs (JCT: first send → last token of a job; critical path: the chain of '
-        "dependent requests that ends the job):</p>"
-        + html.table(rows, ["figure", "value"], text_columns=["figure", "value"])
-    )
+    return html.note(
+        "Agent jobs (JCT: first send → last token of a job; critical path: the chain of "
+        "dependent requests that ends the job):"
+    ) + html.table(rows, ["figure", "value"], text_columns=["figure", "value"])
 
 
 def stages_html(summary: RunSummary) -> str:
@@ -260,11 +256,11 @@ def stages_html(summary: RunSummary) -> str:
     out = ""
     window, whole = summary.window, summary.whole_run
     if window:
-        out += (
-            f'<p class="note">Steady-state window: the figures above count the {window["requests"].get("completed", 0)} '
+        out += html.note(
+            f"Steady-state window: the figures above count the {window['requests'].get('completed', 0)} "
             f"completed requests that started in [{fmt(window.get('start_s'), 2)}, {fmt(window.get('end_s'), 2)}] s "
             f"(throughput over {fmt(window.get('duration_s'), 2)} s); the whole run had "
-            f"{(whole or {}).get('requests', {}).get('completed', 0)} (summary.json: whole_run).</p>"
+            f"{(whole or {}).get('requests', {}).get('completed', 0)} (summary.json: whole_run)."
         )
     if not summary.stages:
         return out
@@ -282,8 +278,8 @@ def stages_html(summary: RunSummary) -> str:
         }
         rows.append({**row, **part_cells(st, ("p50", "p99"))})
     return out + (
-        '<p class="note">Per stage (each request in the stage it started in; throughputs over the stage\'s '
-        "length):</p>" + html.table(rows, list(rows[0]))
+        html.note("Per stage (each request in the stage it started in; throughputs over the stage's length):")
+        + html.table(rows, list(rows[0]))
     )
 
 
@@ -321,10 +317,10 @@ def endpoints_html(summary: RunSummary) -> str:
             "cached %": fmt(ep.get("cached_share"), 1, 100),
         }
         rows.append({**row, **part_cells(ep, ("p50", "p90"))})
-    return (
-        '<p class="note">Per endpoint (requests routed by backend.routing; throughputs over the whole run\'s '
-        "duration, so they add up to the run's):</p>" + html.table(rows, list(rows[0]), text_columns=["url"])
-    )
+    return html.note(
+        "Per endpoint (requests routed by backend.routing; throughputs over the whole run's "
+        "duration, so they add up to the run's):"
+    ) + html.table(rows, list(rows[0]), text_columns=["url"])
 
 
 def adapters_html(summary: RunSummary) -> str:
@@ -341,11 +337,10 @@ def adapters_html(summary: RunSummary) -> str:
             "failed": str(ad.get("failed", 0)),
         }
         rows.append({**row, **part_cells(ad, ("p50", "p90"))})
-    return (
-        '<p class="note">Per LoRA adapter (workload.lora.adapters; "base": the base model; throughputs over '
-        "the whole run's duration, so they add up to the run's):</p>"
-        + html.table(rows, list(rows[0]), text_columns=["adapter"])
-    )
+    return html.note(
+        'Per LoRA adapter (workload.lora.adapters; "base": the base model; throughputs over '
+        "the whole run's duration, so they add up to the run's):"
+    ) + html.table(rows, list(rows[0]), text_columns=["adapter"])
 
 
 def _engine_stages_html(summary: RunSummary) -> str:
@@ -373,13 +368,11 @@ def _engine_stages_html(summary: RunSummary) -> str:
     if not rows:
         why = ((summary.backend.get("info") or {}).get("notes") or {}).get("engine_timings")
         if summary.backend.get("mode") == "server" and why:
-            return f'<p class="note">No stage times from the engine: {esc(str(why))}.</p>'
+            return html.note(f"No stage times from the engine: {why}.")
         return ""
-    return (
-        '<p class="note">Stage times the engine reported, each beside the harness\'s measure of the same '
-        "interval:</p>"
-        + html.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"])
-    )
+    return html.note(
+        "Stage times the engine reported, each beside the harness's measure of the same interval:"
+    ) + html.table(rows, list(rows[0]), text_columns=["measured by", "stage time", "interval it covers"])
 
 
 def _client_html(summary: RunSummary) -> str:
@@ -394,7 +387,7 @@ def _client_html(summary: RunSummary) -> str:
     verdict = (
         html.banner(found, "The client may be the bottleneck", "warning")
         if found
-        else '<p class="note">The client kept up: its event loop was not held back and it did not use up its core.</p>'
+        else html.note("The client kept up: its event loop was not held back and it did not use up its core.")
     )
     inside = (
         " (an in-process engine runs in this process: its work counts too)"
@@ -982,12 +975,12 @@ def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list
 def _requests_html(run: RunResult, limit: int = 10) -> str:
     df = run.requests
     if df.empty:
-        return html.section("Requests", '<p class="note">No request was recorded.</p>')
+        return html.section("Requests", html.note("No request was recorded."))
     prompts = _prompts(run.workload)
     parts = []
     failed = df[~df.index.isin(run.completed.index)]
     if not failed.empty:
-        parts.append(f'<p class="note">Failed requests ({len(failed)}; the first {min(len(failed), 2 * limit)}):</p>')
+        parts.append(html.note(f"Failed requests ({len(failed)}; the first {min(len(failed), 2 * limit)}):"))
         parts.append(
             html.table(
                 _request_rows(failed.head(2 * limit), prompts),
@@ -999,7 +992,7 @@ def _requests_html(run: RunResult, limit: int = 10) -> str:
     ok = run.completed
     if not ok.empty:
         slow = ok.sort_values("e2e_s", ascending=False).head(limit)
-        parts.append(f'<p class="note">The {len(slow)} slowest completed requests (by E2E):</p>')
+        parts.append(html.note(f"The {len(slow)} slowest completed requests (by E2E):"))
         parts.append(
             html.table(
                 _request_rows(slow, prompts),
@@ -1025,18 +1018,14 @@ def _requests_html(run: RunResult, limit: int = 10) -> str:
 def _details_html(run: RunResult) -> str:
     parts = []
     if run.config_text:
-        parts.append(f"<details><summary>config.yaml</summary><pre>{esc(run.config_text)}</pre></details>")
+        parts.append(html.details("config.yaml", run.config_text))
     if run.env:
-        parts.append(f"<details><summary>env.json</summary><pre>{esc(json.dumps(run.env, indent=2))}</pre></details>")
+        parts.append(html.details("env.json", json.dumps(run.env, indent=2)))
     memory = run.summary.memory
     if memory:
-        parts.append(
-            f"<details><summary>memory (summary.json)</summary><pre>{esc(json.dumps(memory, indent=2))}</pre></details>"
-        )
+        parts.append(html.details("memory (summary.json)", json.dumps(memory, indent=2)))
     if run.summary.gpu:
-        parts.append(
-            f"<details><summary>GPUs (summary.json)</summary><pre>{esc(json.dumps(run.summary.gpu, indent=2))}</pre></details>"
-        )
+        parts.append(html.details("GPUs (summary.json)", json.dumps(run.summary.gpu, indent=2)))
     return html.section("Run details", "".join(parts)) if parts else ""
 
 

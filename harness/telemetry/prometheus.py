@@ -18,6 +18,13 @@ Speculative decoding (``speculative``, as ``vllm bench serve`` computes it), fro
 Δ over the phase, the names in :data:`SPEC_COUNTERS` (vLLM's, llama-server's):
 acceptance rate = Δaccepted / Δdraft_tokens; mean acceptance length = 1 + Δaccepted / Δdrafts;
 per position k: Δaccepted_per_pos{position=k} / Δdrafts. Server-wide: other traffic counts too.
+
+Why our own parser and not prometheus_client's ``text_string_to_metric_families``: the sampler
+parses every scrape during the run, on the client's machine, and ours is about 3 times faster on
+the same text, with the same samples. ``benchmarks/exposition_parse.py`` (a 1 MiB vLLM-like
+exposition written by prometheus_client, 9,321 samples; best of 7, CPU time), 2026-12-05, 2-core
+x86_64, Python 3.11: ours 0.049 s, prometheus_client 0.26.0 0.153 s. Ours also skips a line it
+cannot read, where prometheus_client raises and the whole scrape is lost.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from core.structured import (
     normalize_response_format,
     normalize_tools,
     schema_error,
-    subset_error,
     tool_call_schema,
     tool_choice_for,
 )
@@ -57,20 +56,60 @@ BAD = [
 
 
 @pytest.mark.parametrize("value,words", BAD)
-def test_the_builtin_subset_finds_what_breaks_a_schema(value, words):
-    error = subset_error(value, SCHEMA)
+def test_the_validator_finds_what_breaks_a_schema(value, words):
+    error = schema_error(value, SCHEMA)
     assert error is not None and words in error
-    assert schema_error(value, SCHEMA) is not None  # the validator in use (jsonschema where installed) agrees
 
 
-def test_valid_values_pass_both_validators():
+def test_valid_values_pass():
     for value in (
         {"title": "x", "topic": "other", "score": 3},
         {"title": "abc", "topic": "science", "score": 1, "tags": ["a"], "formal": True},
     ):
-        assert subset_error(value, SCHEMA) is None and schema_error(value, SCHEMA) is None
-    assert subset_error(3, {"anyOf": [{"type": "string"}, {"type": "integer"}]}) is None
-    assert subset_error(3.5, {"oneOf": [{"type": "string"}, {"type": "integer"}]}) is not None
+        assert schema_error(value, SCHEMA) is None
+    assert schema_error(3, {"anyOf": [{"type": "string"}, {"type": "integer"}]}) is None
+    assert schema_error(3.5, {"oneOf": [{"type": "string"}, {"type": "integer"}]}) is not None
+
+
+# Replies the hand-written subset validator (gone) passed, as it ignored these keywords, and the full
+# standard rejects.
+FULL_STANDARD = [
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [1, 1], "non-unique"),
+    ({"type": "integer", "multipleOf": 5}, 12, "multiple of 5"),
+    ({"not": {"type": "string"}}, "text", "should not be valid"),
+    (
+        {"$defs": {"city": {"type": "string", "minLength": 2}}, "properties": {"city": {"$ref": "#/$defs/city"}}},
+        {"city": "X"},
+        "at /city",
+    ),
+    ({"type": "object", "patternProperties": {"^n_": {"type": "number"}}}, {"n_a": "one"}, "at /n_a"),
+    ({"type": "object", "minProperties": 2}, {"a": 1}, "enough properties"),
+    ({"type": "array", "prefixItems": [{"type": "string"}]}, [1], "at /0"),
+    ({"type": "array", "contains": {"const": "ok"}}, ["no"], "contain"),
+]
+
+
+@pytest.mark.parametrize("schema,value,words", FULL_STANDARD)
+def test_replies_are_judged_by_the_full_standard(schema, value, words):
+    error = schema_error(value, schema)
+    assert error is not None and words in error
+    reply = check_reply(json.dumps(value), None, {"type": "json_schema", "schema": schema}, None, None)
+    assert reply.kind == "json_schema" and not reply.valid and words in reply.reason
+
+
+def test_the_draft_a_schema_declares_is_the_one_used():
+    # Draft 7's items as a list is a tuple (the first item an integer); Draft 2020-12 has prefixItems
+    # for that, and its items as a list is not a schema at all
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "items": [{"type": "integer"}]}
+    assert schema_error(["a"], draft7) is not None and schema_error([1, "a"], draft7) is None
+    assert normalize_response_format({"type": "json_schema", "schema": draft7})["schema"] == draft7
+    with pytest.raises(ConfigError, match="not a valid JSON schema"):
+        normalize_response_format({"type": "json_schema", "schema": {"items": [{"type": "integer"}]}})
+
+
+def test_a_reference_outside_the_schema_is_not_fetched():
+    error = schema_error(1, {"$ref": "https://example.com/schema.json"})
+    assert error is not None and "cannot be resolved" in error
 
 
 def test_a_reply_is_checked_against_its_response_format():
@@ -118,7 +157,7 @@ def test_the_tool_call_schema_accepts_exactly_the_calls():
             },
         ]
     )
-    assert subset_error({"name": "add", "arguments": {"a": 1}}, tool_call_schema(two)) is None
+    assert schema_error({"name": "add", "arguments": {"a": 1}}, tool_call_schema(two)) is None
     assert decoding_constraint(None, TOOLS, "required") == ("json_schema", schema)
     assert decoding_constraint(None, TOOLS, "auto") is None
     assert decoding_constraint({"type": "regex", "pattern": "a+"}, None, None) == ("regex", "a+")
@@ -151,6 +190,27 @@ def test_the_required_share_is_spread_evenly():
 def test_a_bad_response_format_is_one_line(value, words):
     with pytest.raises(ConfigError, match=words):
         normalize_response_format(value)
+
+
+@pytest.mark.parametrize(
+    "schema,words",
+    [
+        (
+            {"type": "strin"},
+            r"^workload.response_format.schema is not a valid JSON schema: at /type: 'strin' is not valid",
+        ),
+        (
+            {"properties": {"a": {"minLength": -1}}},
+            "^workload.response_format.schema is not a valid JSON schema: at /properties/a/minLength: -1 is less than",
+        ),
+    ],
+)
+def test_an_invalid_schema_is_refused_in_one_line(schema, words):
+    with pytest.raises(ConfigError, match=words) as refused:
+        normalize_response_format({"type": "json_schema", "schema": schema})
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="workload.tools.0..function.parameters is not a valid JSON schema"):
+        normalize_tools([{"function": {"name": "f", "parameters": schema}}])
 
 
 def test_bad_tools_are_one_line():

@@ -67,11 +67,7 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
         )
         if f is not None
     ]
-    parts = [
-        f"<h1>Comparison of {len(runs)} runs</h1>",
-        f'<p class="sub">LLM inference benchmark comparison · {esc(datetime.now().strftime("%Y-%m-%d %H:%M:%S"))} · '
-        f"baseline: {esc(baseline.label)}</p>",
-    ]
+    parts = []
     if comp.problems:
         parts.append(
             html.banner(
@@ -153,7 +149,15 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
     for div_id, title, fig, note in charts:
         plot_ids.append(div_id)
         parts.append(html.section(title, figures.figure_div(fig, div_id), note))
-    return html.page(f"Comparison · {len(runs)} runs", "\n".join(p for p in parts if p)), plot_ids
+    page = html.page(
+        "compare.html.j2",
+        f"Comparison · {len(runs)} runs",
+        runs=len(runs),
+        date=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+        baseline=baseline.label,
+        sections=html.safe(parts),
+    )
+    return page, plot_ids
 
 
 HTML_FIGURES = (
@@ -205,7 +209,7 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
         )
     return (
         html.table(rows, list(rows[0]), text_columns=["run", "status"], link_columns=["report"])
-        + '<p class="note">What each run was:</p>'
+        + html.note("What each run was:")
         + html.table(setups, list(setups[0]), text_columns=list(setups[0]))
     )
 

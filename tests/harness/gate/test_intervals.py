@@ -15,6 +15,11 @@ def test_student_t_matches_tables():
     assert student_t.quantile(0.95, 9) == pytest.approx(1.833, abs=1e-3)
     assert student_t.cdf(0.0, 7) == pytest.approx(0.5)
     assert student_t.quantile(0.025, 4) == pytest.approx(-2.776, abs=1e-3)
+    assert student_t.quantile(0.975, 7.5) == pytest.approx(2.3330, abs=1e-3)  # Welch's df are fractional
+    assert student_t.quantile(0.975, intervals.NORMAL_DF) == pytest.approx(1.959964, abs=1e-6)  # the normal's
+    assert student_t.cdf(student_t.quantile(0.9, 3.5), 3.5) == pytest.approx(0.9, abs=1e-12)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        student_t.quantile(0.9, 0)
 
 
 def test_paired_t_by_hand():
