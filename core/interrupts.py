@@ -1,5 +1,5 @@
 """Ctrl-C held off while a step that must finish runs (the last writes of a run, ending workers),
-and an entry module ended by it while it starts."""
+never lost where Python swallows it, and an entry module ended by it while it starts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -26,6 +27,40 @@ def interrupts_held() -> Iterator[list[int]]:
         yield pressed
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# how long the re-sent SIGINT waits, so that it lands after the swallowing callback has returned
+REDELIVERY_DELAY_S = 0.01
+
+
+def keep_every_interrupt() -> None:
+    """Re-send a Ctrl-C that Python swallowed.
+
+    A SIGINT whose handler runs while the main thread is inside a weakref callback, a ``__del__``
+    or a garbage-collector callback raises KeyboardInterrupt there, and Python reports it as
+    "Exception ignored in …" and goes on: the press is lost (seen in CI: a harness waiting for a
+    server to start kept waiting after Ctrl-C, its KeyboardInterrupt ignored in
+    ``_get_module_lock.<locals>.cb``). This hook, installed once by each entry module, takes
+    such a KeyboardInterrupt and sends SIGINT to the process again from a thread, a moment later
+    (:data:`REDELIVERY_DELAY_S`), when the callback has returned; were that one swallowed too, it
+    is sent again. Every other unraisable exception goes to the hook that was there before."""
+    previous = sys.unraisablehook
+    if getattr(previous, "keeps_interrupts", False):
+        return
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            threading.Thread(target=_send_sigint_soon, name="ctrl-c-again", daemon=True).start()
+            return
+        previous(unraisable)
+
+    hook.keeps_interrupts = True  # type: ignore[attr-defined]  # a marker, so the hook is installed once
+    sys.unraisablehook = hook
+
+
+def _send_sigint_soon() -> None:
+    time.sleep(REDELIVERY_DELAY_S)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def exit_interrupted_at_start(message: str) -> NoReturn:

@@ -2,10 +2,11 @@
 
 import sys
 
-from core.interrupts import exit_interrupted_at_start
+from core.interrupts import exit_interrupted_at_start, keep_every_interrupt
 from core.parent import take_back_ctrl_c
 
 try:
+    keep_every_interrupt()  # a Ctrl-C swallowed in a callback is sent again
     take_back_ctrl_c()  # a background job's ignored SIGINT: kill -INT stops the experiment as Ctrl-C does
     from harness.run.ab import main
 except KeyboardInterrupt:

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from core.errors import HarnessError
+from core.interrupts import keep_every_interrupt
 from core.parent import signal_when_parent_dies
 from harness.cli import compose_config, exit_now, terminate_as_interrupt
 from harness.run.held import serve
@@ -24,6 +25,7 @@ def main(argv: list[str]) -> int:
     answers = os.fdopen(os.dup(1), "w", buffering=1)  # stdout, kept for the answers alone
     os.dup2(2, 1)  # what anything else writes to stdout (an engine's own processes too) goes to stderr
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
+    keep_every_interrupt()  # a Ctrl-C swallowed in a callback is sent again
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, terminate_as_interrupt)
     parent = os.getppid()

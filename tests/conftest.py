@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from browser import chromium  # noqa: F401 - the fixture: defined here once, one browser for the whole session
+from process_state import changed_between_tests
 from process_state import unchanged_process_state  # noqa: F401 - the autouse fixture, around every test
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,3 +112,22 @@ def vllm_inprocess(tmp_path_factory):
 def vllm_server(tmp_path_factory):
     """vLLM's own server on the real model: the conformance cases and vLLM's server-mode checks."""
     yield from shared_session(tmp_path_factory, *VLLM, "backend.mode=server", "backend.startup_timeout_s=300")
+
+
+def pytest_configure(config) -> None:
+    """The suite takes Ctrl-C back as the harness's entry modules do (core.parent.take_back_ctrl_c):
+    a suite started as a background job of a script (CI runners, ``cmd &``, nohup) inherits SIGINT
+    ignored, and the tests that press Ctrl-C for this process (the plan pool's, the final writes')
+    then saw nothing happen ("DID NOT RAISE KeyboardInterrupt" in every fresh-clone CI run)."""
+    from core.parent import take_back_ctrl_c
+
+    take_back_ctrl_c()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """What module- and session-scoped fixtures changed in the process (not a test's leak, but
+    what every later test then runs with)."""
+    if changed_between_tests:
+        terminalreporter.section("process state changed by wider-scoped fixtures")
+        for nodeid, line in changed_between_tests:
+            terminalreporter.write_line(f"before {nodeid}: {line}")

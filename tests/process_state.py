@@ -185,13 +185,26 @@ def _kill(pids: dict[int, str]) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
+# what the wider-scoped fixtures changed between one test's end and the next test's start:
+# (the test that followed, what changed), for the session's summary (tests/conftest.py)
+changed_between_tests: list[tuple[str, str]] = []
+_last_seen: Optional[ProcessState] = None
+
+
 @pytest.fixture(autouse=True)
-def unchanged_process_state():
+def unchanged_process_state(request):
     """Fails a test that leaves the process state changed (see the module docstring)."""
+    global _last_seen
     if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
         yield
         return
     before = snapshot()
+    if _last_seen is not None:
+        for line, _ in differences(_last_seen, before):
+            changed_between_tests.append((request.node.nodeid, line))
+        started = {pid: cmd for pid, cmd in before.children.items() if pid not in _last_seen.children}
+        for pid, cmd in started.items():
+            changed_between_tests.append((request.node.nodeid, f"child process started: {pid} ({cmd})"))
     yield
     after = snapshot()
     left = differences(before, after)
@@ -205,5 +218,6 @@ def unchanged_process_state():
         )
     for _, put_back in left:
         put_back()
+    _last_seen = snapshot() if left else after
     if left:
         pytest.fail("the test left the process changed:\n  " + "\n  ".join(line for line, _ in left), pytrace=False)

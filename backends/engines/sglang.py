@@ -21,6 +21,7 @@ from typing import Any, Optional
 from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
 from backends.registry import backend_registry
 from backends.server.presets import sglang_preset
+from core.environ import environment_kept
 from core.errors import ConfigError
 from core.structured import JSON_SCHEMA, decoding_constraint
 from core.types import RequestDone, TokenChunk
@@ -79,20 +80,22 @@ class SGLangConfig(BackendConfig):
 
 
 def build_server_args(config: SGLangConfig, model_path: str) -> Any:
-    """SGLang's ServerArgs for this config, each field checked against ServerArgs' own schema."""
-    from sglang.srt.server_args import ServerArgs
+    """SGLang's ServerArgs for this config, each field checked against ServerArgs' own schema. The
+    import and the construction leave the harness's environment as it was (:mod:`core.environ`)."""
+    with environment_kept():
+        from sglang.srt.server_args import ServerArgs
 
-    kwargs = config.server_args_dict(model_path)
-    schema = server_args_schema(ServerArgs)
-    for key, value in kwargs.items():
-        if key not in schema:
-            raise ConfigError(f"backend.server_args.{key}: ServerArgs has no field {key!r}")
-        expected, choices = schema[key]
-        if value is not None and expected is not None and not _is_instance(value, expected):
-            raise ConfigError(f"ServerArgs.{key} must be {_type_name(expected)} (got {value!r})")
-        if choices and value is not None and value not in choices:
-            raise ConfigError(f"ServerArgs.{key}={value!r} is not one of {', '.join(map(str, choices))}")
-    return ServerArgs(**kwargs)
+        kwargs = config.server_args_dict(model_path)
+        schema = server_args_schema(ServerArgs)
+        for key, value in kwargs.items():
+            if key not in schema:
+                raise ConfigError(f"backend.server_args.{key}: ServerArgs has no field {key!r}")
+            expected, choices = schema[key]
+            if value is not None and expected is not None and not _is_instance(value, expected):
+                raise ConfigError(f"ServerArgs.{key} must be {_type_name(expected)} (got {value!r})")
+            if choices and value is not None and value not in choices:
+                raise ConfigError(f"ServerArgs.{key}={value!r} is not one of {', '.join(map(str, choices))}")
+        return ServerArgs(**kwargs)
 
 
 def server_args_flags(config: SGLangConfig) -> list[str]:

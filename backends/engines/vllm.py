@@ -104,6 +104,9 @@ class VLLMConfig(BackendConfig):
 
 PER_REQUEST_METRICS_SINCE = (0, 28)  # --enable-per-request-metrics (PR #46768) is in 0.27.1; 0.28 to be safe
 PER_REQUEST_SPEC_SINCE = (0, 28, 1)  # --per-request-spec-decode-metrics
+# how long the engine's processes, killed at the shutdown timeout, may take to be gone (a killed
+# process unmaps its memory as it exits: seconds on a loaded 2-core machine)
+ENGINE_EXIT_TIMEOUT_S = 30.0
 
 
 def _installed_version() -> Optional[tuple[int, ...]]:
@@ -244,8 +247,7 @@ class VLLMBackend(Backend):
         self._shm_before = shm.segments()
         ours_before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
-        # the engine core and its workers: waited for at close, before their shared memory is swept
-        self._engine_processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in ours_before]
+        self._processes_before_engine = ours_before
         self._model_config = self._engine.model_config
         eos = self._engine.tokenizer.eos_token_id if self._engine.tokenizer is not None else None
         gen_eos = self._model_config.get_diff_sampling_param().get("stop_token_ids") or []
@@ -357,11 +359,15 @@ class VLLMBackend(Backend):
     def close(self) -> None:
         engine = getattr(self, "_engine", None)
         if engine is not None:
+            # the engine core and its workers, as they are now (a worker may start after the engine
+            # was made): waited for after the shutdown, before their shared memory is swept
+            before = getattr(self, "_processes_before_engine", set())
+            engine_processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
             engine.shutdown(timeout=self.config.shutdown_timeout_s)
             del self._engine
             # a worker killed at the timeout maps its queue until it is gone, and is no child of ours
             # to reap (its engine core was its parent): a segment swept before then is left behind
-            psutil.wait_procs(self._engine_processes, timeout=5)
+            psutil.wait_procs(engine_processes, timeout=ENGINE_EXIT_TIMEOUT_S)
             # an engine core killed at the timeout leaves its workers' message queue (160 MiB)
             removed = shm.remove_orphans(shm.segments() - self._shm_before)
             if removed:

@@ -4,6 +4,7 @@ import os
 import signal
 import threading
 
+from conftest import as_foreground_job
 from core.interrupts import interrupts_held
 
 
@@ -51,3 +52,38 @@ def test_an_entry_module_stopped_as_it_starts_exits_130_even_after_a_string_exec
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}"}
     done = subprocess.run([sys.executable, "-m", "starting"], env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (130, "interrupted before it started")
+
+
+def test_a_ctrl_c_swallowed_in_a_callback_is_sent_again(tmp_path):
+    """A KeyboardInterrupt raised inside a weakref callback is "ignored" by Python: the entry
+    modules' hook sends SIGINT again, so the press still ends the program."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = (
+        "import signal, sys, threading, weakref\n"
+        "from core.interrupts import keep_every_interrupt\n"
+        "keep_every_interrupt()\n"
+        "class Thing: pass\n"
+        "def swallowed(ref):\n"
+        "    raise KeyboardInterrupt  # as a SIGINT handled inside a callback raises it\n"
+        "thing = Thing(); ref = weakref.ref(thing, swallowed)\n"
+        "del thing  # the callback runs here; Python reports its exception as ignored\n"
+        "try:\n"
+        "    threading.Event().wait(60)  # what a lost press would leave waiting\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted'); sys.exit(0)\n"
+        "print('the press was lost'); sys.exit(1)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=as_foreground_job,  # Ctrl-C as a terminal's foreground job has it
+    )
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "interrupted", "")

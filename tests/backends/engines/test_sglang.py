@@ -10,6 +10,7 @@ import pytest
 
 from backends.engines.sglang import SGLangConfig, build_server_args, server_args_schema, sglang_stats
 from backends.registry import backend_registry
+from core.environ import environment_kept
 from core.errors import ConfigError
 
 
@@ -20,7 +21,8 @@ def server_args(**overrides):
 
 
 def test_three_configs_become_server_args():
-    from sglang.srt.server_args import ServerArgs
+    with environment_kept():  # as the harness imports it: SGLang's import sets cache variables
+        from sglang.srt.server_args import ServerArgs
 
     default = server_args()
     assert isinstance(default, ServerArgs)
@@ -67,7 +69,8 @@ def test_invalid_values_and_combinations_fail_in_one_line(overrides, message):
 
 
 def test_schema_comes_from_the_installed_sglang():
-    from sglang.srt.server_args import ServerArgs
+    with environment_kept():
+        from sglang.srt.server_args import ServerArgs
 
     schema = server_args_schema(ServerArgs)
     assert schema["tp_size"][0] == (int,)
