@@ -1,0 +1,218 @@
+"""The flake hunt: every test that races something, run many times in a row.
+
+A test *races* when it sends a signal, forks, starts or kills another process, or races a timer
+(its source names ``send_signal``, ``os.kill``, a ``SIG…`` constant, ``.kill()``, ``.terminate()``,
+a fork, ``Popen``, ``threading.Timer`` or ``wait_procs``), or sits in one of :data:`WHOLE_FILES`
+(fault drills, launchers, CI's scripts): the tests whose outcome can hang on timing. They are
+found by reading the tests' source (so a new one joins the hunt by itself),
+then run ``--tries`` times each in a row with pytest-repeat, in one pytest process per test file
+(as the suite runs them: shared fixtures, the leak check of tests/process_state.py around each).
+
+By default pytest starts as CI starts it, a background job of a script: SIGINT ignored and
+SIGHUP as the caller has it (``--foreground`` gives it Python's Ctrl-C). The table: each test,
+its tries and passes, and the first error of a failure.
+
+    .venv/bin/python benchmarks/flake_hunt.py --list                 # what would run
+    .venv/bin/python benchmarks/flake_hunt.py --tries 30             # the hunt (hours here)
+    .venv/bin/python benchmarks/flake_hunt.py --tries 30 -k plan_pool --tree /tmp/old   # another checkout
+
+``--tree`` hunts in another checkout with this environment (its packages come first on the path):
+before-and-after tables from one script. Results: ``--out`` (JSON, one entry per test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RACE_WORDS = re.compile(
+    r"send_signal|os\.kill|killpg|\bSIG(INT|TERM|HUP|KILL|ALRM|USR1)\b|\.kill\(|\.terminate\(|os\.fork|"
+    r"[\"']fork[\"']|Popen|threading\.Timer|wait_procs"
+)
+# files hunted whole: every test in them waits on other processes (drills, launchers, CI's scripts)
+WHOLE_FILES = (
+    "tests/test_faults.py",
+    "tests/test_launchers.py",
+    "tests/test_ci.py",
+    "tests/workloads/test_plan_pool.py",
+)
+
+
+@dataclass
+class Tally:
+    test: str
+    tries: int = 0
+    passes: int = 0
+    skips: int = 0
+    errors: list[str] = field(default_factory=list)  # the first line of each failure, in order
+    seconds: float = 0.0
+
+
+def collect(tree: Path, expression: str | None, env: dict[str, str]) -> list[str]:
+    args = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    if expression:
+        args += ["-k", expression]
+    done = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    if not ids:
+        raise SystemExit(f"error: no tests collected in {tree}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return ids
+
+
+def function_sources(path: Path) -> dict[str, str]:
+    """Each test function's source, by name (top level and in classes)."""
+    text = path.read_text()
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            out[node.name] = ast.get_source_segment(text, node) or ""
+    return out
+
+
+def racing(tree: Path, ids: list[str]) -> list[str]:
+    """The collected tests whose source races something (module docstring)."""
+    sources: dict[Path, dict[str, str]] = {}
+    found = []
+    for node_id in ids:
+        file, _, name = node_id.partition("::")
+        path = tree / file
+        if path not in sources:
+            sources[path] = function_sources(path)
+        base = name.split("::")[-1].split("[")[0]
+        if file in WHOLE_FILES or RACE_WORDS.search(sources[path].get(base, "")):
+            found.append(node_id)
+    return found
+
+
+def as_background_job() -> None:
+    """What a non-interactive shell does to ``cmd &`` (and so to CI's steps): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def base_name(testcase: ET.Element) -> str:
+    """``test_x[2-30]`` or ``test_x[case-2-30]`` → the test without pytest-repeat's suffix."""
+    name = testcase.get("name", "")
+    name = re.sub(r"\[(\d+)-(\d+)\]$", "", name)
+    name = re.sub(r"-(\d+)-(\d+)\]$", "]", name)
+    classname = testcase.get("classname", "")
+    return f"{classname}::{name}"
+
+
+def hunt_file(tree: Path, ids: list[str], tries: int, env: dict[str, str], foreground: bool) -> dict[str, Tally]:
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        args = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pytest_repeat",
+            f"--count={tries}",
+            "--repeat-scope=function",
+            f"--junitxml={xml}",
+            *ids,
+        ]
+        subprocess.run(
+            args,
+            cwd=tree,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=None if foreground else as_background_job,
+        )
+        tallies: dict[str, Tally] = {}
+        if not xml.exists():
+            return {i: Tally(i, errors=["pytest wrote no report (it crashed or was killed)"]) for i in ids}
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            key = base_name(case)
+            tally = tallies.setdefault(key, Tally(key))
+            tally.tries += 1
+            tally.seconds += float(case.get("time", 0) or 0)
+            failure = case.find("failure")
+            if failure is None:
+                failure = case.find("error")
+            if case.find("skipped") is not None:
+                tally.skips += 1
+            elif failure is not None:
+                tally.errors.append(
+                    (failure.get("message") or failure.text or "").strip().splitlines()[0][:200]
+                    if (failure.get("message") or failure.text)
+                    else "failed"
+                )
+            else:
+                tally.passes += 1
+        return tallies
+
+
+def table(tallies: list[Tally]) -> str:
+    lines = ["| test | tries | passes | first failure |", "|---|---:|---:|---|"]
+    for t in tallies:
+        first = t.errors[0].replace("|", "\\|") if t.errors else ""
+        lines.append(f"| `{t.test}` | {t.tries} | {t.passes}{f' ({t.skips} skipped)' if t.skips else ''} | {first} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tries", type=int, default=30)
+    parser.add_argument("-k", dest="expression", help="only the tests pytest -k selects (before the race filter)")
+    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout to hunt in (default: this one)")
+    parser.add_argument("--foreground", action="store_true", help="Python's Ctrl-C, not a background job's")
+    parser.add_argument("--list", action="store_true", help="print the racing tests and stop")
+    parser.add_argument("--all", action="store_true", help="every collected test, not only the racing ones")
+    parser.add_argument("--out", type=Path, help="JSON of the tallies")
+    args = parser.parse_args(argv)
+    tree = args.tree.resolve()
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    ids = collect(tree, args.expression, env)
+    chosen = ids if args.all else racing(tree, ids)
+    print(f"{len(chosen)} of {len(ids)} tests race something in {tree}", file=sys.stderr)
+    if args.list:
+        print("\n".join(chosen))
+        return 0
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for node_id in chosen:
+        by_file[node_id.split("::")[0]].append(node_id)
+    results: list[Tally] = []
+    started = time.monotonic()
+    for file, file_ids in by_file.items():
+        t0 = time.monotonic()
+        got = hunt_file(tree, file_ids, args.tries, env, args.foreground)
+        results.extend(sorted(got.values(), key=lambda t: t.test))
+        bad = [t for t in got.values() if t.passes + t.skips < t.tries or t.tries < args.tries]
+        print(
+            f"{file}: {len(file_ids)} tests × {args.tries} in {time.monotonic() - t0:.0f} s"
+            + (f", {len(bad)} with failures" if bad else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+    print(table(results))
+    flaky = [t for t in results if t.passes + t.skips < args.tries]
+    print(
+        f"\n{len(results)} tests, {len(flaky)} failed at least once; {time.monotonic() - started:.0f} s "
+        f"({'foreground' if args.foreground else 'as a background job: SIGINT ignored'})"
+    )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps([asdict(t) for t in results], indent=1) + "\n")
+    return 1 if flaky else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
