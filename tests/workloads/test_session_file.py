@@ -12,9 +12,7 @@ import workloads.base as base
 import workloads.session_file as session_file
 from workloads import workload_registry
 from workloads.base import SessionSpec, TurnSpec, arrival_order, first_request_ids, fork_table, sorted_arrivals
-from workloads.corpus import TokenizedCorpus
 from workloads.lora import LoraSettings
-from workloads.prompts import PromptRenderer
 from workloads.session_file import SessionFile
 
 
@@ -97,11 +95,6 @@ def test_forked_processes_read_it_without_sharing_a_position():
 
 
 # --- a plan kept on disk ---------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
 
 
 def build(parts, name: str = "synthetic", **overrides):

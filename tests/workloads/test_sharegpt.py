@@ -5,7 +5,7 @@ import json
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, conversation, parts, write_json, write_jsonl  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build, conversation, write_json, write_jsonl
 from workloads.datafiles import file_sha256
 from workloads.prompts import chat_messages
 
