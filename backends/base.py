@@ -172,9 +172,11 @@ class Backend(ABC):
     def check_server(cls, config: BackendConfig) -> None:
         """Server mode, before any model loads: raise ConfigError if what launches the server
         is missing (engines whose server is a program of its own, or runs in a container)."""
+        return None  # by default nothing to check: the harness launches the server itself
 
     def check_workload(self, plan: Any) -> None:
         """Raise ConfigError if the workload cannot run on this engine (checked before loading)."""
+        return None  # by default every workload runs
 
     @staticmethod
     def refuse_constraints(plan: Any, engine: str) -> None:
@@ -219,6 +221,7 @@ class Backend(ABC):
         harness (transformers, torch) is counted as the engine's load, as it would be in a
         process of the engine's own. In-process engines override it; servers import nothing here.
         """
+        return None  # by default nothing to import
 
     # seconds an engine whose load began in begin_load sat ready before load() was called
     # (the harness was still reading the tokenizer): not part of its load time
@@ -317,6 +320,7 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release the engine; called once, also after an error or Ctrl-C."""
+        return None  # by default nothing is held
 
 
 def _text(value: Any) -> Optional[str]:

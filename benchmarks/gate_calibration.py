@@ -40,14 +40,14 @@ from typing import Optional
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository first, installed or not
+
+from harness.gate import noise, paired
+from harness.gate.bootstrap import resampled_stat, stat_function
+from harness.gate.figures import parse_figure
+from harness.reports.compare.comparison import make_comparison
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from harness.gate import noise, paired  # noqa: E402
-from harness.gate.bootstrap import resampled_stat, stat_function  # noqa: E402
-from harness.gate.figures import parse_figure  # noqa: E402
-from harness.reports.compare.comparison import make_comparison  # noqa: E402
-
 FIGURES = ("ttft_s.p50", "tpot_s.p50", "e2e_s.p50")
 
 

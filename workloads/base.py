@@ -22,7 +22,11 @@ import numpy as np
 from core.errors import ConfigError
 from core.hash_versions import PLAN, SESSION, TURN, hashed_when_set
 from core.structured import check_tool_choice_share, normalize_response_format, normalize_tools
+from workloads.arrivals import arrival_registry
+from workloads.corpus import TokenizedCorpus
 from workloads.lora import LoraSettings, adapter_specs, assign, round_robin
+from workloads.prompts import PromptRenderer
+from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule
 from workloads.session_file import SPILL_AT, SessionFile
 
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
@@ -462,7 +466,10 @@ class _CanonicalHash:
     def __init__(self, measured: dict[str, Any]):
         keys = sorted([*measured, "sessions"])
         at = keys.index("sessions")
-        part = lambda ks: ", ".join(f"{json.dumps(k)}: {json.dumps(measured[k], sort_keys=True)}" for k in ks)  # noqa: E731
+
+        def part(ks: list[str]) -> str:
+            return ", ".join(f"{json.dumps(k)}: {json.dumps(measured[k], sort_keys=True)}" for k in ks)
+
         before, after = part(keys[:at]), part(keys[at + 1 :])
         self._sha = hashlib.sha256(("{" + (before + ", " if before else "") + '"sessions": [').encode())
         self._tail = "]" + (", " + after if after else "") + "}"
@@ -496,12 +503,6 @@ class Workload(ABC):
     @abstractmethod
     def build(self, renderer: PromptRenderer, corpus: TokenizedCorpus, seed: int) -> WorkloadPlan:
         """Make the plan; the same config, tokenizer and seed give the same plan."""
-
-
-from workloads.arrivals import arrival_registry
-from workloads.corpus import TokenizedCorpus  # noqa: E402
-from workloads.prompts import PromptRenderer  # noqa: E402
-from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule  # noqa: E402
 
 
 def seeded_streams(seed: int, n: int) -> list[np.random.Generator]:

@@ -73,7 +73,7 @@ class ContinuousEngine:
         self._router: Optional[_JobRouter] = None
         self._key: Optional[tuple] = None
 
-    def start(self, sampling: SamplingParams = SamplingParams()) -> None:
+    def start(self, sampling: SamplingParams) -> None:
         """Build and start a manager for this decoding setting (loads the paged cache)."""
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig

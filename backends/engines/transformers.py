@@ -32,7 +32,7 @@ from backends.server.presets import transformers_preset
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError
 from core.model import ModelFiles
-from core.types import RequestDone, TokenChunk
+from core.types import RequestDone, SamplingParams, TokenChunk
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BATCHING = ("serial", "static", "continuous")
@@ -202,7 +202,7 @@ class TransformersBackend(ThreadedBackend):
             page_size=cfg.cb_page_size,
             prefix_sharing=cfg.cb_prefix_sharing,
         )
-        self._cb.start()  # greedy; a request that samples rebuilds it while nothing is in flight
+        self._cb.start(SamplingParams())  # greedy; a request that samples rebuilds it while nothing is in flight
 
     def check_workload(self, plan: Any) -> None:
         self.refuse_constraints(plan, "backend=transformers in-process")

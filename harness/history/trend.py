@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.history.alerts import AlertRule
+from harness.history.alerts import DEFAULT_RULE, AlertRule
 from harness.history.analysis import SeriesReport, alert_cells
 from harness.history.changepoints import segment_means
 from harness.reports.figures import figure, figure_div, trace
@@ -148,7 +148,7 @@ def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
     return rows
 
 
-def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> str:
+def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DEFAULT_RULE) -> str:
     alerts = alert_rows(reports)
     rule_text = (
         f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
@@ -177,7 +177,7 @@ def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = Al
     )
 
 
-def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> Path:
+def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DEFAULT_RULE) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -139,7 +139,10 @@ def cache_hit_line(summary: RunSummary) -> Optional[str]:
     figures = cache_hit_figures(summary)
     if figures is None:
         return None
-    pct = lambda v: "–" if v is None else f"{v * 100:.1f}%"  # noqa: E731
+
+    def pct(v: Optional[float]) -> str:
+        return "–" if v is None else f"{v * 100:.1f}%"
+
     target = f"target {pct(figures['target'])} · " if figures["target"] is not None else ""
     return (
         f"prefix-cache hit rate: {target}theoretical {pct(figures['theoretical'])} · "

@@ -704,7 +704,7 @@ def _server_over_time(run: RunResult):
         return ("server-time", title, None, f"No server-state panel: {why}.")
     fig = figures.figure(len(panels), 1, [t for _, t, _, _ in panels], height=170 * len(panels) + 90, shared_xaxes=True)
     t_max = float(run.summary.duration_s or 0.0)
-    for row, (name, panel, scale, rows) in enumerate(panels, start=1):
+    for row, (name, _title, scale, rows) in enumerate(panels, start=1):
         metric = str(rows["labels"].iloc[0] or name)
         t = rows["t_s"].to_numpy(float)
         t_max = max(t_max, float(t.max()))

@@ -27,17 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository first, installed or not
 
-from harness.gate.verdicts import PASS, REGRESSION  # noqa: E402
-from harness.reports.compare.differences import decide_rows  # noqa: E402
-from harness.reports.compare.markdown import comparison_markdown  # noqa: E402
+from harness.gate.verdicts import PASS, REGRESSION
+from harness.reports.compare.differences import decide_rows
+from harness.reports.compare.markdown import comparison_markdown
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
-from harness.results import metrics  # noqa: E402
-from harness.results.sweep_file import SWEEP_JSON, varying_overrides  # noqa: E402
+from harness.results import metrics
+from harness.results.sweep_file import SWEEP_JSON, varying_overrides
 
 EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 2
 IGNORED_OVERRIDES = ("hydra.", "output_root=", "progress=", "report=")

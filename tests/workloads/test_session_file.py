@@ -125,11 +125,11 @@ def test_a_plan_on_disk_is_the_plan_in_memory(parts, monkeypatch, load):
     assert on_disk.hashes() == in_memory.hashes()
     assert "".join(on_disk.json_chunks()) == "".join(in_memory.json_chunks())
     assert on_disk.num_requests == in_memory.num_requests and on_disk.last_arrival() == in_memory.last_arrival()
-    sizes = lambda sessions: [
-        (len(t.prompt_token_ids), t.output_len)  # noqa: E731
-        for s in sessions
-        for t in s.turns
-        if t.prompt_token_ids is not None
-    ]
+
+    def sizes(sessions):
+        return [
+            (len(t.prompt_token_ids), t.output_len) for s in sessions for t in s.turns if t.prompt_token_ids is not None
+        ]
+
     largest = [max(sizes(in_memory.sessions), key=sum)] if sizes(in_memory.sessions) else []  # chat: none known
     assert list(on_disk.request_sizes()) == [*largest, *sizes(in_memory.warmup)]

@@ -285,7 +285,7 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
     if hardware:
         result.problems.append(f"different hardware: {hardware}")
     for key, what in WORKLOAD_PARTS:  # the sha256 differs too: say which part
-        differs = _differs(runs, lambda r: r.summary.workload.get(key) or "none")
+        differs = _differs(runs, lambda r, key=key: r.summary.workload.get(key) or "none")
         if differs:
             result.problems.append(f"different {what}: {differs}")
     described = [describe(r) for r in runs]

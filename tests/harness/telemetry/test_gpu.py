@@ -114,7 +114,10 @@ def test_measured_phase_sums_energy_and_averages_utilisation():
 
 def test_visible_devices_follow_cuda_visible_devices():
     nvml = FakeNVML(gpus(3))
-    indices = lambda env: [(d.index, d.nvml_index) for d in visible_devices(nvml, env)[0]]  # noqa: E731
+
+    def indices(env):
+        return [(d.index, d.nvml_index) for d in visible_devices(nvml, env)[0]]
+
     assert indices({}) == [(0, 0), (1, 1), (2, 2)]
     assert indices({"CUDA_VISIBLE_DEVICES": "2,0"}) == [(0, 2), (1, 0)]
     assert indices({"CUDA_VISIBLE_DEVICES": "GPU-1111"}) == [(0, 1)]  # a unique UUID prefix
