@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository first, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages first
 
 from backends.server.launch import free_port
 from backends.server.process import ManagedServer

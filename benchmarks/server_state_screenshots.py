@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository first, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages first
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' helpers (browser.py)
 
 from browser import Chromium, chromium_binary

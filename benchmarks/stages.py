@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the repository first, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages first
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' helpers (browser.py)
 
 from browser import Chromium, chromium_binary

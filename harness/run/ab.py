@@ -54,6 +54,7 @@ from core.parent import die_with
 from harness.gate import noise, paired, verdicts
 from harness.gate.figures import Figure, parse_figure
 from harness.history.store import add_decision, add_run
+from harness.reports.compare.comparison import CompareOptions
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
 from harness.reports.gate_text import decision_lines, decision_table_markdown
@@ -565,9 +566,8 @@ def write_compare(
     a_dirs = [b.a.run_dir for b in good]
     b_dirs = [b.b.run_dir for b in good]
     try:
-        compare_runs(
-            a_dirs + b_dirs, out, metric=figures[0].metric, baseline_count=len(a_dirs), decisions=evaluation.decisions
-        )
+        options = CompareOptions(metric=figures[0].metric, baseline_count=len(a_dirs), decisions=evaluation.decisions)
+        compare_runs(a_dirs + b_dirs, out, options)
     except CompareError as exc:
         print(f"note: no compare.html: {exc}", file=sys.stderr)
 

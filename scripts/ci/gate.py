@@ -27,9 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository first, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's packages first
 
 from harness.gate.verdicts import PASS, REGRESSION
+from harness.reports.compare.comparison import CompareOptions
 from harness.reports.compare.differences import decide_rows
 from harness.reports.compare.markdown import comparison_markdown
 from harness.reports.compare.outputs import compare_runs
@@ -102,9 +103,7 @@ def gate(
     compared = []
     for key, run_dirs in now.items():
         if key in before:
-            result = compare_runs(
-                [*before[key], *run_dirs],
-                out / run_dirs[0].name,
+            options = CompareOptions(
                 metric=metric,
                 stat=stat,
                 fail_pct=fail_pct,
@@ -112,6 +111,7 @@ def gate(
                 baseline_count=len(before[key]),
                 noise_dir=noise_dir,
             )
+            result = compare_runs([*before[key], *run_dirs], out / run_dirs[0].name, options)
             compared.append((key, result, next(r for r in result.diffs if r["metric"] == metric)))
     decisions = decide_rows([(row, result.floor) for _, result, row in compared], fail_pct, fdr)
     lines = [
