@@ -133,7 +133,7 @@ class ThreadedBackend(Backend):
     def _run_engine(self) -> None:
         try:
             self.engine_loop()
-        except BaseException as exc:  # noqa: BLE001 - no request may hang on a dead engine
+        except BaseException as exc:  # no request may hang on a dead engine
             self._died = exc
             self._fail_all(exc)
             raise

@@ -172,7 +172,7 @@ class LlamaCppBackend(ThreadedBackend):
             adapter.require_gguf()
 
     def import_engine(self) -> None:
-        import llama_cpp  # noqa: F401
+        import llama_cpp  # noqa: F401 - imported to time the import, as part of the load
 
     def load(self) -> None:
         import llama_cpp
@@ -446,7 +446,7 @@ class _PlainEngine:
             if not job.cancelled:
                 try:
                     self._generate(job)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - the error goes to the request's stream
                     job.finish(exc)
 
     def _generate(self, job: Job) -> None:

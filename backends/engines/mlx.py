@@ -118,7 +118,7 @@ class MLXBackend(ThreadedBackend):
         self.refuse_constraints(plan, "backend=mlx")
 
     def import_engine(self) -> None:
-        import mlx_lm  # noqa: F401
+        import mlx_lm  # noqa: F401 - imported to time the import, as part of the load
 
     def load(self) -> None:
         import mlx.core as mx
@@ -254,7 +254,7 @@ class MLXBackend(ThreadedBackend):
                     }
                 reason = (last.finish_reason if last is not None else None) or "length"
                 job.finish(RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - the error goes to the request's stream
                 job.finish(exc)
 
     def _continuous_loop(self) -> None:

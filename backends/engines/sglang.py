@@ -167,7 +167,7 @@ class SGLangBackend(Backend):
         return build_server_args(self.config, str(self.model.require_hf_dir()))
 
     def import_engine(self) -> None:
-        import sglang  # noqa: F401
+        import sglang  # noqa: F401 - imported to time the import, as part of the load
 
     def load(self) -> None:
         import sglang

@@ -358,7 +358,7 @@ class PointRun:
             return
         try:
             self.machine = self.machine_monitor.stop()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the run's figures do not depend on it
             log.warning("the machine's state is not recorded (%s: %s)", type(exc).__name__, exc)
 
     def summary(self) -> RunSummary:
@@ -523,7 +523,7 @@ class PointRun:
         self.writer.write_text(METRICS_AFTER, after)
         try:
             return prometheus.phase_difference(before, after)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a scrape that does not parse costs itself only
             log.warning("could not parse the engine's metrics: %s", exc)
             return None
 

@@ -255,7 +255,7 @@ class _LoopRunner:
             task.cancel()
             try:
                 self._loop.run_until_complete(task)
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the Ctrl-C is what gets raised
                 pass
             raise
 
@@ -286,7 +286,7 @@ def _one_line(fn: Callable[[], T], what: str) -> T:
         return fn()
     except HarnessError:
         raise
-    except Exception as exc:  # noqa: BLE001 - third-party loaders raise anything
+    except Exception as exc:  # third-party loaders raise anything
         detail = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelError(f"{what}: {type(exc).__name__}: {detail}") from exc
 
