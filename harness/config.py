@@ -404,7 +404,8 @@ def check_no_unknown_keys(node: Any, path: str = "") -> None:
             )
     for key, child in node.items_ex(resolve=False):  # unresolved: an interpolation may need what is not set yet
         if isinstance(child, DictConfig):
-            check_no_unknown_keys(child, f"{path}.{key}" if path else str(key))
+            name = str(key)
+            check_no_unknown_keys(child, f"{path}.{name}" if path else name)
 
 
 def register_configs() -> None:

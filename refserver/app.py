@@ -186,15 +186,15 @@ class ReferenceServer:
             return await faults.drip(request, self.metrics.render().encode(), self.s.metrics_drip_s)
         return Response(text=self.metrics.render(), content_type="text/plain")
 
-    async def chat(self, request: Request) -> StreamResponse:
+    async def chat(self, request: Request) -> Response | StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def completions(self, request: Request) -> StreamResponse:
+    async def completions(self, request: Request) -> Response | StreamResponse:
         return await self._generate(request, chat=False)
 
     # --- one request ---
 
-    async def _generate(self, request: Request, chat: bool) -> StreamResponse:
+    async def _generate(self, request: Request, chat: bool) -> Response | StreamResponse:
         arrival = request.arrival  # when the kernel received its first bytes
         self._log(request)
         logged = self.received[-1]

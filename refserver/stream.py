@@ -75,7 +75,7 @@ class StreamedReply:
         self.arrival: Optional[float] = None
         self.first_t: Optional[float] = None  # when the first token was written
         self.chunks_written = 0
-        self.base = {
+        self.base: dict[str, Any] = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}",
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()),
@@ -232,13 +232,15 @@ class StreamedReply:
     async def _finish(self, response: StreamResponse, n_prompt: int, apart: bool, had_tokens: bool) -> None:
         """The finish in a chunk of its own where the dialect sends it so, and the usage chunk."""
         if apart:
-            extra = {"usage": self.usage(n_prompt)} if self.dialect.usage == "final" else dict(self.zeroed)
+            extra: dict[str, Any] = (
+                {"usage": self.usage(n_prompt)} if self.dialect.usage == "final" else dict(self.zeroed)
+            )
             if self.dialect.timings and not self.include_usage:
                 extra["timings"] = self.timings(n_prompt)
             choice = self.choice(None if self.chat else "", self.finish, role=self.role_here(not had_tokens))
             await faults.write(response, self.event([choice], **extra), self.fault)
         if self.include_usage and self.dialect.usage in ("chunk", "zeroed"):
-            extra: dict[str, Any] = {}
+            extra = {}
             if self.dialect.timings:
                 extra["timings"] = self.timings(n_prompt)
             elif self.per_request_metrics:

@@ -12,7 +12,7 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields
 from itertools import chain, islice
 from typing import Any, Optional, Union
@@ -199,14 +199,14 @@ def first_request_ids(sessions: Sequence[SessionSpec]) -> Sequence[int]:
     return ids
 
 
-def arrival_order(sessions: Sequence[SessionSpec]) -> Sequence[int]:
+def arrival_order(sessions: Sequence[SessionSpec]) -> Sequence[int] | np.ndarray:
     """The sessions' indices by arrival time (none: 0), ties in plan order."""
     if isinstance(sessions, SessionFile):
         return np.argsort(_arrival_array(sessions), kind="stable")
     return sorted(range(len(sessions)), key=lambda i: sessions[i].arrival_s or 0.0)
 
 
-def sorted_arrivals(sessions: Sequence[SessionSpec]) -> Sequence[float]:
+def sorted_arrivals(sessions: Sequence[SessionSpec]) -> Sequence[float] | np.ndarray:
     """Every session's arrival time (none: 0), in increasing order."""
     if isinstance(sessions, SessionFile):
         return np.sort(_arrival_array(sessions))
@@ -533,7 +533,12 @@ def make_plan(
     concurrency = config.concurrency
     specs = adapter_specs(getattr(config, "lora", None))
     info: dict[str, Any] = {}
-    n = len(sessions) if count is None else count  # type: ignore[arg-type]  # a list when no count
+    if count is not None:
+        n = count
+    elif isinstance(sessions, Sized):  # a list
+        n = len(sessions)
+    else:
+        raise TypeError("make_plan: sessions made as they are taken need their count")
     arrivals: Optional[Sequence[float]] = None
     if schedule is not None and schedule.kind == RATE:
         arrivals = schedule.arrivals(arrival_rng, arrival_registry.create(config.arrival), config.burstiness)

@@ -107,10 +107,9 @@ class LlamaCppConfig(BackendConfig):
 
 
 @backend_registry.register("llamacpp", LlamaCppConfig)
-class LlamaCppBackend(ThreadedBackend):
+class LlamaCppBackend(ThreadedBackend[LlamaCppConfig]):
     requires = ("llama_cpp",)
     extra = "llamacpp"
-    config: LlamaCppConfig
 
     def __init__(self, config: LlamaCppConfig, model: Any):
         super().__init__(config, model)
@@ -118,7 +117,7 @@ class LlamaCppBackend(ThreadedBackend):
         check_gguf_header(self.gguf)
 
     @classmethod
-    def check_server(cls, config: LlamaCppConfig) -> None:  # type: ignore[override]
+    def check_server(cls, config: LlamaCppConfig) -> None:
         if config.server == "llama-server":
             find_llama_server(config)
 
@@ -180,9 +179,13 @@ class LlamaCppBackend(ThreadedBackend):
         self._ll = llama_cpp
         threads = self.config.n_threads or available_cores()
         self._threads = threads
-        self._engine = (_BatchedEngine if self.config.batched else _PlainEngine)(self.config, str(self.gguf), threads)
-        if self.model.adapters:
-            self._engine.load_adapters({a.name: str(a.require_gguf()) for a in self.model.adapters})
+        self._engine: _BatchedEngine | _PlainEngine
+        if self.config.batched:  # no adapters: check_adapters refuses them
+            self._engine = _BatchedEngine(self.config, str(self.gguf), threads)
+        else:
+            self._engine = plain = _PlainEngine(self.config, str(self.gguf), threads)
+            if self.model.adapters:
+                plain.load_adapters({a.name: str(a.require_gguf()) for a in self.model.adapters})
         self.start_engine_thread("llamacpp-engine")
 
     @property

@@ -26,14 +26,14 @@ CHANGE_COLOR, ALERT_COLOR, TAINT_COLOR, RUN_COLOR, STEP_COLOR = "#8a4a05", "#d62
 
 def hover(runs: pd.DataFrame, unit: str, scale: float, digits: int) -> list[str]:
     out = []
-    for row in runs.itertuples():
-        commit = (row.git_commit or "")[:10] if isinstance(row.git_commit, str) else "–"
+    for row in runs.to_dict("records"):
+        commit = (row["git_commit"] or "")[:10] if isinstance(row["git_commit"], str) else "–"
         text = (
-            f"{fmt(row.value, digits, scale)} {unit}<br>{pd.Timestamp(row.started_at):%Y-%m-%d %H:%M}<br>"
-            f"run {row.run_id}<br>commit {commit}<br>engine {row.engine_version or '–'}"
+            f"{fmt(row['value'], digits, scale)} {unit}<br>{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}<br>"
+            f"run {row['run_id']}<br>commit {commit}<br>engine {row['engine_version'] or '–'}"
         )
-        if row.tainted:
-            text += "<br>tainted: " + esc(", ".join(row.taint if row.taint is not None else []))
+        if row["tainted"]:
+            text += "<br>tainted: " + esc(", ".join(row["taint"] if row["taint"] is not None else []))
         out.append(text)
     return out
 

@@ -124,13 +124,13 @@ class GpuTelemetry:
         rows = []
         for d, (energy, power) in zip(self.devices, energy_power):
             skip, h = d.unsupported, d.handle
-            used = _call(lambda h=h: int(nvml.nvmlDeviceGetMemoryInfo(h).used)) if "used_bytes" not in skip else None
+            used = _call(lambda h: int(nvml.nvmlDeviceGetMemoryInfo(h).used), h) if "used_bytes" not in skip else None
             util = (
-                _call(lambda h=h: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)) if "util_pct" not in skip else None
+                _call(lambda h: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu), h) if "util_pct" not in skip else None
             )
             process = None
             if pids is not None and "process_used_bytes" not in skip:
-                process = _call(lambda h=h: process_memory(self._processes(h), pids))
+                process = _call(lambda h: process_memory(self._processes(h), pids), h)
             rows.append((t, d.index, used, process, util, power, energy))
         return rows
 
@@ -166,7 +166,7 @@ def visible_devices(nvml: Any, environ: Any) -> tuple[list[GpuDevice], list[str]
         return [], ["NVML sees no GPU"]
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
-    names = [_call(lambda h=h: _text(nvml.nvmlDeviceGetName(h))) or "?" for h in handles]
+    names = [_call(lambda h: _text(nvml.nvmlDeviceGetName(h)), h) or "?" for h in handles]
     spec = environ.get("CUDA_VISIBLE_DEVICES")
     notes: list[str] = []
     chosen = list(range(count)) if spec is None else _parse_visible(spec, uuids, notes)
@@ -175,7 +175,7 @@ def visible_devices(nvml: Any, environ: Any) -> tuple[list[GpuDevice], list[str]
     devices = []
     for cuda_index, nvml_index in enumerate(chosen):
         h = handles[nvml_index]
-        total = _call(lambda h=h: int(nvml.nvmlDeviceGetMemoryInfo(h).total))
+        total = _call(lambda h: int(nvml.nvmlDeviceGetMemoryInfo(h).total), h)
         devices.append(GpuDevice(cuda_index, nvml_index, names[nvml_index], uuids[nvml_index], total, h))
     numeric = spec is not None and any(part.strip().isdigit() for part in spec.split(","))
     if numeric and len(set(names)) > 1 and environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
@@ -242,10 +242,10 @@ def _shutdown(nvml: Any) -> None:
         pass
 
 
-def _call(fn: Callable[[], Any]) -> Any:
-    """A reading, or None when NVML fails it this time."""
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: a reading, or None when NVML fails it this time."""
     try:
-        return fn()
+        return fn(*args)
     except Exception:  # noqa: BLE001 - NVML answers anything; the figure is then missing
         return None
 

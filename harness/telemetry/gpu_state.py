@@ -94,7 +94,8 @@ def read_gpu_states(nvml: Any, devices: list[GpuDevice], full: bool = True) -> l
 
 
 def read_gpu_state(nvml: Any, device: GpuDevice, full: bool = True) -> GpuState:
-    h, e = device.handle, {}
+    h = device.handle
+    e: dict[str, str] = {}  # reading → why NVML did not give it
     state = GpuState(device.index, device.uuid, device.name)
 
     def clock(kind: tuple[str, int]) -> int:
