@@ -360,7 +360,9 @@ def config_sha256(cfg: RunConfig) -> str:
     """sha256 of the resolved config that decides what a point measures (resume matches on it).
     What it leaves out, and how the hashes of runs made by older versions map onto it, is
     core/hash_versions.py's."""
-    return hash_versions.config_digest(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
+    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    assert isinstance(container, dict)  # a structured config's container is a mapping, by field name
+    return hash_versions.config_digest({str(key): value for key, value in container.items()})
 
 
 def engine_key(cfg: RunConfig) -> str:
