@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Protocol
+from typing import Any, ClassVar, Generic, Optional, Protocol, TypeVar
 
 from backends.preset import ServerPreset
 from core.errors import BackendUnavailable, ConfigError
@@ -67,6 +67,10 @@ class BackendConfig:
     replica_gpus: Optional[list[Any]] = None  # one list of GPU indices per replica: its CUDA_VISIBLE_DEVICES
     replica_cpus: Optional[list[Any]] = None  # one list of CPU ids per replica: its CPU affinity (Linux)
     replica_env: Optional[list[Any]] = None  # one mapping per replica: environment variables of its own
+
+    def server_flags(self) -> list[str]:
+        """What the server backend appends to the server's command: ``backend.server_args``."""
+        return list(self.server_args)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -131,26 +135,31 @@ class RequestStream(Protocol):
     def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]: ...
 
 
-class Backend(ABC):
-    """An inference engine driven by the harness.
+# the config class of one backend (a BackendConfig subclass)
+ConfigT = TypeVar("ConfigT", bound="BackendConfig")
+
+
+class Backend(ABC, Generic[ConfigT]):
+    """An inference engine driven by the harness, configured by a ``ConfigT``.
 
     Subclasses set ``requires`` (modules the engine needs) and ``extra`` (the pip extra that
     installs them), import their engine only inside methods, and register themselves with
-    ``@backend_registry.register(name, ConfigClass)``.
+    ``@backend_registry.register(name, ConfigClass)``; one with a config class of its own
+    subclasses ``Backend[ConfigClass]``, so its ``config`` and its classmethods take that class.
     """
 
-    registry_name: ClassVar[str]
+    registry_name: str  # set on the class by backend_registry.register; a ServerBackend sets its engine's
     requires: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""  # anything else a user must know to install the engine
 
-    def __init__(self, config: BackendConfig, model: ModelFiles):
+    def __init__(self, config: ConfigT, model: ModelFiles):
         self.config = config
         self.model = model
         self.run_dir: Optional[Path] = None  # the run folder, set by the runner before load()
 
     @classmethod
-    def server_preset(cls, config: BackendConfig, model: ModelFiles) -> ServerPreset:
+    def server_preset(cls, config: ConfigT, model: ModelFiles) -> ServerPreset:
         """How to launch this engine's OpenAI-compatible server (``backend.mode=server``).
 
         Engines with a server override this and return a :class:`backends.server.backend.ServerPreset`
@@ -169,12 +178,14 @@ class Backend(ABC):
             )
 
     @classmethod
-    def check_server(cls, config: BackendConfig) -> None:
+    def check_server(cls, config: ConfigT) -> None:
         """Server mode, before any model loads: raise ConfigError if what launches the server
         is missing (engines whose server is a program of its own, or runs in a container)."""
+        return None  # by default nothing to check: the harness launches the server itself
 
     def check_workload(self, plan: Any) -> None:
         """Raise ConfigError if the workload cannot run on this engine (checked before loading)."""
+        return None  # by default every workload runs
 
     @staticmethod
     def refuse_constraints(plan: Any, engine: str) -> None:
@@ -219,6 +230,7 @@ class Backend(ABC):
         harness (transformers, torch) is counted as the engine's load, as it would be in a
         process of the engine's own. In-process engines override it; servers import nothing here.
         """
+        return None  # by default nothing to import
 
     # seconds an engine whose load began in begin_load sat ready before load() was called
     # (the harness was still reading the tokenizer): not part of its load time
@@ -317,6 +329,7 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release the engine; called once, also after an error or Ctrl-C."""
+        return None  # by default nothing is held
 
 
 def _text(value: Any) -> Optional[str]:

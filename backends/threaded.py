@@ -22,7 +22,7 @@ from abc import abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any, Optional
 
-from backends.base import Backend, GenerationRequest, StreamEvent
+from backends.base import Backend, ConfigT, GenerationRequest, StreamEvent
 from core.types import RequestDone, TokenChunk
 
 DELIVERY_INTERVAL_S = 0.02
@@ -71,7 +71,7 @@ class Job:
             self.events.put_nowait(event)
 
 
-class ThreadedBackend(Backend):
+class ThreadedBackend(Backend[ConfigT]):
     """A Backend whose engine runs in one thread started by ``start_engine_thread``."""
 
     _thread: Optional[threading.Thread] = None
@@ -133,7 +133,7 @@ class ThreadedBackend(Backend):
     def _run_engine(self) -> None:
         try:
             self.engine_loop()
-        except BaseException as exc:  # noqa: BLE001 - no request may hang on a dead engine
+        except BaseException as exc:  # no request may hang on a dead engine
             self._died = exc
             self._fail_all(exc)
             raise
@@ -141,8 +141,8 @@ class ThreadedBackend(Backend):
     def _fail_all(self, exc: BaseException) -> None:
         """Every request the engine took or still holds in its queue ends with the error."""
         error = RuntimeError(f"the engine thread died: {type(exc).__name__}: {exc}")
-        for job in self._taken:
-            job.finish(error)
+        for taken in self._taken:
+            taken.finish(error)
         while True:
             try:
                 job = self.next_job(block=False)

@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.history.changepoints import change_points  # noqa: E402
+from harness.history.changepoints import change_points
 
 TOLERANCE = 3  # runs
 MIN_GAP = 6  # runs between steps, and from the ends

@@ -23,13 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages first
+
+from backends.server.launch import free_port
+from backends.server.process import ManagedServer
+from refserver.faults import FAULTS
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from backends.server.launch import free_port  # noqa: E402
-from backends.server.process import ManagedServer  # noqa: E402
-from refserver.faults import FAULTS  # noqa: E402
-
 RUN = [
     "model=tiny-random",
     "workload=synthetic",

@@ -29,13 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import plotly  # noqa: E402
-import plotly.graph_objects as go  # noqa: E402
-import plotly.io as pio  # noqa: E402
-from plotly.subplots import make_subplots  # noqa: E402
+import plotly
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
 
-from harness.reports import run_report  # noqa: E402
-from harness.reports.run_report import load_run  # noqa: E402
+from harness.reports import run_report
+from harness.reports.run_report import load_run
 
 BUILDERS = (
     "_latency_cdfs",

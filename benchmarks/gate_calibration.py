@@ -40,14 +40,14 @@ from typing import Optional
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages first
+
+from harness.gate import noise, paired
+from harness.gate.bootstrap import resampled_stat, stat_function
+from harness.gate.figures import parse_figure
+from harness.reports.compare.comparison import CompareOptions, make_comparison
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from harness.gate import noise, paired  # noqa: E402
-from harness.gate.bootstrap import resampled_stat, stat_function  # noqa: E402
-from harness.gate.figures import parse_figure  # noqa: E402
-from harness.reports.compare.comparison import make_comparison  # noqa: E402
-
 FIGURES = ("ttft_s.p50", "tpot_s.p50", "e2e_s.p50")
 
 
@@ -199,7 +199,8 @@ def _compare(base: Path, cand: Path, floor: noise.NoiseFloor, tmp: Path = Path("
     run = paired.load_block(0, base, cand).a
     key, hw = paired.config_key(run)
     noise.save(tmp, noise.NoiseFloor(key or "unknown", hw, floor.figures, floor.cost_run_s, floor.cost_request_s))
-    return make_comparison([base, cand], tmp / "out", resamples=1000, fail_pct=5.0, noise_dir=tmp, metric="ttft_s")
+    options = CompareOptions(resamples=1000, fail_pct=5.0, noise_dir=tmp, metric="ttft_s")
+    return make_comparison([base, cand], tmp / "out", options)
 
 
 def run_ab(args: Sequence[str]) -> int:

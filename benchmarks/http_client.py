@@ -34,16 +34,16 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages first
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmarks' helpers
+
+from client_parse_rate import SERVER
+
+from backends.http.http1 import HTTPPool
+from backends.http.sse import SSEParser
+from backends.server.launch import free_port
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from client_parse_rate import SERVER  # noqa: E402
-
-from backends.http.http1 import HTTPPool  # noqa: E402
-from backends.http.sse import SSEParser  # noqa: E402
-from backends.server.launch import free_port  # noqa: E402
-
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True})
 HEADERS = {"Content-Type": "application/json"}
 

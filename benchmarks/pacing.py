@@ -27,11 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cli import CONF_DIR, register_everything  # noqa: E402
-from harness.config import to_run_config  # noqa: E402
-from harness.results.store import load_requests  # noqa: E402
-from harness.run.point import run_point  # noqa: E402
-from harness.run.session import EngineSession  # noqa: E402
+from harness.cli import CONF_DIR, register_everything
+from harness.config import to_run_config
+from harness.results.store import load_requests
+from harness.run.point import run_point
+from harness.run.session import EngineSession
 
 
 def config(rate: float, requests: int, pacing: str, workers: int, args: argparse.Namespace):

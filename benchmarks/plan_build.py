@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.tokenizer import load_tokenizer  # noqa: E402
-from harness.config import ModelConfig  # noqa: E402
-from harness.run.model_store import resolve_model  # noqa: E402
-from workloads.corpus import TokenizedCorpus  # noqa: E402
-from workloads.prompts import PromptRenderer  # noqa: E402
-from workloads.synthetic import SyntheticConfig, SyntheticWorkload  # noqa: E402
+from core.tokenizer import load_tokenizer
+from harness.config import ModelConfig
+from harness.run.model_store import resolve_model
+from workloads.corpus import TokenizedCorpus
+from workloads.prompts import PromptRenderer
+from workloads.synthetic import SyntheticConfig, SyntheticWorkload
 
 
 def main() -> None:

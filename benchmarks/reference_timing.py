@@ -35,10 +35,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cli import CONF_DIR, register_everything  # noqa: E402
-from harness.config import to_run_config  # noqa: E402
-from harness.results.store import load_requests  # noqa: E402
-from harness.run.point import run_benchmark  # noqa: E402
+from harness.cli import CONF_DIR, register_everything
+from harness.config import to_run_config
+from harness.results.store import load_requests
+from harness.run.point import run_benchmark
 
 
 def config(concurrency: int, requests: int, args: argparse.Namespace):

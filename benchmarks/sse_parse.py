@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.http.sse import SSEParser  # noqa: E402
+from backends.http.sse import SSEParser
 
 
 def stream(events: int) -> bytes:

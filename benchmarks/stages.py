@@ -28,15 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages first
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' helpers (browser.py)
 
-from browser import Chromium, chromium_binary  # noqa: E402
+from browser import Chromium, chromium_binary
 
-from harness.cli import compose_config  # noqa: E402
-from harness.results.store import load_requests  # noqa: E402
-from harness.run.point import run_benchmark  # noqa: E402
+from harness.cli import compose_config
+from harness.results.store import load_requests
+from harness.run.point import run_benchmark
 
 DEFAULTS = [
     "backend=reference",

@@ -94,8 +94,11 @@ def main() -> int:
         for mode in args.modes.split(","):
             rows += sweep(mode, args, Path(tmp))
     print(f"\n{'mode':<11} {'conc':>4} {'done':>5} {'out tok/s':>10} {'TTFT ms':>9} {'TPOT ms':>9}")
+
+    def fmt(v, spec: str) -> str:
+        return "—" if v is None else format(v, spec)
+
     for r in rows:
-        fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         print(
             f"{r['mode']:<11} {r['concurrency']!s:>4} {r['completed']:>5} {fmt(r['output_tokens_per_s'], '10.1f')} "
             f"{fmt(r['ttft_ms'], '9.0f')} {fmt(r['tpot_ms'], '9.0f')}"

@@ -21,12 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages first
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' helpers (browser.py)
+
+from browser import Chromium, chromium_binary
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-
-from browser import Chromium, chromium_binary  # noqa: E402
-
 RUN = [
     "model=tiny-random",
     "backend=reference",

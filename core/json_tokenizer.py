@@ -62,7 +62,7 @@ def _environment() -> Any:
         value: Any,
         ensure_ascii: bool = False,
         indent: Optional[int] = None,
-        separators: Optional[Sequence[str]] = None,
+        separators: Optional[tuple[str, str]] = None,
         sort_keys: bool = False,
     ) -> str:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

@@ -12,11 +12,18 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from core.errors import ConfigError
 
-T = TypeVar("T")
+
+class Registered(Protocol):
+    """What a registry holds: a class that registering names."""
+
+    registry_name: str
+
+
+T = TypeVar("T", bound=Registered)
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ class Registry(Generic[T]):
     def register(self, name: str, config_cls: type | None = None) -> Callable[[type[T]], type[T]]:
         def decorator(cls: type[T]) -> type[T]:
             self._entries[name] = Entry(name, cls, config_cls)
-            cls.registry_name = name  # type: ignore[attr-defined]
+            cls.registry_name = name
             if config_cls is not None and self.config_group is not None:
                 from hydra.core.config_store import ConfigStore
 

@@ -69,10 +69,10 @@ def normalize_response_format(value: Any, key: str = "workload.response_format")
             f"{{type: regex, pattern: '...'}} (got {value!r})"
         )
     kind = value.get("type")
-    allowed = FORMAT_KEYS.get(kind)
+    allowed = FORMAT_KEYS.get(kind) if isinstance(kind, str) else None
     # keys of the other type are ignored: a Hydra override of the type merges into the default's keys
     unknown = sorted(str(k) for k in value if allowed is not None and k not in set().union(*FORMAT_KEYS.values()))
-    if unknown:
+    if allowed is not None and unknown:
         hint = (
             " (write the schema itself under schema: the harness wraps it as each engine needs)"
             if kind == JSON_SCHEMA and "json_schema" in unknown

@@ -1,7 +1,7 @@
 """LLM inference benchmark harness: one interface, one set of metrics, every engine.
 
-The packages, from the top down (each imports only those below it; tests/test_layers.py
-keeps it so):
+The packages, from the top down (each imports only those below it: the import-linter
+contracts in pyproject.toml and tests/test_layers.py keep it so):
 
 - ``harness.cli`` (``python -m harness``) and the entry modules ``harness.compare``,
   ``harness.report``, ``harness.agree`` and ``harness.reference_server``;

@@ -360,7 +360,9 @@ def config_sha256(cfg: RunConfig) -> str:
     """sha256 of the resolved config that decides what a point measures (resume matches on it).
     What it leaves out, and how the hashes of runs made by older versions map onto it, is
     core/hash_versions.py's."""
-    return hash_versions.config_digest(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True))
+    container = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    assert isinstance(container, dict)  # a structured config's container is a mapping, by field name
+    return hash_versions.config_digest({str(key): value for key, value in container.items()})
 
 
 def engine_key(cfg: RunConfig) -> str:
@@ -404,7 +406,8 @@ def check_no_unknown_keys(node: Any, path: str = "") -> None:
             )
     for key, child in node.items_ex(resolve=False):  # unresolved: an interpolation may need what is not set yet
         if isinstance(child, DictConfig):
-            check_no_unknown_keys(child, f"{path}.{key}" if path else str(key))
+            name = str(key)
+            check_no_unknown_keys(child, f"{path}.{name}" if path else name)
 
 
 def register_configs() -> None:

@@ -50,11 +50,11 @@ from typing import Any, Optional
 
 from core.tokenizer import load_tokenizer
 from refserver import faults
-from refserver.constrained import ConstrainedReply, constrained_reply
+from refserver.constrained import constrained_reply
 from refserver.dialects import DIALECTS, word
 from refserver.http11 import Request, Response, StreamResponse, json_response
 from refserver.metrics import ServedMetrics
-from refserver.stream import StreamedReply
+from refserver.stream import Job, StreamedReply
 from refserver.timers import LoopTimer, PreciseTimer
 
 
@@ -186,15 +186,15 @@ class ReferenceServer:
             return await faults.drip(request, self.metrics.render().encode(), self.s.metrics_drip_s)
         return Response(text=self.metrics.render(), content_type="text/plain")
 
-    async def chat(self, request: Request) -> StreamResponse:
+    async def chat(self, request: Request) -> Response | StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def completions(self, request: Request) -> StreamResponse:
+    async def completions(self, request: Request) -> Response | StreamResponse:
         return await self._generate(request, chat=False)
 
     # --- one request ---
 
-    async def _generate(self, request: Request, chat: bool) -> StreamResponse:
+    async def _generate(self, request: Request, chat: bool) -> Response | StreamResponse:
         arrival = request.arrival  # when the kernel received its first bytes
         self._log(request)
         logged = self.received[-1]
@@ -239,25 +239,13 @@ class ReferenceServer:
         if self._slots is not None:  # --max-running: wait for a slot; the schedule starts when one frees
             arrival = await self._wait_for_slot(arrival)
             due = self._schedule(arrival, n)
+        job = Job(body, chat, index, n, finish, due, prompt_tokens, arrival, fault, request.arrival, constrained)
         self.metrics.running += 1
         self.metrics.kv_tokens += n
         try:
             if body.get("stream"):
-                return await self._stream(
-                    request,
-                    body,
-                    chat,
-                    index,
-                    n,
-                    due,
-                    prompt_tokens,
-                    arrival,
-                    fault,
-                    request.arrival,
-                    finish,
-                    constrained,
-                )
-            return await self._whole(body, chat, index, n, due, prompt_tokens, arrival, finish, constrained)
+                return await self._stream(request, job)
+            return await self._whole(job)
         finally:
             self.metrics.running -= 1
             self.metrics.kv_tokens -= n
@@ -336,60 +324,27 @@ class ReferenceServer:
     def _finish_reason(self, body: dict, n: int) -> str:
         return "stop" if n == self.s.tokens and n != body.get("max_tokens") else "length"
 
-    async def _stream(
-        self,
-        request: Request,
-        body: dict,
-        chat: bool,
-        index: int,
-        n: int,
-        due: list[float],
-        prompt_tokens: asyncio.Future,
-        arrival: float,
-        fault: Optional[str],
-        queued: Optional[float] = None,
-        finish: Optional[str] = None,
-        constrained: Optional[ConstrainedReply] = None,
-    ) -> StreamResponse:
+    async def _stream(self, request: Request, job: Job) -> StreamResponse:
         response = StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         reply = StreamedReply(
-            self.dialect.on(chat),
-            chat,
-            body,
+            self.dialect.on(job.chat),
+            job,
             self.s.model_name,
-            n,
-            finish or self._finish_reason(body, n),
-            fault,
             reasoning_tokens=self.s.reasoning_tokens,
             per_request_metrics=self.s.per_request_metrics,
             spec=(self.s.spec_draft_tokens, self.s.spec_acceptance),
-            queued=queued,
-            constrained=constrained,
         )
-        if await reply.send(
-            request,
-            response,
-            index,
-            self.s.chunk_tokens,
-            due,
-            prompt_tokens,
-            self.timer,
-            self.s.fault_size_mib,
-            self.metrics,
-            arrival,
-        ):
-            self.metrics.served(arrival, reply.last_t, await prompt_tokens, n)
+        if await reply.send(request, response, self.s.chunk_tokens, self.timer, self.s.fault_size_mib, self.metrics):
+            self.metrics.served(job.arrival, reply.last_t, await job.prompt_tokens, job.n)
         return response
 
-    async def _whole(
-        self, body, chat, index, n, due, prompt_tokens, arrival, finish=None, constrained=None
-    ) -> Response:
-        if due:
-            await self.timer.sleep_until(due[-1])
+    async def _whole(self, job: Job) -> Response:
+        body, chat, index, n, finish, constrained = job.body, job.chat, job.index, job.n, job.finish, job.constrained
+        if job.due:
+            await self.timer.sleep_until(job.due[-1])
         text = "".join(constrained.pieces[:n] if constrained else (word(index, k) for k in range(n)))
-        n_prompt = await prompt_tokens
-        finish = finish or self._finish_reason(body, n)
+        n_prompt = await job.prompt_tokens
         if chat and constrained is not None and constrained.tool:
             call = {
                 "id": f"call_{index}",
@@ -406,7 +361,7 @@ class ReferenceServer:
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
         t = time.perf_counter()
-        self.metrics.served(arrival, t if n else None, n_prompt, n)
+        self.metrics.served(job.arrival, t if n else None, n_prompt, n)
         return json_response(
             {
                 "id": f"cmpl-{uuid.uuid4().hex[:16]}",

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
-try:  # Python 3.11+: the parser moved
-    import re._constants as sre_constants  # type: ignore[import-not-found]
-    import re._parser as sre_parse  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+if sys.version_info >= (3, 11):  # the parser moved (the old names warn of their deprecation)
+    import re._constants as sre_constants
+    import re._parser as sre_parse
+else:  # pragma: no cover - Python 3.10
+    import sre_constants
+    import sre_parse
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud")
 _PIECE = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
@@ -67,8 +68,9 @@ def constrained_reply(body: dict[str, Any], index: int) -> Optional[ConstrainedR
             return ConstrainedReply(pieces(json.dumps(sample_json(fmt.get("schema") or fmt.get("value"), index))))
         if kind == "json_object":
             return ConstrainedReply(pieces(json.dumps({"answer": WORDS[index % len(WORDS)]})))
-        if kind == "regex" and isinstance(fmt.get("value") or fmt.get("pattern"), str):
-            return ConstrainedReply(pieces(sample_regex(fmt.get("value") or fmt.get("pattern"))))
+        regex = fmt.get("value") or fmt.get("pattern")
+        if kind == "regex" and isinstance(regex, str):
+            return ConstrainedReply(pieces(sample_regex(regex)))
     outputs = body.get("structured_outputs")
     pattern = outputs.get("regex") if isinstance(outputs, dict) else body.get("regex")
     if isinstance(pattern, str):
@@ -78,8 +80,8 @@ def constrained_reply(body: dict[str, Any], index: int) -> Optional[ConstrainedR
 
 def _required_tool(body: dict[str, Any]) -> Optional[dict[str, Any]]:
     """The function a request must call: the named one, or the first with ``required``."""
-    tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
-    tools = [t for t in tools if isinstance(t, dict)]
+    functions = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict)]
+    tools = [f for f in functions if isinstance(f, dict)]
     choice = body.get("tool_choice")
     if not tools:
         return None
@@ -128,12 +130,12 @@ def sample_json(schema: Any, index: int = 0) -> Any:
         text = text + "x" * max(0, low - len(text))
         return text[: int(high)] if high is not None else text
     if kind in ("integer", "number"):
-        low, high = schema.get("minimum"), schema.get("maximum")
+        minimum, maximum = schema.get("minimum"), schema.get("maximum")
         value = 7 + index % 5
-        if low is not None:
-            value = max(value, low if kind == "number" else int(-(-low // 1)))
-        if high is not None:
-            value = min(value, high if kind == "number" else int(high // 1))
+        if minimum is not None:
+            value = max(value, minimum if kind == "number" else int(-(-minimum // 1)))
+        if maximum is not None:
+            value = min(value, maximum if kind == "number" else int(maximum // 1))
         return int(value) if kind == "integer" else value
     if kind == "boolean":
         return index % 2 == 0

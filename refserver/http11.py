@@ -46,7 +46,7 @@ class Headers(dict):
     def __getitem__(self, name: str) -> str:
         return super().__getitem__(name.lower())
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         return super().get(name.lower(), default)
 
     def __contains__(self, name: object) -> bool:
@@ -94,10 +94,11 @@ class Response:
         text: Optional[str] = None,
     ):
         self.status = status
-        self.body = text if text is not None else body
-        if isinstance(self.body, str):
-            self.body = self.body.encode()
+        content = text if text is not None else body
+        if isinstance(content, str):
+            content = content.encode()
             content_type = (content_type or "text/plain") + "; charset=utf-8"
+        self.body: bytes = content
         self.headers = dict(headers or {})
         if content_type:
             self.headers["Content-Type"] = content_type
@@ -436,17 +437,19 @@ class _Connection:
         self._transport.close(linger=True)
 
     async def _serve(self) -> None:
+        transport = self._transport
+        assert transport is not None  # requests come only after connection_made
         while self._pending and not self._closed:
             request = self._pending.popleft()
             self.keep_alive, self.reply_started = request.keep_alive, False
             try:
                 reply = await self._handler(request)
             except (ConnectionError, asyncio.CancelledError):
-                self._transport.abort()  # type: ignore[union-attr]  # (already closed, or the client waits in vain)
+                transport.abort()  # (already closed, or the client waits in vain)
                 return
             except Exception as exc:  # noqa: BLE001 - a handler's bug answers 500, as a framework's would
                 if self.reply_started:  # too late for a status: the client sees the stream cut
-                    self._transport.abort()  # type: ignore[union-attr]
+                    transport.abort()
                     return
                 reply = json_response(
                     {"error": {"message": f"reference server: {type(exc).__name__}: {exc}", "code": 500}}, 500
@@ -460,7 +463,7 @@ class _Connection:
             except ConnectionError:
                 return
             if not self.keep_alive:
-                self._transport.close()  # type: ignore[union-attr]
+                transport.close()
                 return
 
 

@@ -130,13 +130,13 @@ class ServedMetrics:
             lines += [f"# TYPE {name} counter", f'{name}_total{{model_name="reference"}} {value}']
         running, waiting, kv = GAUGE_NAMES.get(p, GAUGE_NAMES["vllm"])
         kv_use = min(1.0, self.kv_tokens / self.kv_capacity_tokens)
-        for name, value in ((running, self.running), (waiting, self.waiting), (kv, kv_use)):
-            lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
+        for name, level in ((running, self.running), (waiting, self.waiting), (kv, kv_use)):
+            lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {level!r}']
         if self.spec_k and p in SPEC_AS_GAUGES:
             rate = self.spec_accepted / self.spec_draft_tokens if self.spec_draft_tokens else 0.0
             length = 1.0 + self.spec_accepted / self.spec_drafts if self.spec_drafts else 0.0
-            for name, value in ((f"{p}:spec_accept_rate", rate), (f"{p}:spec_accept_length", length)):
-                lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {value!r}']
+            for name, ratio in ((f"{p}:spec_accept_rate", rate), (f"{p}:spec_accept_length", length)):
+                lines += [f"# TYPE {name} gauge", f'{name}{{model_name="reference"}} {ratio!r}']
         elif self.spec_k:
             for name, value in (
                 (f"{p}:spec_decode_num_drafts", self.spec_drafts),

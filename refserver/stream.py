@@ -18,6 +18,7 @@ import asyncio
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from refserver import faults
@@ -27,39 +28,54 @@ from refserver.http11 import Request, StreamResponse
 from refserver.metrics import ServedMetrics
 
 
+@dataclass
+class Job:
+    """One request as the server answers it: what was asked, the reply's length and finish, and
+    when each of its tokens is due."""
+
+    body: dict[str, Any]  # the request's JSON
+    chat: bool  # /v1/chat/completions, else /v1/completions
+    index: int  # the request's number at this server, from 1: it picks the reply's words
+    n: int  # tokens in the reply
+    finish: str  # the finish reason before the dialect's spelling ("stop", "length", "tool_calls")
+    due: list[float]  # when each token is due (time.perf_counter)
+    prompt_tokens: asyncio.Future  # the prompt's length in tokens, counted off the event loop
+    arrival: float  # when the schedule starts: the arrival, or when a slot freed (--max-running)
+    fault: Optional[str] = None  # the fault this reply shows (refserver/faults.py), None: none
+    queued: Optional[float] = None  # when the request arrived, before any wait for a slot
+    # a constrained reply (refserver/constrained.py): its pieces are the tokens
+    constrained: Optional[ConstrainedReply] = None
+
+
 class StreamedReply:
-    """The events of one reply in ``dialect`` (already the endpoint's: ``Dialect.on(chat)``)."""
+    """The events of one reply to ``job`` in ``dialect`` (already the endpoint's: ``Dialect.on(chat)``)."""
 
     def __init__(
         self,
         dialect: Dialect,
-        chat: bool,
-        body: dict[str, Any],
+        job: Job,
         model_name: str,
-        n: int,
-        finish: str,
-        fault: Optional[str],
         *,
         reasoning_tokens: int = 0,
         per_request_metrics: bool = False,
         spec: tuple[int, float] = (0, 0.0),
-        queued: Optional[float] = None,
-        constrained: Optional[ConstrainedReply] = None,
     ):
-        self.dialect, self.chat, self.n, self.fault = dialect, chat, n, fault
-        # a constrained reply (refserver/constrained.py): its pieces are the tokens; a tool call's
-        # go out as delta.tool_calls arguments, the first with the call's id and function name
-        self.constrained = constrained
-        self.tool = constrained.tool if constrained is not None and chat else None
+        chat, body, fault, finish = job.chat, job.body, job.fault, job.finish
+        self.job = job
+        self.dialect, self.chat, self.n, self.fault = dialect, chat, job.n, fault
+        # a constrained reply's tool call goes out as delta.tool_calls arguments, the first with
+        # the call's id and function name
+        self.constrained = job.constrained
+        self.tool = job.constrained.tool if job.constrained is not None and chat else None
         self.tool_started = False
         self.reasoning_tokens = reasoning_tokens if chat else 0
         self.per_request_metrics = per_request_metrics
         self.spec = spec
-        self.queued = queued  # when the request arrived, before any wait for a slot
+        self.queued = job.queued  # when the request arrived, before any wait for a slot
         self.arrival: Optional[float] = None
         self.first_t: Optional[float] = None  # when the first token was written
         self.chunks_written = 0
-        self.base = {
+        self.base: dict[str, Any] = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:16]}",
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()),
@@ -153,17 +169,14 @@ class StreamedReply:
         self,
         request: Request,
         response: StreamResponse,
-        index: int,
         chunk_tokens: int,
-        due: list[float],
-        prompt_tokens: asyncio.Future,
         timer: Any,
         size_mib: float,
         metrics: ServedMetrics,
-        arrival: float,
     ) -> bool:
         """Write the reply; False when a fault cut it short (the stream ends with the fault).
         ``last_t`` is then when the last token was written (None: no token)."""
+        index, due, prompt_tokens, arrival = self.job.index, self.job.due, self.job.prompt_tokens, self.job.arrival
         self.arrival = arrival
         await self._preamble(response)
         groups = [list(range(i, min(i + chunk_tokens, self.n))) for i in range(0, self.n, chunk_tokens)]
@@ -219,13 +232,15 @@ class StreamedReply:
     async def _finish(self, response: StreamResponse, n_prompt: int, apart: bool, had_tokens: bool) -> None:
         """The finish in a chunk of its own where the dialect sends it so, and the usage chunk."""
         if apart:
-            extra = {"usage": self.usage(n_prompt)} if self.dialect.usage == "final" else dict(self.zeroed)
+            extra: dict[str, Any] = (
+                {"usage": self.usage(n_prompt)} if self.dialect.usage == "final" else dict(self.zeroed)
+            )
             if self.dialect.timings and not self.include_usage:
                 extra["timings"] = self.timings(n_prompt)
             choice = self.choice(None if self.chat else "", self.finish, role=self.role_here(not had_tokens))
             await faults.write(response, self.event([choice], **extra), self.fault)
         if self.include_usage and self.dialect.usage in ("chunk", "zeroed"):
-            extra: dict[str, Any] = {}
+            extra = {}
             if self.dialect.timings:
                 extra["timings"] = self.timings(n_prompt)
             elif self.per_request_metrics:

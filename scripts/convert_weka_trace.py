@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.errors import ConfigError  # noqa: E402
-from workloads.weka_trace import Converted, weka_lines  # noqa: E402
+from core.errors import ConfigError
+from workloads.weka_trace import Converted, weka_lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,6 +74,16 @@ def real_tokenizer(real_model):
     return AutoTokenizer.from_pretrained(real_model.hf_dir)
 
 
+@pytest.fixture(scope="module")
+def parts(real_tokenizer):
+    """The workload tests' prompt renderer and corpus of the store model's tokenizer (tiny-random has
+    the same one); one per test module, since a test may set the renderer's ``max_context``."""
+    from workloads.corpus import TokenizedCorpus
+    from workloads.prompts import PromptRenderer
+
+    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
+
+
 # vLLM's settings in every test that loads it: small enough for this machine, prefix caching on
 VLLM = (
     "backend=vllm",

@@ -22,13 +22,14 @@ def make_backend(name: str, model, load: bool = True, **overrides):
     return backend
 
 
-def request(i, ids, n, exact=True, sampling=SamplingParams(), session=0, turn=0) -> GenerationRequest:
+def request(i, ids, n, exact=True, sampling=None, session=0, turn=0) -> GenerationRequest:
+    """Request ``i``: ``n`` tokens after ``ids``, greedy unless ``sampling`` says otherwise."""
     return GenerationRequest(
         request_id=i,
         prompt_token_ids=ids,
         max_new_tokens=n,
         exact_output_len=exact,
-        sampling=sampling,
+        sampling=sampling or SamplingParams(),
         session_id=session,
         turn=turn,
     )

@@ -74,6 +74,7 @@ def test_shell_scripts_pass_shellcheck():
             *sorted(CI.glob("*.sh")),
             REPO / "scripts" / "setup.sh",
             REPO / "scripts" / "test.sh",
+            REPO / "scripts" / "lint.sh",
         ],
         capture_output=True,
         text=True,

@@ -476,7 +476,7 @@ def test_a_server_that_dies_mid_run(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1
     assert (
         "the reference server exited with code 3" in lines[0] and "during the run; 5 of 8 requests failed" in lines[0]

@@ -1,15 +1,22 @@
-"""The layers of the code base, kept one-way.
+"""The layers of the code base: what import-linter cannot check.
 
-Every import in the project's packages — at module level, inside functions, under
-``TYPE_CHECKING`` — is read from the source (ast, nothing imported) and checked against
-:data:`LAYERS`, listed from the top down. A module belongs to the component whose prefix
-names it most closely (``harness.run`` holds ``harness.run`` and ``harness.run.*``). An
-import may go down to a lower layer, or stay inside its own component; the test fails on
+The layers themselves are import-linter contracts in pyproject.toml (``[tool.importlinter]``),
+checked by ``lint-imports`` (scripts/lint.sh): each layer imports only the layers below it,
+siblings of a layer (``a | b``) do not import each other, the thin entry modules use none of
+the CLI's, the backends package imports nothing of harness, private modules stay in their
+package and sibling packages form no cycle. grimp, which import-linter reads the imports
+with, counts every import: at module level, inside functions and under ``TYPE_CHECKING``, and
+the chains of imports through other modules too.
 
-- an edge **up** (to a higher layer) or **sideways** (to another component of the same layer),
-- a **circle** of modules importing each other, named module by module,
-- a **private name** (``_name``) imported from, or read off, another module,
-- a module that no component claims (add it to :data:`LAYERS`).
+What it cannot check, this test does, from the source (ast, nothing imported):
+
+- a module that no layer holds (add it to the layers in pyproject.toml): import-linter checks
+  only the modules its layers name, and would let a new top-level module import anything;
+- a **circle** of modules importing each other, named module by module: import-linter's
+  ``acyclic_siblings`` compares siblings, so a package's own module (``__init__``) importing a
+  module of the package that imports the package back is no cycle to it;
+- a **private name** (``_name``) imported from, or read off, another module: import-linter
+  knows modules, not the names in them.
 
 Run it alone to see the layers: ``python tests/test_layers.py``.
 """
@@ -17,6 +24,7 @@ Run it alone to see the layers: ``python tests/test_layers.py``.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
@@ -24,40 +32,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest brings tomli where Python has no tomllib
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "backends", "workloads", "core", "refserver")
+# modules no layer holds, and why that is safe: a package's own module (__init__) cannot be a
+# layer of its own in import-linter (a layer holds everything under it)
+UNLAYERED = {
+    "harness": "the top: it may import any module",
+    "backends": "its imports are checked by the contract backends-below-harness",
+}
 
-# From the top down. Each layer is a list of components; each component a tuple of module
-# prefixes ("=name": that module alone, not its submodules). Components of one layer must not
-# import each other.
-LAYERS: list[list[tuple[str, ...]]] = [
-    # entry points: python -m harness, and the thin modules behind the other commands
-    [
-        ("=harness", "harness.__main__", "harness.cli", "harness.preflight", "=harness.held"),
-        ("=harness.compare",),
-        ("=harness.report",),
-        ("=harness.agree",),
-        ("=harness.reference_server",),
-        ("=harness.ab",),
-    ],
-    [("harness.run",)],  # an engine session × a load point → a run folder; sweeps, SLO search, agree
-    [("harness.history",)],  # the history of runs: Parquet files, DuckDB, change points, trend, check
-    [("harness.reports",)],  # pages and text rendered from run folders: report, compare
-    [("harness.gate",)],  # the gate's statistics: intervals from runs, verdicts, noise floor
-    [("harness.client",)],  # the measuring client: driver, worker processes, pacing
-    [("harness.results",)],  # records, metric definitions, the run folder's schema and store
-    [("harness.telemetry",)],  # memory, GPUs, processes, Prometheus, the environment
-    [("harness.config",)],  # the run's configuration dataclasses
-    [("=backends", "backends.factory")],  # the engine for a config
-    [("backends.engines",)],  # one module per engine, each registers itself
-    [("backends.server",)],  # an engine's own server: presets, process, watchdog, container
-    [("backends.http",)],  # the streaming HTTP client of OpenAI-compatible servers
-    [("backends.threaded",)],  # engines driven from one thread
-    [("backends.base", "backends.preset", "backends.registry")],  # the Backend interface
-    [("workloads",)],  # workloads and arrival processes
-    [("refserver",)],  # the reference server: the standard library, and core's tokenizer loader
-    [("core",)],  # shared types
-]
+
+def layers() -> list[list[str]]:
+    """The layers of the layers contract in pyproject.toml, top down: each a list of modules."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["type"] == "layers"]
+    return [[m.strip() for m in re.split(r"[|:]", layer)] for layer in contract["layers"]]
 
 
 @dataclass(frozen=True)
@@ -112,7 +107,8 @@ def edges(files: dict[str, Path]) -> tuple[list[Edge], list[str]]:
                             aliases[alias.asname] = alias.name
             elif isinstance(node, ast.ImportFrom):
                 base = _resolve(source, is_package, node)
-                if _known(base, files) is None:
+                module = _known(base, files)
+                if module is None:
                     continue
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
@@ -120,11 +116,9 @@ def edges(files: dict[str, Path]) -> tuple[list[Edge], list[str]]:
                         found.append(Edge(source, full, node.lineno))
                         aliases[alias.asname or alias.name] = full
                     else:
-                        target = _known(base, files)
-                        assert target is not None
-                        found.append(Edge(source, target, node.lineno, (alias.name,)))
-                        if _is_private(alias.name) and target != source:
-                            private.append(f"{source}:{node.lineno} imports {alias.name} from {target}")
+                        found.append(Edge(source, module, node.lineno, (alias.name,)))
+                        if _is_private(alias.name) and module != source:
+                            private.append(f"{source}:{node.lineno} imports {alias.name} from {module}")
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Attribute)
@@ -141,18 +135,12 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def component_of(module: str) -> Optional[tuple[int, tuple[str, ...]]]:
-    """(layer index from the top, component) of the most specific prefix that names ``module``."""
-    best: Optional[tuple[int, tuple[str, ...]]] = None
-    best_len = -1
-    for index, layer in enumerate(LAYERS):
-        for component in layer:
-            for prefix in component:
-                exact = prefix.startswith("=")
-                prefix = prefix.lstrip("=")
-                if (module == prefix or (not exact and module.startswith(prefix + "."))) and len(prefix) > best_len:
-                    best, best_len = (index, component), len(prefix)
-    return best
+def layer_of(module: str, stack: list[list[str]]) -> Optional[int]:
+    """The index from the top of the layer that holds ``module`` (the module, or a package above it)."""
+    for index, layer in enumerate(stack):
+        if any(module == m or module.startswith(m + ".") for m in layer):
+            return index
+    return None
 
 
 def circles(found: list[Edge]) -> list[list[str]]:
@@ -213,57 +201,44 @@ def _cycle_path(group: list[str], graph: dict[str, set[str]]) -> list[str]:
     return group
 
 
-def _name(component: tuple[str, ...]) -> str:
-    return "/".join(p.lstrip("=") for p in component)
-
-
 def problems() -> list[str]:
     files = module_files()
+    stack = layers()
     found, private = edges(files)
     out: list[str] = []
     for module in files:
-        if component_of(module) is None:
-            out.append(f"unplaced: no layer holds {module}; add it to LAYERS in tests/test_layers.py")
+        if layer_of(module, stack) is None and module not in UNLAYERED:
+            out.append(f"unplaced: no layer holds {module}; add it to the layers in pyproject.toml")
     for cycle in circles(found):
         out.append("circle: " + " → ".join(cycle))
-    seen = set()
-    for e in sorted(found, key=lambda e: (e.source, e.line)):
-        src, dst = component_of(e.source), component_of(e.target)
-        if src is None or dst is None or src[1] == dst[1] or (e.source, e.line, e.target) in seen:
-            continue
-        seen.add((e.source, e.line, e.target))
-        if dst[0] < src[0]:
-            out.append(f"up: {e.source}:{e.line} imports {e.target} ({_name(dst[1])} is above {_name(src[1])})")
-        elif dst[0] == src[0]:
-            out.append(f"sideways: {e.source}:{e.line} imports {e.target} ({_name(dst[1])} beside {_name(src[1])})")
     out += [f"private: {p}" for p in private]
     return out
 
 
-def test_imports_go_down_only() -> None:
+def test_every_module_is_placed_no_circle_and_no_private_name_crosses() -> None:
     found = problems()
     assert not found, f"{len(found)} import problems:\n" + "\n".join(found)
 
 
-def test_every_layer_holds_modules() -> None:
-    """A layer that names no module is a stale entry."""
-    files = module_files()
-    claimed = {component_of(m)[1] for m in files if component_of(m) is not None}  # type: ignore[index]
-    stale = [c for layer in LAYERS for c in layer if c not in claimed]
-    assert not stale, f"components with no module: {stale}"
+def test_the_unlayered_modules_are_packages_of_the_project() -> None:
+    """An exemption from the layers for a module that is gone is a stale entry."""
+    assert set(UNLAYERED) <= set(module_files())
 
 
-def test_checker_finds_a_circle_an_upward_edge_and_a_private_name() -> None:
-    """The checker itself: a made-up graph with one of each problem."""
+def test_checker_finds_a_circle_and_a_private_name() -> None:
+    """The checker itself: a made-up graph with a circle, and the layers' reading."""
     found = [Edge("core.a", "core.b", 1), Edge("core.b", "core.a", 2)]
     assert circles(found) == [["core.a", "core.b", "core.a"]]
-    assert component_of("harness.run.point")[0] < component_of("harness.client.driver")[0]  # type: ignore[index]
+    stack = layers()
+    point, driver = layer_of("harness.run.point", stack), layer_of("harness.client.driver", stack)
+    assert point is not None and driver is not None and point < driver
+    assert layer_of("harness.compare", stack) == layer_of("harness.ab", stack) == 0
     assert _is_private("_x") and not _is_private("__all__")
 
 
 if __name__ == "__main__":
-    for layer in LAYERS:
-        print("  ".join(_name(c) for c in layer))
+    for layer in layers():
+        print("  ".join(layer))
     found = problems()
     print("\n".join(found) or "no problems")
     sys.exit(1 if found else 0)

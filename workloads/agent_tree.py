@@ -173,11 +173,10 @@ class JobBuilder:
         """Corpus text that makes the rendered prompt ``target`` tokens where it can (tokens may
         merge across the text's edges: the window is grown or shrunk a few times); at least
         one token when the context is already that long."""
-        render = lambda text: len(
-            self.renderer.render(  # noqa: E731
-                chat_messages(self.system, [*context, {"role": "user", "content": text}])
-            )
-        )
+
+        def render(text: str) -> int:
+            return len(self.renderer.render(chat_messages(self.system, [*context, {"role": "user", "content": text}])))
+
         start = self.corpus.random_start(self.rng)
         n = max(1, target - render(""))
         text = self.corpus.text(start, n)

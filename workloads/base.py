@@ -12,7 +12,7 @@ import json
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, fields
 from itertools import chain, islice
 from typing import Any, Optional, Union
@@ -22,7 +22,11 @@ import numpy as np
 from core.errors import ConfigError
 from core.hash_versions import PLAN, SESSION, TURN, hashed_when_set
 from core.structured import check_tool_choice_share, normalize_response_format, normalize_tools
+from workloads.arrivals import arrival_registry
+from workloads.corpus import TokenizedCorpus
 from workloads.lora import LoraSettings, adapter_specs, assign, round_robin
+from workloads.prompts import PromptRenderer
+from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule
 from workloads.session_file import SPILL_AT, SessionFile
 
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "normal")
@@ -195,14 +199,14 @@ def first_request_ids(sessions: Sequence[SessionSpec]) -> Sequence[int]:
     return ids
 
 
-def arrival_order(sessions: Sequence[SessionSpec]) -> Sequence[int]:
+def arrival_order(sessions: Sequence[SessionSpec]) -> Sequence[int] | np.ndarray:
     """The sessions' indices by arrival time (none: 0), ties in plan order."""
     if isinstance(sessions, SessionFile):
         return np.argsort(_arrival_array(sessions), kind="stable")
     return sorted(range(len(sessions)), key=lambda i: sessions[i].arrival_s or 0.0)
 
 
-def sorted_arrivals(sessions: Sequence[SessionSpec]) -> Sequence[float]:
+def sorted_arrivals(sessions: Sequence[SessionSpec]) -> Sequence[float] | np.ndarray:
     """Every session's arrival time (none: 0), in increasing order."""
     if isinstance(sessions, SessionFile):
         return np.sort(_arrival_array(sessions))
@@ -462,7 +466,10 @@ class _CanonicalHash:
     def __init__(self, measured: dict[str, Any]):
         keys = sorted([*measured, "sessions"])
         at = keys.index("sessions")
-        part = lambda ks: ", ".join(f"{json.dumps(k)}: {json.dumps(measured[k], sort_keys=True)}" for k in ks)  # noqa: E731
+
+        def part(ks: list[str]) -> str:
+            return ", ".join(f"{json.dumps(k)}: {json.dumps(measured[k], sort_keys=True)}" for k in ks)
+
         before, after = part(keys[:at]), part(keys[at + 1 :])
         self._sha = hashlib.sha256(("{" + (before + ", " if before else "") + '"sessions": [').encode())
         self._tail = "]" + (", " + after if after else "") + "}"
@@ -498,12 +505,6 @@ class Workload(ABC):
         """Make the plan; the same config, tokenizer and seed give the same plan."""
 
 
-from workloads.arrivals import arrival_registry
-from workloads.corpus import TokenizedCorpus  # noqa: E402
-from workloads.prompts import PromptRenderer  # noqa: E402
-from workloads.schedule import CONCURRENCY, RATE, count_arrivals, load_schedule  # noqa: E402
-
-
 def seeded_streams(seed: int, n: int) -> list[np.random.Generator]:
     """Independent random streams from one seed (text, lengths, arrivals, warm-up…)."""
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
@@ -532,7 +533,12 @@ def make_plan(
     concurrency = config.concurrency
     specs = adapter_specs(getattr(config, "lora", None))
     info: dict[str, Any] = {}
-    n = len(sessions) if count is None else count  # type: ignore[arg-type]  # a list when no count
+    if count is not None:
+        n = count
+    elif isinstance(sessions, Sized):  # a list
+        n = len(sessions)
+    else:
+        raise TypeError("make_plan: sessions made as they are taken need their count")
     arrivals: Optional[Sequence[float]] = None
     if schedule is not None and schedule.kind == RATE:
         arrivals = schedule.arrivals(arrival_rng, arrival_registry.create(config.arrival), config.burstiness)

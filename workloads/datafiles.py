@@ -217,8 +217,9 @@ def data_plan(
             f"workload={cfg.name} arrives at its data's timestamps: drop workload.stages and "
             "workload.ramp (workload.duration_s keeps the requests that arrive before it)"
         )
-    if arrivals is not None and getattr(cfg, "duration_s", None) is not None:
-        kept = [i for i, t in enumerate(arrivals) if t < cfg.duration_s]
+    duration_s = getattr(cfg, "duration_s", None)
+    if arrivals is not None and duration_s is not None:
+        kept = [i for i, t in enumerate(arrivals) if t < duration_s]
         sessions[:] = [sessions[i] for i in kept]
         arrivals = [arrivals[i] for i in kept]
     plan = make_plan(cfg, sessions, warmup, arrival_rng, seed, use_schedule=arrivals is None)

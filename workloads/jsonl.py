@@ -114,6 +114,7 @@ class JsonlWorkload(Workload):
             if wanted is not None and len(sessions) >= wanted:
                 break
             considered += 1
+            n_out: Optional[int]
             if out_len is None:
                 n_out = sample_lengths(length_rng, 1, cfg.output_len, cfg.output_len_dist, cfg.output_len_spread)[0]
             else:

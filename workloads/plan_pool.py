@@ -31,7 +31,7 @@ import signal
 import warnings
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -87,7 +87,7 @@ def iter_fitted_texts(
     make_messages: Callable[[str], Messages],
     overhead: int,
     processes: Optional[int] = None,
-) -> Iterator[Fit]:
+) -> Generator[Fit, None, None]:
     """:meth:`PromptRenderer.fit_texts` of each length, chunk by chunk (see the module docstring),
     one fit at a time as the chunks come: a caller that keeps them elsewhere (a plan on disk,
     workloads/session_file.py) never holds more than a few chunks. ``rng`` is left as chunk 0
@@ -101,7 +101,7 @@ def iter_fitted_texts(
         renderer, corpus, target_lens, make_messages, overhead, [copy.deepcopy(rng), *chunk_streams(rng, chunks)]
     )
     workers = min(chunks, usable_cores() if processes is None else max(1, processes))
-    chunk_0_state = None
+    chunk_0_state: Optional[Mapping[str, Any]] = None
     # chunk by chunk as they come, every prompt's ids made the renderer's own ints: a plan's
     # chunks kept whole until the last (ids as new ints) left ~5 KB a request of freed,
     # fragmented memory in this process for the whole run (benchmarks/long_run_memory.py)
@@ -113,17 +113,19 @@ def iter_fitted_texts(
                 yield text, renderer.shared_ints(ids)
     finally:
         fitted.close()  # the workers' pool ends with the chunks, whatever ended the loop
-    rng.bit_generator.state = chunk_0_state  # the caller's generator as chunk 0 leaves it
+    if chunk_0_state is not None:  # (a chunked plan has chunk 0)
+        rng.bit_generator.state = chunk_0_state  # the caller's generator as chunk 0 leaves it
 
 
-Chunk = tuple[list[tuple[str, Sequence[int]]], dict[str, Any]]
+# a chunk's fits (ids as a list, or packed in an array from a worker), and its generator's state after them
+Chunk = tuple[Sequence[tuple[str, Sequence[int]]], Mapping[str, Any]]
 
 
-def _fit_serially(job: _Job, chunks: int) -> Iterator[Chunk]:
+def _fit_serially(job: _Job, chunks: int) -> Generator[Chunk, None, None]:
     return (_fit_chunk_of(job, k) for k in range(chunks))
 
 
-def _fit_in_workers(job: _Job, chunks: int, workers: int) -> Iterator[Chunk]:
+def _fit_in_workers(job: _Job, chunks: int, workers: int) -> Generator[Chunk, None, None]:
     ctx = multiprocessing.get_context("fork")
     with tokenizers_single_threaded(), warnings.catch_warnings():
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
@@ -175,7 +177,7 @@ def _fit_chunk(k: int) -> Chunk:
     return [(text, array("i", ids)) for text, ids in fits], state
 
 
-def _fit_chunk_of(job: _Job, k: int) -> tuple[list[Fit], dict[str, Any]]:
+def _fit_chunk_of(job: _Job, k: int) -> tuple[list[Fit], Mapping[str, Any]]:
     """Chunk ``k``'s fits, and its generator's state after them."""
     rng = job.streams[k]
     lens = job.target_lens[k * CHUNK : (k + 1) * CHUNK]

@@ -62,7 +62,10 @@ class PromptRenderer:
         prompts, e.g. a trace's hash blocks): the template's ids before and after the message."""
         marker = "\u2063MARKER\u2063"
         head, tail = self._template(make_messages(marker)).split(marker, 1)
-        encode = lambda t: self.tokenizer(t, add_special_tokens=False)["input_ids"] if t else []  # noqa: E731
+
+        def encode(t: str) -> list[int]:
+            return self.tokenizer(t, add_special_tokens=False)["input_ids"] if t else []
+
         return self.shared_ints([*encode(head), *body_ids, *encode(tail)])
 
     def decode(self, token_ids: list[int]) -> str:

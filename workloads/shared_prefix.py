@@ -114,7 +114,7 @@ class SharedPrefixWorkload(Workload):
             s.turns[0].prompt_token_ids = renderer.render(_messages(s.system, [s.turns[0].user]))
         if cfg.turns == 1 and "theoretical_cache_hit" not in info:
             info["theoretical_cache_hit"] = round(
-                theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4
+                theoretical_hit_rate([first for s in sessions if (first := s.turns[0].prompt_token_ids) is not None]), 4
             )
         warmup = corpus_warmup(
             renderer, corpus, warm_rng, cfg.warmup_requests, min(cfg.output_len, WARMUP_OUTPUT_TOKENS)

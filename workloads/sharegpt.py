@@ -81,7 +81,8 @@ def conversation(record: Any, index: int, path: Path) -> tuple[Optional[str], li
     messages = record.get("conversations") if isinstance(record, dict) else None
     if not isinstance(messages, list):
         raise ConfigError(f"workload.path={path}: record {index} has no 'conversations' list; {FORMAT_HINT}")
-    system, turns = None, []
+    system: Optional[str] = None
+    turns: list[tuple[str, Optional[str]]] = []
     for m in messages:
         if not isinstance(m, dict):
             raise ConfigError(

@@ -212,6 +212,8 @@ class TraceWorkload(Workload):
         )
         # what the trace's sharing would give an unbounded cache, beside the engine's measured share
         plan.info = {
-            "theoretical_cache_hit": round(theoretical_hit_rate([s.turns[0].prompt_token_ids for s in sessions]), 4)
+            "theoretical_cache_hit": round(
+                theoretical_hit_rate([first for s in sessions if (first := s.turns[0].prompt_token_ids) is not None]), 4
+            )
         }
         return plan

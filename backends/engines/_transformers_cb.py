@@ -30,6 +30,7 @@ import itertools
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -43,6 +44,17 @@ from core.types import GenerationRequest, RequestDone, SamplingParams, StreamEve
 
 def _decoding_key(sampling: SamplingParams) -> tuple:
     return (True,) if sampling.greedy else (False, sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """The manager's batch and paged-cache sizes (backend.max_batch_size, backend.cb_*)."""
+
+    max_batch_size: int
+    cache_tokens: Optional[int]
+    max_batch_tokens: Optional[int]
+    page_size: int
+    prefix_sharing: bool
 
 
 class ContinuousEngine:
@@ -61,19 +73,13 @@ class ContinuousEngine:
     ):
         self._model = model
         self._eos_ids = eos_ids
-        self._limits = dict(
-            max_batch_size=max_batch_size,
-            cache_tokens=cache_tokens,
-            max_batch_tokens=max_batch_tokens,
-            page_size=page_size,
-            prefix_sharing=prefix_sharing,
-        )
+        self._limits = _Limits(max_batch_size, cache_tokens, max_batch_tokens, page_size, prefix_sharing)
         self._ids = itertools.count()
         self._manager: Any = None
         self._router: Optional[_JobRouter] = None
         self._key: Optional[tuple] = None
 
-    def start(self, sampling: SamplingParams = SamplingParams()) -> None:
+    def start(self, sampling: SamplingParams) -> None:
         """Build and start a manager for this decoding setting (loads the paged cache)."""
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -90,14 +96,14 @@ class ContinuousEngine:
             max_new_tokens=1,  # every request sets its own
         )
         num_blocks = None
-        if limits["cache_tokens"] is not None:
-            num_blocks = max(1, math.ceil(limits["cache_tokens"] / limits["page_size"]))
+        if limits.cache_tokens is not None:
+            num_blocks = max(1, math.ceil(limits.cache_tokens / limits.page_size))
         cb = ContinuousBatchingConfig(
-            page_size=limits["page_size"],
+            page_size=limits.page_size,
             num_blocks=num_blocks,
-            max_batch_tokens=limits["max_batch_tokens"],
-            max_requests_per_batch=limits["max_batch_size"],
-            allow_block_sharing=limits["prefix_sharing"],
+            max_batch_tokens=limits.max_batch_tokens,
+            max_requests_per_batch=limits.max_batch_size,
+            allow_block_sharing=limits.prefix_sharing,
             seed=None if greedy else sampling.seed,
             auto_switch_to_flash=False,  # the attention the user chose (or transformers' default) stays
         )

@@ -107,10 +107,9 @@ class LlamaCppConfig(BackendConfig):
 
 
 @backend_registry.register("llamacpp", LlamaCppConfig)
-class LlamaCppBackend(ThreadedBackend):
+class LlamaCppBackend(ThreadedBackend[LlamaCppConfig]):
     requires = ("llama_cpp",)
     extra = "llamacpp"
-    config: LlamaCppConfig
 
     def __init__(self, config: LlamaCppConfig, model: Any):
         super().__init__(config, model)
@@ -118,7 +117,7 @@ class LlamaCppBackend(ThreadedBackend):
         check_gguf_header(self.gguf)
 
     @classmethod
-    def check_server(cls, config: LlamaCppConfig) -> None:  # type: ignore[override]
+    def check_server(cls, config: LlamaCppConfig) -> None:
         if config.server == "llama-server":
             find_llama_server(config)
 
@@ -172,7 +171,7 @@ class LlamaCppBackend(ThreadedBackend):
             adapter.require_gguf()
 
     def import_engine(self) -> None:
-        import llama_cpp  # noqa: F401
+        import llama_cpp  # noqa: F401 - imported to time the import, as part of the load
 
     def load(self) -> None:
         import llama_cpp
@@ -180,9 +179,13 @@ class LlamaCppBackend(ThreadedBackend):
         self._ll = llama_cpp
         threads = self.config.n_threads or available_cores()
         self._threads = threads
-        self._engine = (_BatchedEngine if self.config.batched else _PlainEngine)(self.config, str(self.gguf), threads)
-        if self.model.adapters:
-            self._engine.load_adapters({a.name: str(a.require_gguf()) for a in self.model.adapters})
+        self._engine: _BatchedEngine | _PlainEngine
+        if self.config.batched:  # no adapters: check_adapters refuses them
+            self._engine = _BatchedEngine(self.config, str(self.gguf), threads)
+        else:
+            self._engine = plain = _PlainEngine(self.config, str(self.gguf), threads)
+            if self.model.adapters:
+                plain.load_adapters({a.name: str(a.require_gguf()) for a in self.model.adapters})
         self.start_engine_thread("llamacpp-engine")
 
     @property
@@ -446,7 +449,7 @@ class _PlainEngine:
             if not job.cancelled:
                 try:
                     self._generate(job)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - the error goes to the request's stream
                     job.finish(exc)
 
     def _generate(self, job: Job) -> None:

@@ -90,10 +90,9 @@ def rope_compat_folder(folder: Path) -> Path:
 
 
 @backend_registry.register("mlx", MLXConfig)
-class MLXBackend(ThreadedBackend):
+class MLXBackend(ThreadedBackend[MLXConfig]):
     requires = ("mlx", "mlx_lm")
     extra = "mlx"
-    config: MLXConfig
 
     def __init__(self, config: MLXConfig, model: Any):
         super().__init__(config, model)
@@ -118,14 +117,14 @@ class MLXBackend(ThreadedBackend):
         self.refuse_constraints(plan, "backend=mlx")
 
     def import_engine(self) -> None:
-        import mlx_lm  # noqa: F401
+        import mlx_lm  # noqa: F401 - imported to time the import, as part of the load
 
     def load(self) -> None:
         import mlx.core as mx
         import mlx_lm
 
         self._mx = mx
-        path = self._quantized_copy() if self.config.quantize_bits else self.model.hf_dir
+        path = self._quantized_copy() if self.config.quantize_bits else self.model.require_hf_dir()
         self._model, self._tokenizer = mlx_lm.load(str(path), model_config=rope_compat(Path(path)))
         self._eos_ids = sorted(self._tokenizer.eos_token_ids)
         self._suppress_eos = {t: SUPPRESS for t in self._eos_ids}
@@ -165,7 +164,7 @@ class MLXBackend(ThreadedBackend):
 
     def numerics(self) -> dict[str, Optional[str]]:
         bits = self.config.quantize_bits
-        dtype = self.model.hf_dir and hf_dtype(self.model.hf_dir)
+        dtype = hf_dtype(self.model.hf_dir)
         if hasattr(self, "_model"):
             from mlx.utils import tree_flatten
 
@@ -254,7 +253,7 @@ class MLXBackend(ThreadedBackend):
                     }
                 reason = (last.finish_reason if last is not None else None) or "length"
                 job.finish(RequestDone(reason, scheduled_t=scheduled_t, engine_stats=stats))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - the error goes to the request's stream
                 job.finish(exc)
 
     def _continuous_loop(self) -> None:
@@ -274,7 +273,7 @@ class MLXBackend(ThreadedBackend):
         try:
             while True:
                 # Stage 2, scheduler: admit what has arrived; block only when idle.
-                arrived = []
+                arrived: list[Job] = []
                 try:
                     while True:
                         job = self.next_job(block=not active and not arrived)

@@ -93,10 +93,9 @@ class OpenAIConfig(BackendConfig):
 
 
 @backend_registry.register("openai", OpenAIConfig)
-class OpenAIBackend(HTTPBackend):
+class OpenAIBackend(HTTPBackend[OpenAIConfig]):
     """Any OpenAI-compatible server that is already running (nothing is launched or stopped)."""
 
-    config: OpenAIConfig
     _server_header = ""
 
     def load(self) -> None:

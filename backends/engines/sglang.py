@@ -42,7 +42,12 @@ class SGLangConfig(BackendConfig):
     device: Optional[str] = None  # null: SGLang detects it
     random_seed: int = 0
     log_level: str = "error"
-    server_args: dict[str, Any] = field(default_factory=dict)  # any other ServerArgs field
+    # any other ServerArgs field, by name
+    server_args: dict[str, Any] = field(default_factory=dict)  # type: ignore[assignment]  # a mapping, not the base's flags
+
+    def server_flags(self) -> list[str]:
+        """None: SGLang's preset already has ``server_args`` on its command, as flags."""
+        return []
 
     def validate(self) -> None:
         super().validate()
@@ -112,8 +117,9 @@ def server_args_flags(config: SGLangConfig) -> list[str]:
     return flags
 
 
-def server_args_schema(cls: type) -> dict[str, tuple[Optional[tuple[type, ...]], Optional[list]]]:
-    """field → (accepted Python types or None when not a simple type, declared choices)."""
+def server_args_schema(cls: Any) -> dict[str, tuple[Optional[tuple[type, ...]], Optional[list]]]:
+    """field → (accepted Python types or None when not a simple type, declared choices) of ``cls``,
+    SGLang's ServerArgs (a msgspec Struct; SGLang ships no types)."""
     hints = typing.get_type_hints(cls, include_extras=True)
     schema = {}
     for name in cls.__struct_fields__:
@@ -133,10 +139,15 @@ def _simple_types(hint: Any) -> Optional[tuple[type, ...]]:
     if hint in (int, float, bool, str):
         return (int, float) if hint is float else (hint,)
     if typing.get_origin(hint) is typing.Union:
-        parts = [a for a in typing.get_args(hint) if a is not type(None)]
-        simple = [_simple_types(a) for a in parts]
-        if all(simple):
-            return tuple(t for s in simple for t in s)  # type: ignore[union-attr]
+        types: list[type] = []
+        for part in typing.get_args(hint):
+            if part is type(None):
+                continue
+            simple = _simple_types(part)
+            if simple is None:
+                return None
+            types += simple
+        return tuple(types)
     return None
 
 
@@ -151,11 +162,10 @@ def _type_name(types: tuple[type, ...]) -> str:
 
 
 @backend_registry.register("sglang", SGLangConfig)
-class SGLangBackend(Backend):
+class SGLangBackend(Backend[SGLangConfig]):
     requires = ("sglang",)
     extra = "sglang"
     install_hint = " (a GPU machine; see the README for running it beside vLLM)"
-    config: SGLangConfig
 
     def __init__(self, config: SGLangConfig, model: Any):
         super().__init__(config, model)
@@ -170,7 +180,7 @@ class SGLangBackend(Backend):
         return build_server_args(self.config, str(self.model.require_hf_dir()))
 
     def import_engine(self) -> None:
-        import sglang  # noqa: F401
+        import sglang  # noqa: F401 - imported to time the import, as part of the load
 
     def load(self) -> None:
         import sglang
@@ -204,7 +214,7 @@ class SGLangBackend(Backend):
         import time
 
         s = request.sampling
-        sampling = {
+        sampling: dict[str, Any] = {
             "max_new_tokens": request.max_new_tokens,
             "min_new_tokens": request.max_new_tokens if request.exact_output_len else 0,
             "ignore_eos": request.exact_output_len,
@@ -224,7 +234,8 @@ class SGLangBackend(Backend):
         chunks = await self._engine.async_generate(
             input_ids=request.prompt_token_ids, sampling_params=sampling, stream=True, rid=f"harness-{next(self._ids)}"
         )
-        seen, meta = 0, {}
+        seen = 0
+        meta: dict[str, Any] = {}
         async for chunk in chunks:
             t = time.perf_counter()
             ids = list(chunk.get("output_ids") or [])  # cumulative in SGLang's default streaming

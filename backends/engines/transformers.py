@@ -24,7 +24,7 @@ import queue
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from backends.base import BackendConfig, GenerationRequest, StreamEvent
 from backends.registry import backend_registry
@@ -32,7 +32,10 @@ from backends.server.presets import transformers_preset
 from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError
 from core.model import ModelFiles
-from core.types import RequestDone, TokenChunk
+from core.types import RequestDone, SamplingParams, TokenChunk
+
+if TYPE_CHECKING:  # it imports torch: loaded only for backend.batching=continuous
+    from backends.engines._transformers_cb import ContinuousEngine
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 BATCHING = ("serial", "static", "continuous")
@@ -89,10 +92,10 @@ class TransformersConfig(BackendConfig):
 
 
 @backend_registry.register("transformers", TransformersConfig)
-class TransformersBackend(ThreadedBackend):
+class TransformersBackend(ThreadedBackend[TransformersConfig]):
     requires = ("torch", "transformers")
     extra = "transformers"
-    config: TransformersConfig
+    _cb: Optional[ContinuousEngine] = None  # the continuous-batching manager, once loaded
 
     @classmethod
     def server_preset(cls, config: BackendConfig, model: ModelFiles):
@@ -193,7 +196,7 @@ class TransformersBackend(ThreadedBackend):
         from backends.engines._transformers_cb import ContinuousEngine
 
         cfg = self.config
-        self._cb = ContinuousEngine(
+        self._cb = cb = ContinuousEngine(
             self._model,
             self._eos_ids,
             max_batch_size=cfg.max_batch_size,
@@ -202,7 +205,7 @@ class TransformersBackend(ThreadedBackend):
             page_size=cfg.cb_page_size,
             prefix_sharing=cfg.cb_prefix_sharing,
         )
-        self._cb.start()  # greedy; a request that samples rebuilds it while nothing is in flight
+        cb.start(SamplingParams())  # greedy; a request that samples rebuilds it while nothing is in flight
 
     def check_workload(self, plan: Any) -> None:
         self.refuse_constraints(plan, "backend=transformers in-process")
@@ -211,6 +214,7 @@ class TransformersBackend(ThreadedBackend):
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
         if self.config.batching == "continuous":
+            assert self._cb is not None, "load() starts the continuous-batching manager"
             return self._cb.stream(request)
         return super().stream(request)
 

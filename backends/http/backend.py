@@ -8,20 +8,21 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from backends.base import Backend, RequestStream
+from backends.base import Backend, ConfigT, RequestStream
 from backends.http.client import OpenAIClient
 from backends.http.exposition import merge
 from backends.http.probe import http_get_text
+from backends.http.router import Router
 from backends.http.urls import public_url
 from core.errors import HarnessError
 from core.types import GenerationRequest, StreamEvent
 
 
-class HTTPBackend(Backend):
+class HTTPBackend(Backend[ConfigT]):
     """A backend that streams from an OpenAI-compatible server through :class:`OpenAIClient`."""
 
     extra = ""
-    client: Optional[OpenAIClient] = None
+    client: Optional[OpenAIClient | Router] = None  # a Router over several endpoints (backend.urls, replicas)
     metrics_url: Optional[str] = None  # the first endpoint's /metrics
     metrics_urls: Sequence[str] = ()  # every endpoint's, where a run has several (scraped together)
     _tokenizer: Any = None
@@ -90,7 +91,7 @@ def scrape_one(url: str, deadline_s: float) -> str:
 class ClientStream:
     """An OpenAI-compatible server's stream through one client, with a backend's per-request extras."""
 
-    def __init__(self, client: OpenAIClient, extra_body: Callable[[GenerationRequest], dict[str, Any]]):
+    def __init__(self, client: OpenAIClient | Router, extra_body: Callable[[GenerationRequest], dict[str, Any]]):
         self.client = client
         self.extra_body = extra_body
 

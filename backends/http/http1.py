@@ -205,7 +205,7 @@ class _Connection(asyncio.Protocol):
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream's transport is a Transport; asyncio types the hook with the base class
 
     def data_received(self, data: bytes) -> None:
         t = time.perf_counter()  # the stamp of every body byte in ``data``

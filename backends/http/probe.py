@@ -21,7 +21,7 @@ class _SameOriginCredentials(urllib.request.HTTPRedirectHandler):
     """Follows redirects, but a redirect to another origin (scheme, host, port) loses the
     Authorization header: the API key is sent to the configured server alone."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # urllib's signature, unannotated
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and _origin(newurl) != _origin(req.full_url):
             new.remove_header("Authorization")

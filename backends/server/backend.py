@@ -79,7 +79,7 @@ _VERSION_PROBE = (
 )
 
 
-class ServerBackend(HTTPBackend):
+class ServerBackend(HTTPBackend[BackendConfig]):
     """An engine's own server, launched for the run and stopped after it."""
 
     def __init__(self, config: BackendConfig, model: ModelFiles, preset: ServerPreset):
@@ -128,8 +128,8 @@ class ServerBackend(HTTPBackend):
         if all(server is None for server in self.servers):
             self._check_placement()
             for index in range(len(self.servers)):
-                self._launch(attempt=0, index=index)
-                self._healths[index] = HealthWatch(self.servers[index], self.config.startup_timeout_s)
+                server = self._launch(attempt=0, index=index)
+                self._healths[index] = HealthWatch(server, self.config.startup_timeout_s)
             self._health = self._healths[0]
         return True
 
@@ -144,7 +144,7 @@ class ServerBackend(HTTPBackend):
                         f"not use (it may use {sorted(allowed)})"
                     )
 
-    def _launch(self, attempt: int, index: int = 0) -> None:
+    def _launch(self, attempt: int, index: int = 0) -> ManagedServer:
         cfg, preset = self.config, self.preset
         if self._log_path is None:
             run_dir = Path(self.run_dir) if self.run_dir else Path(tempfile.mkdtemp(prefix="harness-server-"))
@@ -183,6 +183,7 @@ class ServerBackend(HTTPBackend):
         self.servers[index] = server
         log.info("starting the %s server on %s (log: %s)", server.name, server.url_root, log_path)
         server.start(notes=(note,) if note else ())
+        return server
 
     def load(self) -> None:
         cfg, preset = self.config, self.preset
@@ -311,7 +312,7 @@ class ServerBackend(HTTPBackend):
                 f"the {engine} server has no constrained decoding here (workload.response_format, "
                 "workload.tools): drop them, or use vllm, llama.cpp, sglang or another engine with it"
             )
-        reason = self.preset.structured.refusal(structured, engine, self.config.server_args)
+        reason = self.preset.structured.refusal(structured, engine, self.config.server_flags())
         if reason:
             raise ConfigError(reason)
 
@@ -320,17 +321,18 @@ class ServerBackend(HTTPBackend):
             async for event in super().stream(request):
                 yield event
             return
-        if self.server is not None and self.server.poll() is not None:
-            raise ServerExited(self._exit_message())
+        server = self.server
+        if server is not None and server.poll() is not None:
+            raise ServerExited(self._exit_message(server))
         try:
             async for event in super().stream(request):
                 yield event
         except Exception as exc:
-            if self.server is not None:
-                if self.server.poll() is None:
+            if server is not None:
+                if server.poll() is None:
                     await asyncio.sleep(0.05)  # a dying process closes its sockets before it is reaped
-                if self.server.poll() is not None:
-                    raise ServerExited(self._exit_message()) from exc
+                if server.poll() is not None:
+                    raise ServerExited(self._exit_message(server)) from exc
             raise
 
     async def reset_prefix_cache(self) -> bool:
@@ -346,8 +348,7 @@ class ServerBackend(HTTPBackend):
                 raise RuntimeError(f"POST {self.preset.reset_cache_path} answered {status}: {body[:200]}")
         return True
 
-    def _exit_message(self, server: Optional[ManagedServer] = None) -> str:
-        server = server or self.server
+    def _exit_message(self, server: ManagedServer) -> str:
         return f"the {server.name} server exited with code {server.poll()} (log: {server.log_path})"
 
     def fatal_error(self) -> Optional[str]:
@@ -359,8 +360,9 @@ class ServerBackend(HTTPBackend):
                     f"(logs: {', '.join(str(s.log_path) for s in self.servers if s is not None)})"
                 )
             return None
-        if self.server is not None and self.server.poll() is not None:
-            return self._exit_message() + " during the run"
+        server = self.server
+        if server is not None and server.poll() is not None:
+            return self._exit_message(server) + " during the run"
         return None
 
     @property

@@ -107,7 +107,7 @@ def server_argv(
         argv = [values["python"](), *preset.command]
     else:
         argv = list(preset.command)
-    argv += list(config.server_args)
+    argv += config.server_flags()
     return fill_placeholders(argv, values)
 
 

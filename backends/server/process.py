@@ -250,10 +250,11 @@ class ManagedServer:
     def _run_cleanup(self) -> None:
         """The preset's clean-up commands (a container outlives a killed ``docker run``);
         a failure is written to the log, and the stop goes on."""
-        out = self._log if self._log is not None and not self._log.closed else subprocess.DEVNULL
+        log_file = self._log if self._log is not None and not self._log.closed else None
+        out = log_file if log_file is not None else subprocess.DEVNULL
         for argv in self.cleanup_commands:
-            if out is not subprocess.DEVNULL:
-                out.write(f"# harness: clean-up: {shlex.join(argv)}\n".encode())
+            if log_file is not None:
+                log_file.write(f"# harness: clean-up: {shlex.join(argv)}\n".encode())
             try:
                 subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=120)
             except (OSError, subprocess.SubprocessError) as exc:

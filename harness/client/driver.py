@@ -78,7 +78,7 @@ async def execute(
 
     try:
         async for event in backend.stream(request):
-            if type(event) is TokenChunk:
+            if isinstance(event, TokenChunk):
                 lag = time.perf_counter() - (event.handed_t or event.t)
                 if lag > lag_max:
                     lag_max = lag
@@ -180,14 +180,9 @@ class Driver:
 
     async def _run(self, sessions: Sequence[SessionSpec], open_loop: bool) -> float:
         cap = self.cap(open_loop)
-        timed = self.schedule is not None and not open_loop
-        semaphore: Any = (
-            ScheduledCap(self.schedule.cap_steps(), self.schedule.duration_s)
-            if timed
-            else asyncio.Semaphore(cap)
-            if cap
-            else None
-        )
+        timed = None if open_loop else self.schedule  # a closed loop's cap follows its schedule
+        scheduled_cap = ScheduledCap(timed.cap_steps(), timed.duration_s) if timed is not None else None
+        semaphore: Any = scheduled_cap if scheduled_cap is not None else asyncio.Semaphore(cap) if cap else None
         first_ids = first_request_ids(sessions)
         self.forks = fork_table(sessions, first_ids)
         if self.forks:  # agent jobs: sub-agents start from their parent's turn (_turns), not here
@@ -195,19 +190,20 @@ class Driver:
             sessions, first_ids = [s for s, _ in roots], [i for _, i in roots]
         session = self._counted_session if self.monitoring else self.session
         self.t0 = time.perf_counter()
+        tasks: list[asyncio.Task[Any]]
         if open_loop:
             tasks = [asyncio.create_task(self._dispatch(sessions, first_ids, semaphore, session))]
         else:
             # one task a slot (not a task a session: a long plan's are millions), each taking the
             # next session in plan order once the cap lets it in
-            slots = int(self.schedule.peak) if timed else cap
+            slots = int(timed.peak) if timed is not None else cap
             queue = zip(sessions, first_ids)
             tasks = [
                 asyncio.create_task(self._take_turns(queue, semaphore, self._turns))
                 for _ in range(min(len(sessions), slots or 1))
             ]
         monitor = asyncio.create_task(self.monitor(sessions)) if self.monitoring else None
-        follower = asyncio.create_task(semaphore.follow(self.t0, self.spin)) if timed else None
+        follower = asyncio.create_task(scheduled_cap.follow(self.t0, self.spin)) if scheduled_cap is not None else None
         try:
             if monitor is None:
                 await asyncio.gather(*tasks)
@@ -218,13 +214,13 @@ class Driver:
                 monitor.cancel()
                 tasks.append(monitor)
             if follower is not None:
-                if not follower.done():
+                if not follower.done() and timed is not None:
                     log.warning(
                         "the plan's %d sessions ran out %.1f s into a closed loop of %g s: raise the "
                         "workload's count (num_requests, sessions) for a run that lasts",
                         len(sessions),
                         time.perf_counter() - self.t0,
-                        self.schedule.duration_s,
+                        timed.duration_s,
                     )
                 follower.cancel()
                 tasks.append(follower)
@@ -249,7 +245,7 @@ class Driver:
         """A finished request: kept (``on_record``), and its TTFT shown to the saturation detector."""
         self.stamp_stage(record)
         self.on_record(record)
-        if self.monitoring and record.ok:
+        if self.monitoring and record.ok and record.ttft_s is not None:  # (a reply of no token has no TTFT)
             assert self.saturation is not None
             # TTFT as the user sees it in an open loop: from the scheduled arrival (so it
             # includes waiting for the concurrency cap) to the first token.

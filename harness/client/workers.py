@@ -46,7 +46,9 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
+
+import numpy as np
 
 from backends.base import RequestStream
 from core.cpus import usable_cores
@@ -58,6 +60,9 @@ from harness.client.event_loops import new_loop
 from harness.client.pacing import pace_until
 from workloads.base import SessionSpec, WorkloadPlan, arrival_order, first_request_ids
 from workloads.prompts import PromptRenderer
+
+# session indices: a list, or an array slice for a plan on disk (workloads.base.arrival_order)
+Indices = Union[Sequence[int], np.ndarray]
 
 log = logging.getLogger("harness")
 
@@ -159,7 +164,7 @@ class WorkerPool:
         shares = slots(cap, n) if cap else [0] * n
         if open_loop:
             order = arrival_order(sessions)
-            initial: list[Sequence[int]] = [order[w::n] for w in range(n)]
+            initial: list[Indices] = [order[w::n] for w in range(n)]
             queue = _Pending(0)
         else:
             queue = _Pending(len(sessions))
@@ -299,7 +304,7 @@ class _Job:
 
 
 def _fork(
-    job: _Job, initial: list[Sequence[int]], shares: list[int], loop: asyncio.AbstractEventLoop, events: asyncio.Queue
+    job: _Job, initial: list[Indices], shares: list[int], loop: asyncio.AbstractEventLoop, events: asyncio.Queue
 ) -> list[_Worker]:
     ctx = multiprocessing.get_context("fork")
     workers: list[_Worker] = []
@@ -311,7 +316,7 @@ def _fork(
 def _fork_each(
     ctx: Any,
     job: _Job,
-    initial: list[Sequence[int]],
+    initial: list[Indices],
     shares: list[int],
     loop: asyncio.AbstractEventLoop,
     events: asyncio.Queue,
@@ -379,7 +384,7 @@ def _reap(workers: list[_Worker], loop: asyncio.AbstractEventLoop) -> None:
 # --- a worker -------------------------------------------------------------------------------
 
 
-def _worker_main(job: _Job, initial: Sequence[int], share: int, conn: Any, inherited: list[Any]) -> None:
+def _worker_main(job: _Job, initial: Indices, share: int, conn: Any, inherited: list[Any]) -> None:
     for other in inherited:
         other.close()  # else a worker's pipe would not close when the driver dies
     # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
@@ -404,7 +409,7 @@ class _Work:
     its own, which streams through the job's client and sends each record to the driver's process
     (which watches saturation)."""
 
-    def __init__(self, job: _Job, initial: Sequence[int], share: int, conn: Any):
+    def __init__(self, job: _Job, initial: Indices, share: int, conn: Any):
         self.job, self.sessions, self.conn, self.open_loop = job, job.sessions, conn, job.open_loop
         self.driver = Driver(job.client, job.renderer, job.plan, on_record=self._send_record, spin=job.spin)
         self.initial = initial
@@ -422,15 +427,16 @@ class _Work:
         self.conn.send(("ready",))
         while self.t0 is None and self.stopped is None:
             await self._wait()
-        if self.stopped is not None:
+        t0 = self.t0
+        if self.stopped is not None or t0 is None:  # (t0 is set when nothing stopped the wait)
             return self._bye()
-        driver.t0 = self.t0
-        await pace_until(self.t0, True)
+        driver.t0 = t0
+        await pace_until(t0, True)
         load = ClientLoad()
         load.start()
         cpu0 = _cpu_s()
         if self.open_loop:
-            pacer = asyncio.create_task(self._pace())
+            pacer = asyncio.create_task(self._pace(t0))
             self.tasks.add(pacer)
         else:
             for index in self.initial:
@@ -488,11 +494,11 @@ class _Work:
             if self.stopped is None:
                 self.conn.send(("done", index))
 
-    async def _pace(self) -> None:
+    async def _pace(self, t0: float) -> None:
         try:
             for index in self.initial:  # in arrival order
                 spec = self.sessions[index]
-                await pace_until(self.t0 + (spec.arrival_s or 0.0), self.job.spin)
+                await pace_until(t0 + (spec.arrival_s or 0.0), self.job.spin)
                 self._start(int(index), spec)
         finally:
             self.tasks.discard(asyncio.current_task())

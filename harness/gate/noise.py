@@ -143,10 +143,10 @@ def plan(
     if t1 <= 0 or t2 <= 0 or cost_request_s <= 0:
         # one level carries no variance of its own: any split of the same requests does as well,
         # so keep the A/A's runs and add blocks
-        r1 = noise.requests_per_run
+        best = float(noise.requests_per_run)
     else:
-        r1 = math.sqrt(max(cost_run_s, 0.0) / cost_request_s * t1 / t2)
-    r1 = int(min(MAX_REQUESTS_PER_RUN, max(1, math.ceil(r1))))
+        best = math.sqrt(max(cost_run_s, 0.0) / cost_request_s * t1 / t2)
+    r1 = int(min(MAX_REQUESTS_PER_RUN, max(1, math.ceil(best))))
     var_run = t2 + t1 / r1
     target = math.log1p(precision)
     for k in range(2, MAX_BLOCKS + 1):

@@ -48,6 +48,12 @@ class BlockRuns:
                 return f"block {self.index}: run {arm} tainted: {'; '.join(taint)}"
         return None
 
+    def runs(self) -> tuple[RunResult, RunResult]:
+        """(A, B) of a block with both runs (every block :func:`usable` keeps)."""
+        if self.a is None or self.b is None:
+            raise ValueError(f"block {self.index} lacks a run")
+        return self.a, self.b
+
 
 @dataclass
 class Evaluation:
@@ -107,12 +113,13 @@ def evaluate(
     """Each figure's decision over the usable blocks (module doc); ``engine``: the runs' kind
     ("fresh" engines, or one "held" per arm), whose noise floor sets the margins."""
     good, left_out = usable(blocks)
-    floor = noise.load(noise_dir, *config_key(good[0].a), engine) if good and noise_dir else None
+    runs = [b.runs() for b in good]
+    floor = noise.load(noise_dir, *config_key(runs[0][0]), engine) if runs and noise_dir else None
     alpha_look = alpha / max(1, looks)
     found: list[tuple[Figure, intervals.Interval]] = []
     for figure in figures:
-        pairs = [(figure.of(b.a.summary), figure.of(b.b.summary)) for b in good]
-        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+        values = [(figure.of(a.summary), figure.of(b.summary)) for a, b in runs]
+        pairs = [(x, y) for x, y in values if x is not None and y is not None]
         if len(pairs) >= 2:
             found.append((figure, intervals.paired_t([x for x, _ in pairs], [y for _, y in pairs], alpha_look)))
     p_worse = [_p_worse(f, i) for f, i in found]
@@ -146,9 +153,10 @@ def measure_noise_floor(
         raise ValueError(f"a noise floor needs at least 2 usable A/A blocks (got {len(good)})")
     rng = np.random.default_rng(0)
     result: dict[str, noise.FigureNoise] = {}
-    runs = [r for b in good for r in (b.a, b.b)]
+    pairs = [b.runs() for b in good]
+    runs = [r for pair in pairs for r in pair]
     for figure in figures:
-        values = [(figure.of(b.a.summary), figure.of(b.b.summary)) for b in good]
+        values = [(figure.of(a.summary), figure.of(b.summary)) for a, b in pairs]
         ratios = [math.log(y / x) for x, y in values if x and y]
         if len(ratios) < 2:
             continue
@@ -165,7 +173,7 @@ def measure_noise_floor(
     requests = [max(1, r.summary.requests.get("completed", 0)) for r in runs]
     cost_run = max(0.0, float(np.mean(run_wall_s)) - float(np.mean(durations))) if run_wall_s else 0.0
     cost_request = float(np.mean([d / n for d, n in zip(durations, requests)]))
-    config_sha, hardware = config_key(good[0].a)
+    config_sha, hardware = config_key(pairs[0][0])
     return noise.NoiseFloor(
         config_sha or "unknown", hardware, result, cost_run, cost_request, source=source, engine=engine
     )

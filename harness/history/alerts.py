@@ -42,6 +42,9 @@ class AlertRule:
     max_age: int = MAX_AGE
 
 
+DEFAULT_RULE = AlertRule()  # the rule of every history command that is given none
+
+
 @dataclass(frozen=True)
 class SeriesVerdict:
     """The rule applied to one series: its change points, and the alert (None when quiet)."""
@@ -68,7 +71,7 @@ def is_bad(value: float, reference: float, margin: float, lower_is_better: bool)
 def evaluate(
     values: Sequence[float],
     lower_is_better: bool,
-    rule: AlertRule = AlertRule(),
+    rule: AlertRule = DEFAULT_RULE,
     points: Optional[list[ChangePoint]] = None,
 ) -> SeriesVerdict:
     """The rule over one series of untainted values (see the module docstring)."""

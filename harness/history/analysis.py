@@ -10,7 +10,7 @@ import pandas as pd
 
 from core.errors import HarnessError
 from harness.gate.figures import Figure
-from harness.history.alerts import AlertRule, SeriesVerdict, evaluate
+from harness.history.alerts import DEFAULT_RULE, AlertRule, SeriesVerdict, evaluate
 from harness.history.query import points, series
 from harness.history.record import STATS, figure_column
 from harness.reports.html import fmt
@@ -67,7 +67,7 @@ def alert_cells(report: SeriesReport) -> Optional[dict[str, str]]:
     }
 
 
-def analyse(frame: pd.DataFrame, figures: Sequence[Figure], rule: AlertRule = AlertRule()) -> list[SeriesReport]:
+def analyse(frame: pd.DataFrame, figures: Sequence[Figure], rule: AlertRule = DEFAULT_RULE) -> list[SeriesReport]:
     """Each point × figure with a run (a series of tainted runs only has no change point)."""
     out = []
     for point, label in points(frame):

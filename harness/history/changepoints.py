@@ -127,7 +127,7 @@ def permutation_p_value(
 
 
 def change_points(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
     min_segment: int = MIN_SEGMENT,
     p_value: float = P_VALUE,
@@ -165,7 +165,7 @@ def describe(series: np.ndarray, found: dict[int, float]) -> list[ChangePoint]:
     return out
 
 
-def segment_means(values: Sequence[float], points: Sequence[ChangePoint]) -> list[float]:
+def segment_means(values: Sequence[float] | np.ndarray, points: Sequence[ChangePoint]) -> list[float]:
     """Each value's segment mean (a step line through the series)."""
     series = np.asarray(values, dtype=float)
     bounds = [0, *(cp.index for cp in points), series.size]

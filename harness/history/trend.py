@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.history.alerts import AlertRule
+from harness.history.alerts import DEFAULT_RULE, AlertRule
 from harness.history.analysis import SeriesReport, alert_cells
 from harness.history.changepoints import segment_means
 from harness.reports.figures import figure, figure_div, trace
@@ -26,14 +26,14 @@ CHANGE_COLOR, ALERT_COLOR, TAINT_COLOR, RUN_COLOR, STEP_COLOR = "#8a4a05", "#d62
 
 def hover(runs: pd.DataFrame, unit: str, scale: float, digits: int) -> list[str]:
     out = []
-    for row in runs.itertuples():
-        commit = (row.git_commit or "")[:10] if isinstance(row.git_commit, str) else "–"
+    for row in runs.to_dict("records"):
+        commit = (row["git_commit"] or "")[:10] if isinstance(row["git_commit"], str) else "–"
         text = (
-            f"{fmt(row.value, digits, scale)} {unit}<br>{pd.Timestamp(row.started_at):%Y-%m-%d %H:%M}<br>"
-            f"run {row.run_id}<br>commit {commit}<br>engine {row.engine_version or '–'}"
+            f"{fmt(row['value'], digits, scale)} {unit}<br>{pd.Timestamp(row['started_at']):%Y-%m-%d %H:%M}<br>"
+            f"run {row['run_id']}<br>commit {commit}<br>engine {row['engine_version'] or '–'}"
         )
-        if row.tainted:
-            text += "<br>tainted: " + esc(", ".join(row.taint if row.taint is not None else []))
+        if row["tainted"]:
+            text += "<br>tainted: " + esc(", ".join(row["taint"] if row["taint"] is not None else []))
         out.append(text)
     return out
 
@@ -148,7 +148,7 @@ def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
     return rows
 
 
-def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> str:
+def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DEFAULT_RULE) -> str:
     alerts = alert_rows(reports)
     rule_text = (
         f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
@@ -177,7 +177,7 @@ def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = Al
     )
 
 
-def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = AlertRule()) -> Path:
+def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DEFAULT_RULE) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

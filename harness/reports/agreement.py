@@ -188,7 +188,7 @@ def against_baseline(results: Sequence[RunResult], labels: Sequence[str]) -> lis
 
 def matrix(results: Sequence[RunResult], labels: Sequence[str]) -> pd.DataFrame:
     """Identical share of every pair of runs (rows: baseline, columns: run); 1 on the diagonal."""
-    cells = {lab: {} for lab in labels}
+    cells: dict[str, dict[str, Optional[float]]] = {lab: {} for lab in labels}
     for i, (a, la) in enumerate(zip(results, labels)):
         for j, (b, lb) in enumerate(zip(results, labels)):
             cells[lb][la] = 1.0 if i == j else agreement(a, b, la, lb).identical_share

@@ -49,12 +49,14 @@ def format_summary(summary: RunSummary) -> str:
     queue_line = _queue_wait_line(summary)
     if queue_line:
         lines.append(queue_line)
-    by_source: dict[Optional[str], list[str]] = defaultdict(list)
-    for key, metric in metrics.RUN_METRICS.items():
+    measured: list[str] = []  # from the requests
+    by_source: dict[str, list[str]] = defaultdict(list)  # the others, by their source (the GPUs)
+    for key, run_metric in metrics.RUN_METRICS.items():
         value = summary.throughput.get(key)
-        if metric.in_console and value is not None:
-            by_source[metric.source].append(f"{metric.label} {metric.show(value):.{metric.digits}f} {metric.unit}")
-    lines.append("throughput: " + " · ".join(by_source.pop(None, [])))
+        if run_metric.in_console and value is not None:
+            text = f"{run_metric.label} {run_metric.show(value):.{run_metric.digits}f} {run_metric.unit}"
+            (measured if run_metric.source is None else by_source[run_metric.source]).append(text)
+    lines.append("throughput: " + " · ".join(measured))
     for source, figures in by_source.items():
         lines.append(f"{source.upper()} (measured phase): " + " · ".join(figures))
     dec, out_tps = summary.latency.get("decode_tps") or {}, summary.latency.get("output_tps") or {}
@@ -139,7 +141,10 @@ def cache_hit_line(summary: RunSummary) -> Optional[str]:
     figures = cache_hit_figures(summary)
     if figures is None:
         return None
-    pct = lambda v: "–" if v is None else f"{v * 100:.1f}%"  # noqa: E731
+
+    def pct(v: Optional[float]) -> str:
+        return "–" if v is None else f"{v * 100:.1f}%"
+
     target = f"target {pct(figures['target'])} · " if figures["target"] is not None else ""
     return (
         f"prefix-cache hit rate: {target}theoretical {pct(figures['theoretical'])} · "
@@ -167,12 +172,13 @@ def _server_metrics_line(server_metrics: Optional[dict[str, Any]]) -> Optional[s
 def _queue_wait_line(summary: RunSummary) -> Optional[str]:
     """What the queue wait means, where it is a large part of the TTFT (a quarter or more at the median)."""
     queue, first = summary.latency.get("queue_wait_s") or {}, summary.latency.get("ttft_s") or {}
-    if not queue.get("count") or not first.get("p50") or not queue.get("p50") or queue["p50"] < 0.25 * first["p50"]:
+    queue_p50, ttft_p50 = queue.get("p50"), first.get("p50")
+    if not queue.get("count") or not ttft_p50 or not queue_p50 or queue_p50 < 0.25 * ttft_p50:
         return None
     note = ((summary.backend.get("info") or {}).get("notes") or {}).get("queue_wait")  # the engine's own word on it
     hint = f": {note}" if note else ""
     return (
-        f"queue wait: {queue['p50'] * 1e3:.0f} ms of the TTFT p50 {first['p50'] * 1e3:.0f} ms passed before the engine "
+        f"queue wait: {queue_p50 * 1e3:.0f} ms of the TTFT p50 {ttft_p50 * 1e3:.0f} ms passed before the engine "
         f"began the request, waiting behind the requests it was serving{hint}"
     )
 

@@ -178,8 +178,8 @@ class Figure:
                 k = self._cell(r, c)
                 x0 = (c - 1) * (width + h)
                 y1 = 1 - (r - 1) * (height_frac + v)
-                xaxis = {"anchor": f"y{k or ''}", "domain": [x0, x0 + width]}
-                yaxis = {"anchor": f"x{k or ''}", "domain": [y1 - height_frac, y1]}
+                xaxis: dict[str, Any] = {"anchor": f"y{k or ''}", "domain": [x0, x0 + width]}
+                yaxis: dict[str, Any] = {"anchor": f"x{k or ''}", "domain": [y1 - height_frac, y1]}
                 if shared_xaxes and r < rows:  # every column's x axes follow its bottom one
                     xaxis.update(matches=f"x{self._cell(rows, c) or ''}", showticklabels=False)
                 if shared_yaxes and c > 1:  # every row's y axes follow its first one
@@ -244,13 +244,14 @@ class Figure:
 
     def add_vline(
         self,
-        x: float,
+        x: float | str,
         line: Optional[dict[str, Any]] = None,
         row: Optional[int] = None,
         col: Optional[int] = None,
         annotation_text: Optional[str] = None,
     ) -> None:
-        """A vertical line across the cell (or every cell), with a label at its top right."""
+        """A vertical line at ``x`` (a number, or a date on a date axis) across the cell (or every
+        cell), with a label at its top right."""
         for k in self._cells(row, col):
             xref, yref = f"x{k or ''}", f"y{k or ''} domain"
             self.layout.setdefault("shapes", []).append(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import numpy as np
 from markupsafe import Markup
@@ -35,7 +35,8 @@ def excerpt(text: Any, limit: int = 240) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def is_num(value: Any) -> bool:
+def is_num(value: Any) -> TypeGuard[float | np.integer | np.floating]:
+    """A finite number (Python's or numpy's)."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not (
         isinstance(value, (float, np.floating)) and not math.isfinite(value)
     )

@@ -25,8 +25,8 @@ def part_cells(
                 f"{fmt(d.get(low), metric.digits, metric.scale)} / {fmt(d.get(high), metric.digits, metric.scale)}"
             )
     for key in metrics.shown_run_metrics(throughput):
-        metric = metrics.RUN_METRICS[key]
-        cells[f"{metric.label} ({metric.unit})"] = fmt(throughput.get(key), metric.digits, metric.scale)
+        run_metric = metrics.RUN_METRICS[key]
+        cells[f"{run_metric.label} ({run_metric.unit})"] = fmt(throughput.get(key), run_metric.digits, run_metric.scale)
     return cells
 
 

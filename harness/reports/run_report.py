@@ -178,9 +178,9 @@ def _summary_html(summary: RunSummary) -> str:
         ("duration", fmt(summary.duration_s, 2, unit=" s")),
     ]
     for key in metrics.shown_run_metrics(summary.throughput):
-        metric = metrics.RUN_METRICS[key]
-        unit = " %" if metric.unit == "%" else (f" {metric.unit}" if metric.source else "")
-        items.append((metric.label, fmt(summary.throughput.get(key), metric.digits, metric.scale, unit)))
+        run_metric = metrics.RUN_METRICS[key]
+        unit = " %" if run_metric.unit == "%" else (f" {run_metric.unit}" if run_metric.source else "")
+        items.append((run_metric.label, fmt(summary.throughput.get(key), run_metric.digits, run_metric.scale, unit)))
     for key, metric in metrics.REQUEST_METRICS.items():
         if not metric.in_console and not metric.detail:  # per-request rates: their mean as a card
             items.append(
@@ -210,7 +210,7 @@ def _summary_html(summary: RunSummary) -> str:
     page = html.cards(items) + table + _detail_html(summary)
     checked = structured_line(summary.structured)
     if checked:  # workload.response_format / workload.tools: how many replies kept their constraint
-        page += html.note(f"{checked} (JSON schemas checked with {summary.structured.get('validator')})")
+        page += html.note(f"{checked} (JSON schemas checked with {(summary.structured or {}).get('validator')})")
     turns = summary.per_turn
     if len(turns) > 1:
         cached = cache.get("reported_by_engine")
@@ -678,9 +678,11 @@ def server_panels(series: Optional[pd.DataFrame]) -> list[tuple[str, str, float,
     ]
 
 
-def endpoint_series(series: pd.DataFrame, metric: str) -> list[tuple[str, pd.DataFrame]]:
+def endpoint_series(series: Optional[pd.DataFrame], metric: str) -> list[tuple[str, pd.DataFrame]]:
     """(endpoint index, rows sorted by t_s) of the engine metric's series per endpoint, for a run
     over several (``labels`` ``endpoint=i``); empty otherwise."""
+    if series is None:
+        return []
     mine = series[(series["name"] == metric) & series["labels"].str.startswith("endpoint=")]
     groups = [(str(label).removeprefix("endpoint="), rows.sort_values("t_s")) for label, rows in mine.groupby("labels")]
     return sorted(groups, key=lambda g: int(g[0]) if g[0].isdigit() else 0) if len(groups) > 1 else []
@@ -704,7 +706,7 @@ def _server_over_time(run: RunResult):
         return ("server-time", title, None, f"No server-state panel: {why}.")
     fig = figures.figure(len(panels), 1, [t for _, t, _, _ in panels], height=170 * len(panels) + 90, shared_xaxes=True)
     t_max = float(run.summary.duration_s or 0.0)
-    for row, (name, panel, scale, rows) in enumerate(panels, start=1):
+    for row, (name, _title, scale, rows) in enumerate(panels, start=1):
         metric = str(rows["labels"].iloc[0] or name)
         t = rows["t_s"].to_numpy(float)
         t_max = max(t_max, float(t.max()))
@@ -788,7 +790,7 @@ def _memory_over_time(run: RunResult):
             line=dict(color=figures.color(0)),
         )
     )
-    gpu = pd.to_numeric(mem.get("gpu_used_bytes"), errors="coerce") if "gpu_used_bytes" in mem else None
+    gpu = pd.to_numeric(mem["gpu_used_bytes"], errors="coerce") if "gpu_used_bytes" in mem else None
     if gpu is not None and gpu.notna().any():  # runs from before gpu.parquet
         fig.add_trace(
             figures.trace(
@@ -939,9 +941,9 @@ def _chat_figures(run: RunResult):
 # --- requests and details -----------------------------------------------------------------
 
 
-def _prompts(workload: Optional[dict[str, Any]]) -> dict[tuple[int, int], str]:
+def _prompts(workload: Optional[dict[str, Any]]) -> dict[tuple[object, object], str]:
     """(session id, turn) → the user's message of that turn (with the system prompt of the session)."""
-    out = {}
+    out: dict[tuple[object, object], str] = {}
     for s in (workload or {}).get("sessions") or []:
         for t, turn in enumerate(s.get("turns") or []):
             text = turn.get("user") or ""
@@ -951,7 +953,7 @@ def _prompts(workload: Optional[dict[str, Any]]) -> dict[tuple[int, int], str]:
     return out
 
 
-def _request_rows(df: pd.DataFrame, prompts: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
+def _request_rows(df: pd.DataFrame, prompts: dict[tuple[object, object], str]) -> list[dict[str, Any]]:
     rows = []
     for r in df.itertuples():
         rows.append(

@@ -141,7 +141,7 @@ def cost_per_million(usd_per_hour: Optional[float], duration_s: float, tokens: i
     return usd_per_hour * duration_s / 3600.0 / tokens * 1e6
 
 
-def distribution(values: Sequence[float]) -> dict[str, Optional[float]]:
+def distribution(values: Sequence[float] | np.ndarray) -> dict[str, Optional[float]]:
     """mean, std, min, max and p50/p90/p95/p99 (linear interpolation between order statistics)."""
     if isinstance(values, np.ndarray):
         arr = values.astype(float, copy=False)
@@ -175,12 +175,14 @@ def request_throughput(n_completed: int, duration_s: float) -> float:
     return n_completed / duration_s if duration_s > 0 else 0.0
 
 
-def output_token_throughput(output_tokens: Sequence[int], duration_s: float) -> float:
+def output_token_throughput(output_tokens: Sequence[int] | np.ndarray, duration_s: float) -> float:
     """Output tokens/s = Σ n_out / T over completed requests."""
     return float(sum(output_tokens)) / duration_s if duration_s > 0 else 0.0
 
 
-def total_token_throughput(prompt_tokens: Sequence[int], output_tokens: Sequence[int], duration_s: float) -> float:
+def total_token_throughput(
+    prompt_tokens: Sequence[int] | np.ndarray, output_tokens: Sequence[int] | np.ndarray, duration_s: float
+) -> float:
     """Total tokens/s = Σ (n_in + n_out) / T over completed requests."""
     return float(sum(prompt_tokens) + sum(output_tokens)) / duration_s if duration_s > 0 else 0.0
 
@@ -201,7 +203,7 @@ def goodput(n_meeting_slo: int, duration_s: float) -> float:
     return n_meeting_slo / duration_s if duration_s > 0 else 0.0
 
 
-def mean_concurrency(e2e_values: Sequence[float], duration_s: float) -> float:
+def mean_concurrency(e2e_values: Sequence[float] | np.ndarray, duration_s: float) -> float:
     """Mean requests in flight (Little's law) = Σ E2E / T."""
     return float(sum(e2e_values)) / duration_s if duration_s > 0 else 0.0
 

@@ -17,11 +17,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 from harness.results import formulas
 from harness.results.metrics import Metric
 from harness.results.record import RequestRecord
+
+if TYPE_CHECKING:
+    from harness.results.kept import KeptRecord
+
+# a request as a record, or as a row of a kept table (a run read back)
+Record = Union[RequestRecord, "KeptRecord"]
 
 COMPLETED, FAILED, UNFINISHED = "completed", "failed", "unfinished"
 
@@ -31,10 +37,10 @@ class JobRun:
     """One job as its records tell it."""
 
     job_id: int
-    records: list[RequestRecord]
+    records: list[Record]
     state: str  # completed | failed | unfinished
     job_s: float
-    critical_path: list[RequestRecord]
+    critical_path: list[Record]
 
     @property
     def ok(self) -> bool:
@@ -171,14 +177,14 @@ class JobGoodput(JobMetric):
         return sum(j.ok and j.job_s <= slo_job_s for j in jobs) / duration_s
 
 
-def critical_path(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+def critical_path(records: Sequence[Record]) -> list[Record]:
     """The chain of dependent requests that ends at the job's last token, first request first:
     from the last-ending request, step back to the dependency that finished last."""
     if not records:
         return []
     by_turn = {(r.session_id, r.turn): r for r in records}
     by_id = {r.request_id: r for r in records}
-    last_of: dict[int, RequestRecord] = {}  # each session's last request
+    last_of: dict[int, Record] = {}  # each session's last request
     forked: dict[int, list[int]] = defaultdict(list)  # request id → the sessions forked after it
     for r in records:
         if r.session_id not in last_of or r.turn > last_of[r.session_id].turn:
@@ -199,10 +205,10 @@ def critical_path(records: Sequence[RequestRecord]) -> list[RequestRecord]:
         path.append(max(dependencies, key=lambda d: d.end_s))
 
 
-def job_runs(records: Sequence[RequestRecord], planned: Optional[Mapping[int, int]] = None) -> list[JobRun]:
+def job_runs(records: Sequence[Record], planned: Optional[Mapping[int, int]] = None) -> list[JobRun]:
     """Every job with a record, in job order; ``planned``: each job's number of requests in the
     plan (without it, a job whose requests all completed counts as completed)."""
-    by_job: dict[int, list[RequestRecord]] = defaultdict(list)
+    by_job: dict[int, list[Record]] = defaultdict(list)
     for r in records:
         if r.job_id is not None:
             by_job[int(r.job_id)].append(r)
@@ -221,7 +227,7 @@ def job_runs(records: Sequence[RequestRecord], planned: Optional[Mapping[int, in
 
 
 def job_figures(
-    records: Sequence[RequestRecord],
+    records: Sequence[Record],
     duration_s: float,
     slo_job_s: Optional[float],
     planned: Optional[Mapping[int, int]] = None,
@@ -248,7 +254,7 @@ def job_figures(
             out[key] = formulas.distribution([v for v in (metric.value(j) for j in done) if v is not None])
         else:
             out[key] = metric.run_value(jobs, duration_s, slo_job_s)
-    by_depth: dict[int, list[RequestRecord]] = defaultdict(list)
+    by_depth: dict[int, list[Record]] = defaultdict(list)
     for r in records:
         if r.job_id is not None and r.ok:
             by_depth[int(r.depth or 0)].append(r)

@@ -31,7 +31,7 @@ import math
 import typing
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -330,6 +330,10 @@ class KeptRecord(RequestOutcome):
 
     def __init__(self, columns: _Columns, i: int) -> None:
         self._columns, self._i = columns, i
+
+    if TYPE_CHECKING:  # a RequestRecord's fields: properties set on the class below it, one per field
+
+        def __getattr__(self, name: str) -> Any: ...
 
     @property
     def engine_stats(self) -> dict[str, Any]:

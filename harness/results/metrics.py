@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, overload
 
 import numpy as np
 
@@ -47,6 +47,18 @@ class Metric:
     @classmethod
     def formula(cls) -> str:
         return " ".join((cls.__doc__ or "").split())
+
+    @overload
+    @classmethod
+    def show(cls, value: float) -> float: ...
+
+    @overload
+    @classmethod
+    def show(cls, value: None) -> None: ...
+
+    @overload
+    @classmethod
+    def show(cls, value: Optional[float]) -> Optional[float]: ...
 
     @classmethod
     def show(cls, value: Optional[float]) -> Optional[float]:

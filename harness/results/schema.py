@@ -285,7 +285,8 @@ class RunResult:
         try:
             from omegaconf import OmegaConf
 
-            return OmegaConf.to_container(OmegaConf.create(self.config_text)) or {}
+            config = OmegaConf.to_container(OmegaConf.create(self.config_text))
+            return {str(key): value for key, value in config.items()} if isinstance(config, dict) else {}
         except Exception:  # noqa: BLE001 - a damaged config.yaml must not stop a report
             return {}
 

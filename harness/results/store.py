@@ -23,7 +23,7 @@ import os
 import typing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, TextIO
 
 import orjson
 import pandas as pd
@@ -88,7 +88,7 @@ class RunWriter:
 
         self.save_output_text = save_output_text
         self.records = KeptRequests(stat_keys=ENGINE_STAGES)
-        self._jsonl = None
+        self._jsonl: Optional[TextIO] = None  # requests.jsonl, opened at the first row
         self.disk_full = False  # the folder's disk filled: rows are kept in memory only, nothing more is written
 
     def write_json(self, name: str, data: Any) -> None:
@@ -361,8 +361,14 @@ def summary_from_jsonl(run_dir: Path) -> RunSummary:
         if owner
         else "the run left no summary.json (killed?); figures rebuilt from requests.jsonl"
     )
+    names = config_names(Path(run_dir))
     return RunSummary(
-        status="running" if owner else "incomplete", error=error, **config_names(Path(run_dir)), **figures
+        status="running" if owner else "incomplete",
+        error=error,
+        backend=names.get("backend", {}),
+        model=names.get("model", {}),
+        workload=names.get("workload", {}),
+        **figures,
     )
 
 

@@ -7,7 +7,7 @@ Which figures exist, their units and formulas come from the metric registry
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import numpy as np
 
@@ -346,7 +346,8 @@ def overhead_warnings(harness: dict[str, Any], latency: dict[str, Any]) -> list[
     return out
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: Any) -> TypeGuard[float]:
+    """A figure that is there: an int or float, not NaN."""
     return isinstance(v, (int, float)) and v == v
 
 

@@ -54,6 +54,7 @@ from core.parent import die_with
 from harness.gate import noise, paired, verdicts
 from harness.gate.figures import Figure, parse_figure
 from harness.history.store import add_decision, add_run
+from harness.reports.compare.comparison import CompareOptions
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
 from harness.reports.gate_text import decision_lines, decision_table_markdown
@@ -318,7 +319,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         keep_loaded=args.keep_loaded,
     )
     current: list[RunProcess] = []
-    held = (
+    held: dict[str, HeldEngine] = (
         {
             name: HeldEngine(arm.held_command(exp.common), arm.cwd, out / "runs" / f"held-{name}.log", STOP_GRACE_S)
             for name, arm in arms.items()
@@ -331,7 +332,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         code = run_blocks(exp, arms, figures, args, out, current, random.Random(seed), start, held)
     except (KeyboardInterrupt, Interrupted) as exc:
-        for proc in [*current, *held.values()]:
+        procs: list[RunProcess | HeldEngine] = [*current, *held.values()]
+        for proc in procs:
             proc.stop(signalled=isinstance(exc, KeyboardInterrupt))
         exp.runs += [proc.record() for proc in current]  # the interrupted run, with what it kept
         exp.status = "interrupted"
@@ -562,12 +564,11 @@ def write_compare(
     blocks: list[paired.BlockRuns], out: Path, figures: list[Figure], evaluation: paired.Evaluation
 ) -> None:
     good, _ = paired.usable(blocks)
-    a_dirs = [b.a.run_dir for b in good]
-    b_dirs = [b.b.run_dir for b in good]
+    a_dirs = [block.runs()[0].run_dir for block in good]
+    b_dirs = [block.runs()[1].run_dir for block in good]
     try:
-        compare_runs(
-            a_dirs + b_dirs, out, metric=figures[0].metric, baseline_count=len(a_dirs), decisions=evaluation.decisions
-        )
+        options = CompareOptions(metric=figures[0].metric, baseline_count=len(a_dirs), decisions=evaluation.decisions)
+        compare_runs(a_dirs + b_dirs, out, options)
     except CompareError as exc:
         print(f"note: no compare.html: {exc}", file=sys.stderr)
 

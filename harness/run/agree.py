@@ -37,6 +37,7 @@ from backends.registry import backend_registry
 from core.errors import BackendUnavailable
 from core.parent import die_with
 from harness.reports import agreement
+from harness.reports.compare.comparison import CompareOptions
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.token_agreement import format_agreement  # rendering lives there
 from harness.reports.tables import text_table, wrap
@@ -248,7 +249,7 @@ def agree(args: argparse.Namespace) -> int:
         return 1
     results = [load_run(p, with_workload=False) for p in folders]
     lines = ["", *numerics_lines(results, labels), "", *matrix_lines(results, labels), ""]
-    compare_runs(folders, out / "compare", resamples=200)
+    compare_runs(folders, out / "compare", CompareOptions(resamples=200))
     lines += format_agreement(agreement.against_baseline(results, labels))
     lines += ["", *wrap(f"runs: {out} · comparison: {out / 'compare' / 'compare.html'}", indent="")]
     print("\n".join(lines))

@@ -108,7 +108,7 @@ def _log_lines_to(out: TextIO, run_dir: Path) -> Iterator[None]:
     console.setFormatter(formatter)
     in_folder = logging.FileHandler(run_dir / "harness.log")
     in_folder.setFormatter(formatter)
-    handlers = [console, in_folder]
+    handlers: list[logging.Handler] = [console, in_folder]
     for handler in handlers:
         logger.addHandler(handler)
     try:

@@ -194,7 +194,7 @@ def derive_hf_from_gguf(gguf: Path, out: Path) -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - transformers' GGUF reader raises anything; one line
         raise ModelError(
             f"could not read GGUF {gguf}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -248,6 +248,7 @@ async def _warm_up_then_measure(point: PointRun, measurement: Measurement) -> fl
     point.engine["warmed_up"] = warm_up
     if warm_up:
         log.info("warm-up: %d requests (not counted)", len(plan.warmup))
+        assert session.backend is not None and session.renderer is not None  # the session is open
         await Driver(session.backend, session.renderer, plan, on_record=lambda r: None).run(
             plan.warmup, open_loop=False
         )
@@ -277,7 +278,7 @@ class PointRun:
     session: EngineSession
     cfg: RunConfig
     plan: WorkloadPlan
-    workload_hashes: dict[str, Optional[str]]  # workload.json's sha256 and prompts_sha256
+    workload_hashes: Mapping[str, Optional[str]]  # workload.json's sha256 and prompts_sha256
     writer: RunWriter
     sampler: mem.MemorySampler
     driver: Driver
@@ -358,7 +359,7 @@ class PointRun:
             return
         try:
             self.machine = self.machine_monitor.stop()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the run's figures do not depend on it
             log.warning("the machine's state is not recorded (%s: %s)", type(exc).__name__, exc)
 
     def summary(self) -> RunSummary:
@@ -523,7 +524,7 @@ class PointRun:
         self.writer.write_text(METRICS_AFTER, after)
         try:
             return prometheus.phase_difference(before, after)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a scrape that does not parse costs itself only
             log.warning("could not parse the engine's metrics: %s", exc)
             return None
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
@@ -145,7 +145,7 @@ class EngineSession:
 
     # --- serving points -------------------------------------------------------------------
 
-    def run(self, coro: Awaitable[T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the session's event loop (Ctrl-C cancels it, then raises KeyboardInterrupt)."""
         assert self._loop_runner is not None, "ensure_loaded() first"
         return self._loop_runner.run(coro)
@@ -244,7 +244,7 @@ class _LoopRunner:
         self._runner = runner_cls(loop_factory=lambda: new_loop(event_loop)) if runner_cls is not None else None
         self._loop = new_loop(event_loop) if self._runner is None else None
 
-    def run(self, coro: Awaitable[T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._runner is not None:
             return self._runner.run(coro)
         assert self._loop is not None
@@ -255,7 +255,7 @@ class _LoopRunner:
             task.cancel()
             try:
                 self._loop.run_until_complete(task)
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the Ctrl-C is what gets raised
                 pass
             raise
 
@@ -286,7 +286,7 @@ def _one_line(fn: Callable[[], T], what: str) -> T:
         return fn()
     except HarnessError:
         raise
-    except Exception as exc:  # noqa: BLE001 - third-party loaders raise anything
+    except Exception as exc:  # third-party loaders raise anything
         detail = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ModelError(f"{what}: {type(exc).__name__}: {detail}") from exc
 

@@ -100,7 +100,7 @@ class GpuTelemetry:
         for reading, probe in probes.items():
             try:
                 probe()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - any error means the device lacks the reading
                 device.unsupported[reading] = _why(exc)
 
     def _processes(self, handle: Any) -> list[Any]:
@@ -124,11 +124,13 @@ class GpuTelemetry:
         rows = []
         for d, (energy, power) in zip(self.devices, energy_power):
             skip, h = d.unsupported, d.handle
-            used = _call(lambda: int(nvml.nvmlDeviceGetMemoryInfo(h).used)) if "used_bytes" not in skip else None
-            util = _call(lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)) if "util_pct" not in skip else None
+            used = _call(lambda h: int(nvml.nvmlDeviceGetMemoryInfo(h).used), h) if "used_bytes" not in skip else None
+            util = (
+                _call(lambda h: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu), h) if "util_pct" not in skip else None
+            )
             process = None
             if pids is not None and "process_used_bytes" not in skip:
-                process = _call(lambda: process_memory(self._processes(h), pids))
+                process = _call(lambda h: process_memory(self._processes(h), pids), h)
             rows.append((t, d.index, used, process, util, power, energy))
         return rows
 
@@ -164,7 +166,7 @@ def visible_devices(nvml: Any, environ: Any) -> tuple[list[GpuDevice], list[str]
         return [], ["NVML sees no GPU"]
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
-    names = [_call(lambda: _text(nvml.nvmlDeviceGetName(h))) or "?" for h in handles]
+    names = [_call(lambda h: _text(nvml.nvmlDeviceGetName(h)), h) or "?" for h in handles]
     spec = environ.get("CUDA_VISIBLE_DEVICES")
     notes: list[str] = []
     chosen = list(range(count)) if spec is None else _parse_visible(spec, uuids, notes)
@@ -173,7 +175,7 @@ def visible_devices(nvml: Any, environ: Any) -> tuple[list[GpuDevice], list[str]
     devices = []
     for cuda_index, nvml_index in enumerate(chosen):
         h = handles[nvml_index]
-        total = _call(lambda: int(nvml.nvmlDeviceGetMemoryInfo(h).total))
+        total = _call(lambda h: int(nvml.nvmlDeviceGetMemoryInfo(h).total), h)
         devices.append(GpuDevice(cuda_index, nvml_index, names[nvml_index], uuids[nvml_index], total, h))
     numeric = spec is not None and any(part.strip().isdigit() for part in spec.split(","))
     if numeric and len(set(names)) > 1 and environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
@@ -215,7 +217,7 @@ def describe_visible() -> list[dict[str, Any]]:
     try:
         devices, _ = visible_devices(nvml, os.environ)
         return [{"name": d.name, "memory_bytes": d.memory_total_bytes, "uuid": d.uuid} for d in devices]
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - env.json then lists no GPU, the run goes on
         return []
     finally:
         _shutdown(nvml)
@@ -236,15 +238,15 @@ def _init_nvml() -> tuple[Any, str]:
 def _shutdown(nvml: Any) -> None:
     try:
         nvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - NVML going away is nothing to report
         pass
 
 
-def _call(fn: Callable[[], Any]) -> Any:
-    """A reading, or None when NVML fails it this time."""
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: a reading, or None when NVML fails it this time."""
     try:
-        return fn()
-    except Exception:  # noqa: BLE001
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - NVML answers anything; the figure is then missing
         return None
 
 

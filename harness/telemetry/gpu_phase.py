@@ -50,7 +50,7 @@ def frame(rows: Sequence[tuple]) -> pd.DataFrame:
 
 def measured_phase(samples: pd.DataFrame, devices: Sequence[int], t0: float, t1: float) -> GpuPhase:
     """Energy and utilisation over [t0, t1] (module docstring), per device and in all."""
-    per_device = []
+    per_device: list[dict[str, Any]] = []
     for d in devices:
         rows = samples[samples["device"] == d].sort_values("t")
         t = rows["t"].to_numpy(float)
@@ -112,7 +112,9 @@ def memory_peaks(samples: pd.DataFrame) -> dict[str, Any]:
         values = samples[["t", key]].dropna()
         if not values.empty:
             out[key] = int(values.groupby("t")[key].sum().max())
-    for d, rows in samples.groupby("device"):
+    device = samples["device"].to_numpy(int)
+    for d in np.unique(device):
+        rows = samples[device == d]
         out["per_device"][int(d)] = {
             key: int(rows[key].max()) if rows[key].notna().any() else None
             for key in ("used_bytes", "process_used_bytes")
@@ -183,7 +185,7 @@ def run_figures(
         "scope": "engine processes" if engine_local else "device",
         "energy_j": phase.energy_j if phase else None,
         "energy_source": phase.energy_source if phase else None,
-        "window_unix_s": [t0 + offset, t1 + offset] if phase else None,
+        "window_unix_s": [t0 + offset, t1 + offset] if t0 is not None and t1 is not None else None,  # (the phase's)
         "samples": int(samples["t"].nunique()),
         "sample_interval_s": interval_s,
         "devices": [

@@ -94,13 +94,20 @@ def read_gpu_states(nvml: Any, devices: list[GpuDevice], full: bool = True) -> l
 
 
 def read_gpu_state(nvml: Any, device: GpuDevice, full: bool = True) -> GpuState:
-    h, e = device.handle, {}
+    h = device.handle
+    e: dict[str, str] = {}  # reading → why NVML did not give it
     state = GpuState(device.index, device.uuid, device.name)
-    clock = lambda kind: int(nvml.nvmlDeviceGetClockInfo(h, _enum(nvml, kind)))  # noqa: E731
+
+    def clock(kind: tuple[str, int]) -> int:
+        return int(nvml.nvmlDeviceGetClockInfo(h, _enum(nvml, kind)))
+
     state.sm_clock_mhz = _read(lambda: clock(CLOCK_SM), "sm_clock_mhz", e)
     state.mem_clock_mhz = _read(lambda: clock(CLOCK_MEM), "mem_clock_mhz", e)
     state.clocks_event_reasons = _read(lambda: int(_clocks_event_reasons(nvml, h)), "clocks_event_reasons", e)
-    violation = lambda policy: int(nvml.nvmlDeviceGetViolationStatus(h, _enum(nvml, policy)).violationTime)  # noqa: E731
+
+    def violation(policy: tuple[str, int]) -> int:
+        return int(nvml.nvmlDeviceGetViolationStatus(h, _enum(nvml, policy)).violationTime)
+
     state.violation_power_ns = _read(lambda: violation(PERF_POLICY_POWER), "violation_power_ns", e)
     state.violation_thermal_ns = _read(lambda: violation(PERF_POLICY_THERMAL), "violation_thermal_ns", e)
     state.temperature_c = _read(
@@ -109,7 +116,10 @@ def read_gpu_state(nvml: Any, device: GpuDevice, full: bool = True) -> GpuState:
     state.performance_state = _read(lambda: int(nvml.nvmlDeviceGetPerformanceState(h)), "performance_state", e)
     state.processes = _read(lambda: [int(p.pid) for p in _compute_processes(nvml, h)], "processes", e) or []
     if full:
-        max_clock = lambda kind: int(nvml.nvmlDeviceGetMaxClockInfo(h, _enum(nvml, kind)))  # noqa: E731
+
+        def max_clock(kind: tuple[str, int]) -> int:
+            return int(nvml.nvmlDeviceGetMaxClockInfo(h, _enum(nvml, kind)))
+
         state.sm_clock_max_mhz = _read(lambda: max_clock(CLOCK_SM), "sm_clock_max_mhz", e)
         state.mem_clock_max_mhz = _read(lambda: max_clock(CLOCK_MEM), "mem_clock_max_mhz", e)
         state.power_limit_w = _read(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0, "power_limit_w", e)

@@ -80,8 +80,9 @@ class MachineMonitor:
         self._t0 = time.monotonic()
         self.started_at = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
         self.before = self._snapshot(full=True) or Snapshot(0.0, CpuState(None, None, None))
-        if self._gpu is not None:
-            self._gpu_driver = self._guarded("GPU driver", lambda: driver_versions(self._gpu.nvml))
+        gpu = self._gpu
+        if gpu is not None:
+            self._gpu_driver = self._guarded("GPU driver", lambda: driver_versions(gpu.nvml))
         self._guarded("process scan", lambda: self._tracker.prime(self._roots()))
         self._thread.start()
         return self

@@ -330,6 +330,7 @@ def time_weighted_mean(t: list[float], v: list[float]) -> Optional[float]:
     return area / span
 
 
-def _label_order(item: tuple[str, float]) -> tuple[int, Any]:
+def _label_order(item: tuple[str, object]) -> tuple[int, Any]:
+    """A (label value, …) pair's order: numeric labels first, by number, then the others."""
     value = item[0]
     return (0, int(value)) if value.isdigit() else (1, value)

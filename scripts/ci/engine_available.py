@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from backends.factory import check_backend_available  # noqa: E402
-from backends.registry import backend_registry  # noqa: E402
-from core.errors import HarnessError  # noqa: E402
-from harness.cli import compose_config  # noqa: E402
+from backends.factory import check_backend_available
+from backends.registry import backend_registry
+from core.errors import HarnessError
+from harness.cli import compose_config
 
 
 def available(engine: str, image: str) -> tuple[bool, str]:

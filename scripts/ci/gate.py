@@ -27,17 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's packages first
 
-from harness.gate.verdicts import PASS, REGRESSION  # noqa: E402
-from harness.reports.compare.differences import decide_rows  # noqa: E402
-from harness.reports.compare.markdown import comparison_markdown  # noqa: E402
+from harness.gate.verdicts import PASS, REGRESSION
+from harness.reports.compare.comparison import CompareOptions
+from harness.reports.compare.differences import decide_rows
+from harness.reports.compare.markdown import comparison_markdown
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
-from harness.results import metrics  # noqa: E402
-from harness.results.sweep_file import SWEEP_JSON, varying_overrides  # noqa: E402
+from harness.results import metrics
+from harness.results.sweep_file import SWEEP_JSON, varying_overrides
 
 EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 2
 IGNORED_OVERRIDES = ("hydra.", "output_root=", "progress=", "report=")
@@ -104,9 +103,7 @@ def gate(
     compared = []
     for key, run_dirs in now.items():
         if key in before:
-            result = compare_runs(
-                [*before[key], *run_dirs],
-                out / run_dirs[0].name,
+            options = CompareOptions(
                 metric=metric,
                 stat=stat,
                 fail_pct=fail_pct,
@@ -114,6 +111,7 @@ def gate(
                 baseline_count=len(before[key]),
                 noise_dir=noise_dir,
             )
+            result = compare_runs([*before[key], *run_dirs], out / run_dirs[0].name, options)
             compared.append((key, result, next(r for r in result.diffs if r["metric"] == metric)))
     decisions = decide_rows([(row, result.floor) for _, result, row in compared], fail_pct, fdr)
     lines = [

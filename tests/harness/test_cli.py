@@ -12,7 +12,7 @@ FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "wor
 
 
 def error_line(proc):
-    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert proc.returncode != 0
     assert len(lines) == 1, proc.stderr
     return lines[0]

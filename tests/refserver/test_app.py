@@ -1,5 +1,6 @@
 """The reference server: schedule, lengths, dialects, errors, keys, metrics, exit."""
 
+import http.client
 import json
 import socket
 import time
@@ -12,6 +13,9 @@ from reference_fixtures import reference_server
 from harness.telemetry import prometheus
 from refserver.dialects import WORDS, word
 from workloads.prompts import PromptRenderer
+
+# what urllib raises for a connection that is refused, reset or cut mid-body (IncompleteRead)
+DROPPED = (OSError, http.client.HTTPException)
 
 
 def post(url, body, headers=None, timeout=30):
@@ -37,7 +41,7 @@ def data_events(text):
     """The JSON payloads of a raw SSE body (the tests' own minimal reading)."""
     out = []
     for block in text.replace("\r\n", "\n").split("\n\n"):
-        lines = [l[5:].lstrip() for l in block.split("\n") if l.startswith("data:")]
+        lines = [line[5:].lstrip() for line in block.split("\n") if line.startswith("data:")]
         if lines:
             out.append("\n".join(lines))
     return out
@@ -197,7 +201,7 @@ def test_injected_errors_and_dropped_connections(tmp_path):
     with reference_server(
         tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--error-rate", "1", "--error-kind", "drop"
     ) as srv:
-        with pytest.raises(Exception):  # the chunked body never completes
+        with pytest.raises(DROPPED):  # the chunked body never completes
             post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 10, "ignore_eos": True})
 
 
@@ -218,7 +222,7 @@ def test_exit_after_n_requests(tmp_path):
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--exit-after", "2") as srv:
         for _ in range(2):
             assert post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 1})[0] == 200
-        with pytest.raises(Exception):
+        with pytest.raises(DROPPED):  # the server has exited
             post(srv.url_root + "/v1/chat/completions", {**CHAT, "max_tokens": 1})
         deadline = time.time() + 10
         while srv.poll() is None and time.time() < deadline:

@@ -5,17 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from workloads import workload_registry
-from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    """A renderer and corpus of the store model's tokenizer (tiny-random has the same one)."""
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
 
 
 def build(parts, name: str, seed: int = 0, max_context=None, **overrides):

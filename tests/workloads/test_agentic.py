@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, parts, run_e2e, write_jsonl  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build, run_e2e, write_jsonl
 from workloads.agentic import fork_points
 from workloads.weka_trace import weka_lines
 

@@ -4,13 +4,6 @@ import pytest
 
 from core.errors import ConfigError
 from workloads import workload_registry
-from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
 
 
 def build(parts, seed=0, **overrides):

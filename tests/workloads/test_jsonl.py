@@ -3,7 +3,7 @@
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, parts, write_jsonl  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build, write_jsonl
 from workloads.prompts import chat_messages
 
 

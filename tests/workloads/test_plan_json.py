@@ -8,13 +8,6 @@ import pytest
 
 from workloads import workload_registry
 from workloads.base import WorkloadPlan, session_json
-from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
 
 
 def build(parts, name, **overrides):

@@ -15,9 +15,8 @@ import psutil
 import pytest
 
 from workloads import plan_pool
-from workloads.corpus import TokenizedCorpus
 from workloads.plan_pool import iter_fitted_texts
-from workloads.prompts import PromptRenderer, user_only
+from workloads.prompts import user_only
 from workloads.synthetic import SyntheticConfig, SyntheticWorkload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def fit_texts_in_chunks(*args, **kwargs) -> list:
     """Every fit of :func:`iter_fitted_texts`, taken to the last (the caller's stream then restored)."""
     return list(iter_fitted_texts(*args, **kwargs))
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
 
 
 @pytest.fixture

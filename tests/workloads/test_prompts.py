@@ -4,13 +4,7 @@ search gives, so a plan (and its sha256) does not change with the speed of its b
 import numpy as np
 import pytest
 
-from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer, user_only
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
+from workloads.prompts import user_only
 
 
 def one_at_a_time(renderer, corpus, rng, target_len, overhead):

@@ -12,9 +12,7 @@ import workloads.base as base
 import workloads.session_file as session_file
 from workloads import workload_registry
 from workloads.base import SessionSpec, TurnSpec, arrival_order, first_request_ids, fork_table, sorted_arrivals
-from workloads.corpus import TokenizedCorpus
 from workloads.lora import LoraSettings
-from workloads.prompts import PromptRenderer
 from workloads.session_file import SessionFile
 
 
@@ -99,11 +97,6 @@ def test_forked_processes_read_it_without_sharing_a_position():
 # --- a plan kept on disk ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
-
-
 def build(parts, name: str = "synthetic", **overrides):
     entry = workload_registry.get(name)
     lengths = {"input_len": 40} if name == "synthetic" else {"user_len": 20, "turns": 2}
@@ -132,11 +125,11 @@ def test_a_plan_on_disk_is_the_plan_in_memory(parts, monkeypatch, load):
     assert on_disk.hashes() == in_memory.hashes()
     assert "".join(on_disk.json_chunks()) == "".join(in_memory.json_chunks())
     assert on_disk.num_requests == in_memory.num_requests and on_disk.last_arrival() == in_memory.last_arrival()
-    sizes = lambda sessions: [
-        (len(t.prompt_token_ids), t.output_len)  # noqa: E731
-        for s in sessions
-        for t in s.turns
-        if t.prompt_token_ids is not None
-    ]
+
+    def sizes(sessions):
+        return [
+            (len(t.prompt_token_ids), t.output_len) for s in sessions for t in s.turns if t.prompt_token_ids is not None
+        ]
+
     largest = [max(sizes(in_memory.sessions), key=sum)] if sizes(in_memory.sessions) else []  # chat: none known
     assert list(on_disk.request_sizes()) == [*largest, *sizes(in_memory.warmup)]

@@ -3,7 +3,7 @@
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, parts  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build
 from workloads.shared_prefix import theoretical_hit_rate
 
 

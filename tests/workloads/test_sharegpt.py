@@ -5,7 +5,7 @@ import json
 import pytest
 
 from core.errors import ConfigError
-from tests.workloads.data_helpers import build, conversation, parts, write_json, write_jsonl  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build, conversation, write_json, write_jsonl
 from workloads.datafiles import file_sha256
 from workloads.prompts import chat_messages
 
@@ -43,9 +43,10 @@ def test_single_turn_json_and_jsonl_give_the_same_requests(parts, records, tmp_p
 
 def test_seeded_sampling(parts, records, tmp_path):
     path = str(write_json(tmp_path / "a.json", records))
-    ids = lambda seed: [
-        s.turns[0].prompt_id for s in build(parts, "sharegpt", seed=seed, path=path, num_requests=4).sessions
-    ]
+
+    def ids(seed):
+        return [s.turns[0].prompt_id for s in build(parts, "sharegpt", seed=seed, path=path, num_requests=4).sessions]
+
     assert ids(1) == ids(1)
     assert ids(1) != ids(2) or ids(1) != ids(3)
     assert len(build(parts, "sharegpt", path=path, num_requests=None).sessions) == len(records)
@@ -237,5 +238,5 @@ def test_cli_missing_file_is_one_line(tmp_path):
         f"output_root={tmp_path}",
         cwd=tmp_path,
     )
-    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and "no such file" in lines[0], proc.stderr

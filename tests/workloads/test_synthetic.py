@@ -6,13 +6,7 @@ import pytest
 from core.errors import ConfigError
 from workloads import workload_registry
 from workloads.base import WARMUP_OUTPUT_TOKENS
-from workloads.corpus import TokenizedCorpus
-from workloads.prompts import PromptRenderer, chat_messages
-
-
-@pytest.fixture(scope="module")
-def parts(real_tokenizer):
-    return PromptRenderer(real_tokenizer), TokenizedCorpus(real_tokenizer)
+from workloads.prompts import chat_messages
 
 
 def build(parts, seed=0, **overrides):

@@ -4,7 +4,7 @@ import pytest
 
 from core.errors import ConfigError
 from core.sequences import common_prefix
-from tests.workloads.data_helpers import build, parts, write_jsonl  # noqa: F401 (a fixture)
+from tests.workloads.data_helpers import build, write_jsonl
 from workloads.shared_prefix import theoretical_hit_rate
 
 BLOCK = 16

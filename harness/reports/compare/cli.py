@@ -43,7 +43,7 @@ from typing import Optional, TextIO
 from core.errors import HarnessError
 from harness.gate.bootstrap import stat_function
 from harness.reports.compare import stats
-from harness.reports.compare.comparison import Comparison
+from harness.reports.compare.comparison import CompareOptions, Comparison
 from harness.reports.compare.differences import GATE_METRICS, format_differences, gate_passed_text
 from harness.reports.compare.markdown import comparison_markdown, write_markdown
 from harness.reports.compare.outputs import compare_runs
@@ -141,9 +141,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if len(paths) < 2:
         raise CompareError(f"need at least two run folders to compare (got {len(paths)})")
     out_dir = args.out or fresh_folder(Path("results") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    result = compare_runs(
-        paths,
-        out_dir,
+    options = CompareOptions(
         metric=args.metric,
         stat=args.stat,
         resamples=args.resamples,
@@ -153,6 +151,7 @@ def run_compare(args: argparse.Namespace) -> int:
         baseline_count=baseline_count,
         noise_dir=args.noise_dir,
     )
+    result = compare_runs(paths, out_dir, options)
     console = sys.stderr if args.markdown == "-" else sys.stdout
     print_comparison(result, console)
     if args.markdown:

@@ -27,6 +27,22 @@ from harness.reports.compare.runs import (
 from harness.reports.compare.token_agreement import token_agreement
 
 
+@dataclass(frozen=True)
+class CompareOptions:
+    """How to compare runs: the gate's figure and threshold, the statistics of the differences,
+    and which runs make the baseline."""
+
+    metric: str = "ttft_s"  # of the regression gate
+    stat: str = "median"  # of per-request values, in the differences
+    resamples: int = stats.DEFAULT_RESAMPLES  # of each bootstrap interval
+    seed: int = 0  # of the bootstrap
+    fail_pct: Optional[float] = None  # the gate's threshold; None: no gate
+    strict: bool = False  # refuse incomparable runs (CompareError) before anything is written
+    baseline_count: Optional[int] = None  # the first runs are the baseline; None: the first run's configuration
+    noise_dir: Optional[Path] = None  # the stored noise floors (python -m harness.ab --aa); None: no floor
+    decisions: Sequence[Decision] = ()  # an A/B experiment's, shown as they were made
+
+
 @dataclass
 class Comparison:
     """What one comparison produced (its files are in ``out_dir``)."""
@@ -55,34 +71,23 @@ class Comparison:
         return (self.fail_pct, self.regression_lines) if self.fail_pct is not None else None
 
 
-def make_comparison(
-    paths: Sequence[Path],
-    out_dir: Path,
-    *,
-    metric: str = "ttft_s",
-    stat: str = "median",
-    resamples: int = stats.DEFAULT_RESAMPLES,
-    seed: int = 0,
-    fail_pct: Optional[float] = None,
-    strict: bool = False,
-    baseline_count: Optional[int] = None,
-    noise_dir: Optional[Path] = None,
-    decisions: Sequence[Decision] = (),
-) -> Comparison:
-    """Load the runs and compare them: the baseline is the first ``baseline_count`` runs (None: the
-    runs of the first run's configuration), the other runs are grouped by configuration; ``strict``: refuse
-    incomparable runs (CompareError). Nothing is written: :mod:`harness.reports.compare.outputs`
-    writes the files into ``out_dir``."""
+def make_comparison(paths: Sequence[Path], out_dir: Path, options: CompareOptions) -> Comparison:
+    """Load the runs and compare them: the baseline is the first ``options.baseline_count`` runs (None:
+    the runs of the first run's configuration), the other runs are grouped by configuration;
+    ``options.strict``: refuse incomparable runs (CompareError). Nothing is written:
+    :mod:`harness.reports.compare.outputs` writes the files into ``out_dir``."""
+    o = options
     runs = load_runs(paths)
     baseline = runs[0]
     comp = check_comparable(runs)
-    if comp.problems and strict:
+    if comp.problems and o.strict:
         raise CompareError("runs are not comparable (--strict): " + " | ".join(comp.problems))
-    all_sides = sides(runs, baseline_count)
+    all_sides = sides(runs, o.baseline_count)
     comp.problems.extend(tainted_notes(runs, all_sides))
-    floor = noise.load(noise_dir, *config_key(baseline.data)) if noise_dir else None
-    diffs = differences(all_sides, list(dict.fromkeys([metric, *DIFF_METRICS])), stat, resamples, seed, floor)
-    regression_lines = regressions(diffs, metric, fail_pct, floor) if fail_pct is not None else []
+    floor = noise.load(o.noise_dir, *config_key(baseline.data)) if o.noise_dir else None
+    metrics = list(dict.fromkeys([o.metric, *DIFF_METRICS]))
+    diffs = differences(all_sides, metrics, o.stat, o.resamples, o.seed, floor)
+    regression_lines = regressions(diffs, o.metric, o.fail_pct, floor) if o.fail_pct is not None else []
     return Comparison(
         runs,
         comp,
@@ -90,11 +95,11 @@ def make_comparison(
         diffs,
         regression_lines,
         out_dir,
-        metric,
-        stat,
-        fail_pct,
+        o.metric,
+        o.stat,
+        o.fail_pct,
         token_agreement(runs),
         all_sides,
         floor,
-        list(decisions),
+        list(o.decisions),
     )

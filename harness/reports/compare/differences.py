@@ -112,7 +112,7 @@ def _difference(
     figure = parse_figure(f"{metric}.{stat}")
     a = [_positive(r.data.values(metric)) for r in base.runs]
     b = [_positive(r.data.values(metric)) for r in side.runs]
-    row = {
+    row: dict[str, Any] = {
         "run": side.label,
         "baseline": base.label,
         "metric": metric,

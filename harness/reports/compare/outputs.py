@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
-from harness.gate.verdicts import Decision
-from harness.reports.compare import stats
-from harness.reports.compare.comparison import Comparison, make_comparison
+from harness.reports.compare.comparison import CompareOptions, Comparison, make_comparison
 from harness.reports.compare.differences import differences_frame
 from harness.reports.compare.page import build_compare_html
 from harness.reports.compare.runs import format_runs_list, format_runs_table
@@ -32,42 +29,17 @@ def write_outputs(result: Comparison) -> Path:
     return out_dir / "compare.html"
 
 
-def compare_runs(
-    paths: Sequence[Path],
-    out_dir: Path,
-    *,
-    metric: str = "ttft_s",
-    stat: str = "median",
-    resamples: int = stats.DEFAULT_RESAMPLES,
-    seed: int = 0,
-    fail_pct: Optional[float] = None,
-    strict: bool = False,
-    baseline_count: Optional[int] = None,
-    noise_dir: Optional[Path] = None,
-    decisions: Sequence[Decision] = (),
-) -> Comparison:
+def compare_runs(paths: Sequence[Path], out_dir: Path, options: CompareOptions) -> Comparison:
     """Compare the runs (the first is the baseline) and write the files into ``out_dir``;
-    ``strict``: refuse incomparable runs (CompareError) before writing anything."""
-    result = make_comparison(
-        paths,
-        out_dir,
-        metric=metric,
-        stat=stat,
-        resamples=resamples,
-        seed=seed,
-        fail_pct=fail_pct,
-        strict=strict,
-        baseline_count=baseline_count,
-        noise_dir=noise_dir,
-        decisions=decisions,
-    )
+    ``options.strict``: refuse incomparable runs (CompareError) before writing anything."""
+    result = make_comparison(paths, out_dir, options)
     write_outputs(result)
     return result
 
 
 def write_comparison(paths: Sequence[Path], out_dir: Path, quiet: bool = True) -> Path:
     """compare.html (and the CSVs) of a sweep's points, baseline the first; for sweep.json's folder."""
-    result = compare_runs(paths, out_dir, resamples=500)
+    result = compare_runs(paths, out_dir, CompareOptions(resamples=500))
     if not quiet:
         print(format_runs_list(result.runs))
         print(format_runs_table(result.table))

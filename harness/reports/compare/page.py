@@ -181,7 +181,7 @@ def _runs_html(runs: Sequence[Run], table: pd.DataFrame, out_dir: Path) -> str:
     shown_figures = [*HTML_FIGURES, *sourced_figures(table)]
     for run, row in zip(runs, table.to_dict("records")):
         report = run.path / REPORT_NAME
-        href = ""
+        href: str | tuple[str, str] = ""  # a link: (its target, its text)
         if report.exists():
             rel = os.path.relpath(report.resolve(), out_dir.resolve())
             href = (rel if rel.startswith((".", "/")) else "./" + rel, "report")
@@ -460,7 +460,7 @@ def _per_turn(runs: Sequence[Run]):
     fig = figures.figure(1, 2, ["TTFT p50 by turn (ms)", "TTFT p50 against context length (ms)"], height=380)
     for i, run in chat:
         turns = run.summary.per_turn
-        y = [t.get("ttft_p50_s") * 1000 if html.is_num(t.get("ttft_p50_s")) else None for t in turns]
+        y = [v * 1000 if html.is_num(v := t.get("ttft_p50_s")) else None for t in turns]
         for j, x in enumerate(([t.get("turn") for t in turns], [t.get("prompt_tokens_mean") for t in turns]), start=1):
             fig.add_trace(
                 figures.trace(

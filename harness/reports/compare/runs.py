@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -285,7 +285,7 @@ def check_comparable(runs: Sequence[Run]) -> Comparability:
     if hardware:
         result.problems.append(f"different hardware: {hardware}")
     for key, what in WORKLOAD_PARTS:  # the sha256 differs too: say which part
-        differs = _differs(runs, lambda r: r.summary.workload.get(key) or "none")
+        differs = _differs(runs, lambda r, key=key: r.summary.workload.get(key) or "none")
         if differs:
             result.problems.append(f"different {what}: {differs}")
     described = [describe(r) for r in runs]
@@ -365,8 +365,10 @@ CONSOLE_STATS = ("p50", "p90")  # of each console request metric in the printed 
 def console_figures() -> list[list[tuple[str, Optional[str]]]]:
     """The printed (and markdown) figures in two tables: each console request metric's
     CONSOLE_STATS, then every console run metric."""
-    latency = [(k, st) for k, m in metrics.REQUEST_METRICS.items() if m.in_console for st in CONSOLE_STATS]
-    whole_run = [(k, None) for k, m in metrics.RUN_METRICS.items() if m.in_console]
+    latency: list[tuple[str, Optional[str]]] = [
+        (k, st) for k, m in metrics.REQUEST_METRICS.items() if m.in_console for st in CONSOLE_STATS
+    ]
+    whole_run: list[tuple[str, Optional[str]]] = [(k, None) for k, m in metrics.RUN_METRICS.items() if m.in_console]
     return [latency, whole_run]
 
 
@@ -385,7 +387,7 @@ def figure_label(metric: str, stat: Optional[str]) -> str:
     return f"{m.label} ({m.unit})" if getattr(m, "source", None) else m.label
 
 
-def figure_text(row: dict[str, Any], metric: str, stat: Optional[str]) -> str:
+def figure_text(row: Mapping[Hashable, Any], metric: str, stat: Optional[str]) -> str:
     return fmt(row[column(metric, stat)], metrics.get(metric).digits)
 
 

@@ -337,7 +337,7 @@ def test_each_engines_http_path_against_its_dialect(tmp_path, monkeypatch, real_
         port = backend.server.port
     finally:
         backend.close()
-    for i, (chunks, done) in enumerate(results):
+    for i, (_chunks, done) in enumerate(results):
         assert (
             sum(done.chunk_tokens) == len(reply_ids(done, backend.get_tokenizer())) == 9 + i
             and done.engine_stats["output_tokens"] == 9 + i

@@ -158,11 +158,11 @@ def test_engine_presets_build_their_commands(tiny_model, real_model):
     assert s.command[:4] == ["-m", "sglang.launch_server", "--model-path", hf] and "--enable-metrics" in s.command
     assert s.reset_cache_path == "/flush_cache"
     assert s.metrics_path == "/metrics" and s.extra_body(chat_request(0, 3)) == {"ignore_eos": True, "min_tokens": 3}
-    l = llamacpp_preset(cfg, real_model)
-    assert l.command[:4] == ["-m", "llama_cpp.server", "--model", str(real_model.gguf_file)]
-    assert l.command[-2:] == ["--interrupt_requests", "False"] and "{port}" in l.command
-    assert (l.health_path, l.metrics_path, l.prompt_token_ids) == ("/v1/models", None, False)
-    assert l.extra_body(chat_request(0, 3)) == {"logit_bias": {"0": -1e9, "2": -1e9, "4": -1e9}}
+    lc = llamacpp_preset(cfg, real_model)
+    assert lc.command[:4] == ["-m", "llama_cpp.server", "--model", str(real_model.gguf_file)]
+    assert lc.command[-2:] == ["--interrupt_requests", "False"] and "{port}" in lc.command
+    assert (lc.health_path, lc.metrics_path, lc.prompt_token_ids) == ("/v1/models", None, False)
+    assert lc.extra_body(chat_request(0, 3)) == {"logit_bias": {"0": -1e9, "2": -1e9, "4": -1e9}}
     assert llamacpp_preset(cfg, real_model, eog_ids=[2]).extra_body(chat_request(0, 3)) == {"logit_bias": {"2": -1e9}}
     with pytest.raises(ModelError):
         llamacpp_preset(cfg, tiny_model)  # needs a GGUF
@@ -231,7 +231,7 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
         assert backend.server.url_root in backend.engine_info()["server"]["url"]
     finally:
         backend.close()
-    for i, (chunks, done) in enumerate(results):
+    for i, (_chunks, done) in enumerate(results):
         assert (
             sum(done.chunk_tokens) == len(reply_ids(done, backend.get_tokenizer())) == 9 + i
             and done.engine_stats["output_tokens"] == 9 + i

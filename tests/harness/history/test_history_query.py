@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date
 
 import pytest
-from history_runs import fake_run, nightly
+from history_runs import FakeRun, fake_run, nightly
 
 from harness.history.query import EmptyHistory, RunFilter, decisions, runs, series
 from harness.history.store import add_decision, add_runs
@@ -13,7 +13,7 @@ from harness.history.store import add_decision, add_runs
 
 def test_duckdb_reads_every_file_with_its_partitions(tmp_path):
     nightly(tmp_path / "a", [0.010, 0.011, 0.012])
-    fake_run(tmp_path / "b" / "run", day=5, engine="llamacpp", engine_version="0.3.36")
+    fake_run(tmp_path / "b" / "run", 5, FakeRun(engine="llamacpp", engine_version="0.3.36"))
     add_runs(tmp_path / "h", [tmp_path / "a", tmp_path / "b"])
     frame = runs(tmp_path / "h")
     assert len(frame) == 4

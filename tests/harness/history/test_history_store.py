@@ -6,7 +6,7 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
-from history_runs import fake_run, nightly
+from history_runs import FakeRun, fake_run, nightly
 
 from core.errors import HarnessError
 from harness.history import store
@@ -15,7 +15,7 @@ from harness.history.store import ADDED, ALREADY_THERE, add_decision, add_run, a
 
 
 def test_one_file_per_run_in_engine_and_date_partitions(tmp_path):
-    run = fake_run(tmp_path / "r", day=3, engine="llamacpp")
+    run = fake_run(tmp_path / "r", 3, FakeRun(engine="llamacpp"))
     stored = add_run(tmp_path / "h", run)
     assert stored.status == ADDED
     row = run_row(run)
@@ -27,7 +27,7 @@ def test_one_file_per_run_in_engine_and_date_partitions(tmp_path):
 
 
 def test_adding_a_run_twice_is_a_no_op_and_never_rewrites_the_file(tmp_path):
-    run = fake_run(tmp_path / "r", day=0)
+    run = fake_run(tmp_path / "r", 0)
     first = add_run(tmp_path / "h", run)
     before = (first.path.stat().st_mtime_ns, first.path.read_bytes())
     again = add_run(tmp_path / "h", run)
@@ -37,7 +37,7 @@ def test_adding_a_run_twice_is_a_no_op_and_never_rewrites_the_file(tmp_path):
 
 def test_a_file_is_linked_into_place_whole_and_never_overwritten(tmp_path, monkeypatch):
     """Another process added the same run between the check and the link: the first file stays."""
-    run = fake_run(tmp_path / "r", day=0)
+    run = fake_run(tmp_path / "r", 0)
     row = run_row(run)
     target = store.run_path(tmp_path / "h", row)
     target.parent.mkdir(parents=True)
@@ -55,9 +55,9 @@ def test_a_file_is_linked_into_place_whole_and_never_overwritten(tmp_path, monke
 
 
 def test_tainted_and_unfinished_runs(tmp_path):
-    tainted = add_run(tmp_path / "h", fake_run(tmp_path / "t", day=1, taint=["GPU thermal slowdown"]))
+    tainted = add_run(tmp_path / "h", fake_run(tmp_path / "t", 1, FakeRun(taint=["GPU thermal slowdown"])))
     assert pq.read_table(tainted.path).to_pylist()[0]["taint"] == ["GPU thermal slowdown"]
-    failed = add_run(tmp_path / "h", fake_run(tmp_path / "f", day=2, status="failed"))
+    failed = add_run(tmp_path / "h", fake_run(tmp_path / "f", 2, FakeRun(status="failed")))
     assert failed.status.startswith("skipped") and not failed.path.exists()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from browser import screenshot_dir
-from history_runs import fake_run, nightly
+from history_runs import FakeRun, fake_run, nightly
 
 from harness.history.analysis import DEFAULT_FIGURES, analyse, parse_figure
 from harness.history.query import runs
@@ -15,7 +15,7 @@ BASE = [0.0100, 0.0102, 0.0099, 0.0101, 0.0098, 0.0100, 0.0103, 0.0099, 0.0101, 
 
 def build(tmp_path, itl):
     nightly(tmp_path / "runs", itl)
-    fake_run(tmp_path / "runs" / "tainted", day=len(itl), itl_s=0.02, taint=["another busy process"])
+    fake_run(tmp_path / "runs" / "tainted", len(itl), FakeRun(itl_s=0.02, taint=["another busy process"]))
     add_runs(tmp_path / "h", [tmp_path / "runs"])
     reports = analyse(runs(tmp_path / "h"), [parse_figure(f) for f in DEFAULT_FIGURES])
     return write_trend(tmp_path / "trend.html", reports, tmp_path / "h"), reports

@@ -439,7 +439,7 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     table = pd.read_csv(tmp_path / "a" / "compare.csv").set_index("run")
     for row in figures[:3]:  # rendered from summary.json's figures with the registry's digits, not re-derived
         assert row[1] == f"{table.loc[row[0], compare.column('ttft_s', 'p50')]:,.{metrics.get('ttft_s').digits}f}"
-    for metric, stat in whole_run:  # every console run metric, from the registry
+    for metric, _stat in whole_run:  # every console run metric, from the registry
         assert f"| {md_text(metrics.get(metric).label)} ({md_text(metrics.get(metric).unit)}) |" in sections["Figures"]
     differences = md_rows(sections["Against the baseline"])
     assert len(differences) == 2 * 4 and {r[0] for r in differences} == set(labels[1:])

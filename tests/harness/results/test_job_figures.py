@@ -7,12 +7,12 @@ from harness.results.jobs import JOB_METRICS, critical_path, job_figures, job_ta
 from harness.results.record import RequestRecord
 
 
-def rec(rid, session, turn, start, end, job=0, depth=0, parent=None, cached=None, prompt=100, error=None):
+def rec(rid, session, turn, start, end, job=0, depth=0, parent=None, cached=None, error=None):
     return RequestRecord(
         request_id=rid,
         session_id=session,
         turn=turn,
-        prompt_tokens=prompt,
+        prompt_tokens=100,
         output_tokens=4,
         requested_output_tokens=4,
         exact_output_len=True,

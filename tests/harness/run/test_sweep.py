@@ -218,7 +218,7 @@ def test_slo_search_over_concurrency(tmp_path):
     if passed and failed:
         assert min(failed) > max(passed) and min(failed) - max(passed) <= 1  # bisected to the integer
     assert "slo_max_concurrency" in proc.stdout or "does not hold" in proc.stdout
-    assert all(p.startswith("probe ") for p in [l for l in proc.stdout.splitlines() if l.startswith("probe ")])
+    assert all(p.startswith("probe ") for p in [line for line in proc.stdout.splitlines() if line.startswith("probe ")])
 
 
 def test_slo_search_needs_an_slo(tmp_path):

@@ -21,6 +21,7 @@ from records import record
 
 from harness.reports.compare import outputs
 from harness.reports.compare import runs as compare
+from harness.reports.compare.comparison import CompareOptions
 from harness.reports.console import format_summary
 from harness.reports.run_report import build_report
 from harness.results import metrics
@@ -114,7 +115,10 @@ def test_measured_phase_sums_energy_and_averages_utilisation():
 
 def test_visible_devices_follow_cuda_visible_devices():
     nvml = FakeNVML(gpus(3))
-    indices = lambda env: [(d.index, d.nvml_index) for d in visible_devices(nvml, env)[0]]  # noqa: E731
+
+    def indices(env):
+        return [(d.index, d.nvml_index) for d in visible_devices(nvml, env)[0]]
+
     assert indices({}) == [(0, 0), (1, 1), (2, 2)]
     assert indices({"CUDA_VISIBLE_DEVICES": "2,0"}) == [(0, 2), (1, 0)]
     assert indices({"CUDA_VISIBLE_DEVICES": "GPU-1111"}) == [(0, 1)]  # a unique UUID prefix
@@ -246,7 +250,9 @@ def test_a_cpu_run_has_no_gpu_figures(monkeypatch, tmp_path, caplog):
     html, plots = build_report(load_run(tmp_path / "cpu"))
     assert "gpu" not in plots and "energy per output token" not in html and "GPU power" not in html
     shutil.copytree(tmp_path / "cpu", tmp_path / "cpu-again")
-    result = outputs.compare_runs([tmp_path / "cpu", tmp_path / "cpu-again"], tmp_path / "cmp", resamples=50)
+    result = outputs.compare_runs(
+        [tmp_path / "cpu", tmp_path / "cpu-again"], tmp_path / "cmp", CompareOptions(resamples=50)
+    )
     assert not {"energy_per_token_j", "gpu_power_w", "gpu_util_pct"} & set(result.table.columns)
     assert "J/token" not in compare.format_runs_table(result.table)
     assert "energy per output token" not in (tmp_path / "cmp" / "compare.html").read_text()
@@ -309,7 +315,7 @@ def test_a_gpu_run_reports_energy_power_and_utilisation(gpu_run, tmp_path, chrom
     assert_renders(chromium, run_dir / "report.html", tmp_path / "gpu-report.png", plots)
 
     shutil.copytree(run_dir, tmp_path / "again")
-    result = outputs.compare_runs([run_dir, tmp_path / "again"], tmp_path / "cmp", resamples=50)
+    result = outputs.compare_runs([run_dir, tmp_path / "again"], tmp_path / "cmp", CompareOptions(resamples=50))
     assert result.table["energy_per_token_j"].tolist() == pytest.approx([s["throughput"]["energy_per_token_j"]] * 2)
     assert result.table["gpu_util_pct"].tolist() == pytest.approx([50.0, 50.0])
     printed = compare.format_runs_table(result.table)
