@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from browser import chromium  # noqa: F401 - the fixture: defined here once, one browser for the whole session
-from process_state import changed_between_tests
-from process_state import unchanged_process_state  # noqa: F401 - the autouse fixture, around every test
+from process_state import (
+    changed_between_tests,
+    unchanged_process_state,  # noqa: F401 - the autouse fixture, around every test
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

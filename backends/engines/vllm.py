@@ -360,7 +360,7 @@ class VLLMBackend(Backend[VLLMConfig]):
         if engine is not None:
             # the engine core and its workers, as they are now (a worker may start after the engine
             # was made): waited for after the shutdown, before their shared memory is swept
-            before = getattr(self, "_processes_before_engine", set())
+            before: set[int] = getattr(self, "_processes_before_engine", set())
             engine_processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
             engine.shutdown(timeout=self.config.shutdown_timeout_s)
             del self._engine

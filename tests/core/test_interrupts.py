@@ -5,6 +5,7 @@ import signal
 import threading
 
 from conftest import as_foreground_job
+
 from core.interrupts import interrupts_held
 
 
