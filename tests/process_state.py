@@ -32,6 +32,10 @@ CHILD_EXIT_GRACE_S = 5.0
 PROCESS_SINGLETONS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 # variables pytest itself sets for each phase of a test
 PYTEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
+# variables a library sets once, when it is first imported, and then relies on: not a leak of
+# the test that happened to import it first (transformers' model classes import torch's inductor,
+# which sets its cache folder)
+SET_BY_FIRST_IMPORT = ("TORCHINDUCTOR_CACHE_DIR",)
 
 
 @dataclass
@@ -153,13 +157,15 @@ def differences(before: ProcessState, after: ProcessState) -> list[tuple[str, Ca
             )
         )  # type: ignore[arg-type]  # checked not None above
     changed = sorted(
-        k for k in before.environ.keys() | after.environ.keys() if before.environ.get(k) != after.environ.get(k)
+        k
+        for k in before.environ.keys() | after.environ.keys()
+        if before.environ.get(k) != after.environ.get(k) and not (k in SET_BY_FIRST_IMPORT and k not in before.environ)
     )
     if changed:  # names only: a value may be a secret
         found.append(
             (
                 f"the environment: {', '.join(changed)} changed",
-                lambda: (os.environ.clear(), os.environ.update(before.environ)),
+                lambda: _restore_environ(before.environ),
             )
         )
     if after.cwd != before.cwd:
@@ -168,7 +174,7 @@ def differences(before: ProcessState, after: ProcessState) -> list[tuple[str, Ca
 
 
 def _restore_environ(environ: dict[str, str]) -> None:
-    for name in set(os.environ) - set(environ) - set(PYTEST_VARIABLES):
+    for name in set(os.environ) - set(environ) - set(PYTEST_VARIABLES) - set(SET_BY_FIRST_IMPORT):
         del os.environ[name]
     os.environ.update(environ)
 

@@ -123,7 +123,7 @@ def sweep(out, ttft_ms):
     return out
 
 
-def gate(tmp_path, current, baseline, name):
+def gate(tmp_path, current, baseline, name, noise_dir=None):
     summary = tmp_path / f"summary-{name}.md"
     proc = script(
         sys.executable,
@@ -138,14 +138,28 @@ def gate(tmp_path, current, baseline, name):
         "25",
         "--summary",
         summary,
+        *(["--noise-dir", noise_dir] if noise_dir else []),
     )
     return proc, summary.read_text() if summary.exists() else ""
 
 
 def point_verdicts(summary):
-    """The gate column of the summary's table, one per point."""
-    rows = [line for line in summary.splitlines() if line.startswith("| workload.concurrency=")]
+    """The verdict column of the summary's table, one per point."""
+    rows = [line for line in summary.splitlines() if line.startswith("| reference/server")]
     return [r.rstrip(" |").rsplit("| ", 1)[1] for r in rows]
+
+
+def noise_floors(folder, sweep_dir, sd_apart):
+    """A stored noise floor (as python -m harness.ab --aa writes one) for each point of a sweep."""
+    from harness.gate.noise import FigureNoise, NoiseFloor, save
+    from harness.results.store import load_run
+    from harness.telemetry.environment import hardware_fingerprint
+
+    for point in json.loads((sweep_dir / "sweep.json").read_text())["points"]:
+        run = load_run(Path(point["run_dirs"][0]), with_workload=False)
+        figures = {"ttft_s.p50": FigureNoise(sd_apart / 2, None, 10, 12, sd_run_apart=sd_apart)}
+        save(folder, NoiseFloor(run.summary.config_sha256, hardware_fingerprint(run.env), figures, 1.0, 0.05))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -173,15 +187,23 @@ def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(
     calls = (tmp_path / "gh_calls").read_text()
     assert "--branch main --status success" in calls and "run download 4242" in calls
 
-    proc, summary = gate(tmp_path, smoke_sweeps["same"], tmp_path / "baseline", "same")
+    # without the noise between sweeps made apart, nothing decides: inconclusive, never a regression
+    proc, summary = gate(tmp_path, smoke_sweeps["slower"], tmp_path / "baseline", "no-floor")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert point_verdicts(summary) == ["inconclusive", "inconclusive"], summary
+    assert "no noise floor with σ_apart" in summary and "python -m harness.ab" in summary
+
+    # with a noise floor (σ_apart 5 %): the same sweep passes, a 4× slower TTFT regresses
+    floors = noise_floors(tmp_path / "noise", base, 0.05)
+    proc, summary = gate(tmp_path, smoke_sweeps["same"], tmp_path / "baseline", "same", floors)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert point_verdicts(summary) == ["pass", "pass"], summary
-    assert "No regression." in summary
+    assert "Gate against the baseline: no regression" in summary
 
-    proc, summary = gate(tmp_path, smoke_sweeps["slower"], tmp_path / "baseline", "slower")
+    proc, summary = gate(tmp_path, smoke_sweeps["slower"], tmp_path / "baseline", "slower", floors)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert point_verdicts(summary) == ["**REGRESSION**", "**REGRESSION**"], summary
-    assert "2 point(s) regressed" in summary and "| 2 / 2 |" in summary
+    assert point_verdicts(summary) == ["REGRESSION", "REGRESSION"], summary
+    assert "Gate against the baseline: 2 regression(s)" in summary
     assert (tmp_path / "compare-slower").is_dir() and list((tmp_path / "compare-slower").glob("*/compare.html"))
 
 
@@ -262,11 +284,14 @@ def test_the_nightly_history_lives_on_a_data_branch(tmp_path, smoke_sweeps):
         text=True,
         check=True,
     ).stdout.split()
-    assert len(files) == 2 * 2 * 2 and all(
-        f.startswith("history/runs/engine=") and f.endswith(".parquet") for f in files
-    )
+    run_files = [f for f in files if f.startswith("history/runs/engine=")]
+    verdicts = [f for f in files if f.startswith("history/decisions/")]
+    assert len(run_files) == 2 * 2 * 2 and all(f.endswith(".parquet") for f in files)
+    assert len(verdicts) == 2 * 2 * 4  # the nightly gate's: two nights × two points × four figures
     log = subprocess.run(
         ["git", "--git-dir", remote, "log", "--oneline", "bench-history"], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert len(log) == 2  # one commit a night, appended: nothing rewritten
-    assert "history" in (tmp_path / "summary.md").read_text().lower()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "history" in summary.lower() and "### Nightly gate: no regression" in summary
+    assert "no noise to judge by: 1 earlier nightly" in summary  # the second night: inconclusive, said why

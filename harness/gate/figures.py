@@ -80,3 +80,22 @@ def parse_figure(name: str) -> Figure:
         return Figure(metric, None)
     known = ", ".join([*(f"{m}.p50" for m in metrics.REQUEST_METRICS), *metrics.RUN_METRICS])
     raise ValueError(f"unknown figure '{name}': one of {known}")
+
+
+# the statistics compare and the gates take of a request metric (compare: --stat, median by default)
+FLOOR_STATS = ("p50", "p90", "p99")
+# the run metrics a gate may judge that every run has (goodput and the SLO share need an SLO)
+FLOOR_RUN_METRICS = ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_requests_per_s")
+
+
+def floor_figures(decided: tuple[Figure, ...] | list[Figure] = ()) -> list[Figure]:
+    """Every figure an A/A noise floor keeps: those ``decided`` by the experiment, each statistic
+    of every request metric compare judges (TTFT, TPOT, E2E, per-request tokens/s), the pooled ITL
+    the history follows, and the run metrics. A floor without one of them leaves compare and the
+    gates with no noise for it ("within-run only", inconclusive)."""
+    names = [f.name for f in decided]
+    for key, metric in metrics.REQUEST_METRICS.items():
+        if metric.in_compare or key == "itl_s":
+            names += [f"{key}.{stat}" for stat in FLOOR_STATS]
+    names += list(FLOOR_RUN_METRICS)
+    return [parse_figure(name) for name in dict.fromkeys(names)]

@@ -19,6 +19,11 @@ replacement, then each chosen run's requests with replacement, and recomputes θ
 is the percentile interval of exp(θ*_B − θ*_A), the one-sided bounds its α and 1 − α quantiles.
 Run metrics (tokens/s) have no requests: only the runs are resampled.
 
+**Repeats against repeats** (each side's runs made back to back, the sides at different times):
+the bootstrap holds the spread of runs within a session, not between sessions. With a noise
+floor, it is widened as below by σ_time² = max(σ_apart² − σ_run², 0), the spread the floor finds
+between runs made apart beyond that of runs side by side.
+
 **One run against one run** has no run-to-run spread in it: the interval resamples requests
 only and is labelled ``within-run``. It holds the noise inside a run, not between runs (another
 process, placement, clocks), so on its own it never decides a gate. When the noise floor σ of
@@ -47,12 +52,14 @@ PAIRED_T = "paired-t"
 RUN_BOOTSTRAP = "run-bootstrap"
 WITHIN_RUN = "within-run"
 WITHIN_RUN_WITH_FLOOR = "within-run + noise floor"
+RUNS_WITH_FLOOR = "run-bootstrap + noise between sessions"
 
 METHOD_TEXT = {
     PAIRED_T: "paired t on block log-ratios",
     RUN_BOOTSTRAP: "two-level bootstrap (runs, then requests)",
     WITHIN_RUN: "within-run only (requests resampled; run-to-run noise not included)",
     WITHIN_RUN_WITH_FLOOR: "within-run, widened by the measured noise floor",
+    RUNS_WITH_FLOOR: "two-level bootstrap, widened by the noise floor's spread between sessions made apart",
 }
 
 
@@ -200,9 +207,13 @@ def _pooled_sd(groups: Sequence[np.ndarray]) -> Optional[float]:
     return math.sqrt(sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dof)
 
 
-def widened_by_noise_floor(within: Interval, sd_run: float, dof: Optional[int] = None) -> Interval:
-    """A within-run interval widened by the known run-to-run sd of ln s, estimated with ``dof``
-    degrees of freedom (None: known exactly) (module doc)."""
+def widened_by_noise_floor(
+    within: Interval, sd_run: float, dof: Optional[int] = None, method: str = WITHIN_RUN_WITH_FLOOR
+) -> Interval:
+    """An interval widened by a known sd of ln s per side, estimated with ``dof`` degrees of
+    freedom (None: known exactly) (module doc): a within-run interval by σ_apart, or a bootstrap
+    over each side's repeats (made back to back, so sharing their session's state) by the spread
+    the floor finds between sessions, σ_time (:meth:`harness.gate.noise.FigureNoise.between_sessions`)."""
     se_within = (math.log(within.high) - math.log(within.low)) / (2 * _normal_quantile(1 - within.alpha / 2))
     floor_var = 2 * sd_run**2
     se = math.sqrt(se_within**2 + floor_var)
@@ -212,7 +223,7 @@ def widened_by_noise_floor(within: Interval, sd_run: float, dof: Optional[int] =
     p_greater = 1 - student_t.cdf(mid / se, df) if se > 0 else (0.0 if mid > 0 else 1.0)
     return replace(
         within,
-        method=WITHIN_RUN_WITH_FLOOR,
+        method=method,
         low=math.exp(mid - t2 * se),
         high=math.exp(mid + t2 * se),
         lower_bound=math.exp(mid - t1 * se),

@@ -62,6 +62,13 @@ class FigureNoise:
             return self.sd_run_apart, 2 * self.blocks - 1
         return self.sd_run, self.blocks - 1
 
+    def between_sessions(self) -> Optional[tuple[float, int]]:
+        """σ_time = √max(σ_apart² − σ_run², 0), the spread of runs made apart beyond that of runs
+        side by side, with its degrees of freedom; None when the floor kept no σ_apart or finds none."""
+        if self.sd_run_apart is None or self.sd_run_apart <= self.sd_run:
+            return None
+        return math.sqrt(self.sd_run_apart**2 - self.sd_run**2), 2 * self.blocks - 1
+
     @property
     def t1_sq(self) -> float:
         return (self.within_var or 0.0) * self.requests_per_run

@@ -4,9 +4,14 @@
     python -m harness.history list ROOT [--engine E] [--point P] [--since YYYY-MM-DD] [--decisions]
     python -m harness.history trend ROOT --out trend.html [--metric ttft_s.p50 …]
     python -m harness.history check ROOT [--markdown FILE] [--metric …] [--margin 0.05]
+    python -m harness.history gate ROOT SWEEP [--noise-dir DIR] [--record] [--markdown FILE] [--metric …]
 
-Exit codes: 0 fine; 1 ``check`` found an alert (harness/history/alerts.py has the rule);
-2 bad input, said in one ``error:`` line.
+``gate`` judges a new sweep (not yet added) against the nightlies before it, point by point
+(harness/history/nightly.py has the rule); ``--record`` keeps its verdicts in the history, so that
+trend.html marks a flagged nightly and the next one confirms or clears it.
+
+Exit codes: 0 fine; 1 ``check`` found an alert (harness/history/alerts.py has the rule), or
+``gate`` a regression; 2 bad input, said in one ``error:`` line.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import NoReturn, Optional
 import pandas as pd
 
 from core.errors import HarnessError
+from harness.history import nightly
 from harness.history.alerts import CONSECUTIVE, MARGIN, MAX_AGE, AlertRule
 from harness.history.analysis import DEFAULT_FIGURES, SeriesReport, alert_cells, analyse, parse_figure
-from harness.history.query import RunFilter, decisions, runs
-from harness.history.store import add_runs
+from harness.history.nightly import FDR
+from harness.history.query import EmptyHistory, RunFilter, decisions, runs
+from harness.history.store import add_decision, add_runs, rows_in
 from harness.history.trend import write_trend
 
 EXIT_ALERT, EXIT_BAD_INPUT = 1, 2
@@ -91,6 +98,32 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             "--max-age", type=int, default=MAX_AGE, help=f"runs a change point keeps alerting (default {MAX_AGE})"
         )
     trend.add_argument("--out", type=Path, default=Path("trend.html"), help="the page to write (default trend.html)")
+    gate = commands.add_parser("gate", help="judge a new sweep against the nightlies before it (exit 1: regression)")
+    gate.add_argument("root", type=Path)
+    gate.add_argument(
+        "current", type=Path, metavar="SWEEP", help="the new nightly: a sweep folder, or run folders' folder"
+    )
+    gate.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        metavar="FIGURE",
+        help=f"a figure to judge, repeatable (default: {' '.join(DEFAULT_FIGURES)})",
+    )
+    gate.add_argument(
+        "--margin", type=float, default=MARGIN, help=f"relative margin of a regression (default {MARGIN})"
+    )
+    gate.add_argument(
+        "--fdr", type=float, default=FDR, help=f"Benjamini-Hochberg level over the points (default {FDR})"
+    )
+    gate.add_argument("--noise-dir", type=Path, default=None, help="noise floors (python -m harness.ab --aa)")
+    gate.add_argument(
+        "--allow-other-hardware",
+        action="store_true",
+        help="judge against a history made on another hardware fingerprint (otherwise: inconclusive)",
+    )
+    gate.add_argument("--record", action="store_true", help="keep the verdicts in the history (trend.html marks them)")
+    gate.add_argument("--markdown", default=None, metavar="FILE", help="append the table as markdown to FILE")
     check.add_argument(
         "--markdown",
         default=None,
@@ -105,7 +138,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.root.exists() and not args.root.is_dir():
             raise HarnessError(f"the history's root must be a folder, and {args.root} is a file")
-        return {"add": run_add, "list": run_list, "trend": run_trend, "check": run_check}[args.command](args)
+        commands = {"add": run_add, "list": run_list, "trend": run_trend, "check": run_check, "gate": run_gate}
+        return commands[args.command](args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -156,7 +190,11 @@ def run_trend(args: argparse.Namespace) -> int:
     if args.out.is_dir():
         raise HarnessError(f"--out must be a file, not a folder: {args.out}")
     reports, rule = reports_for(args)
-    path = write_trend(args.out, reports, args.root, rule)
+    try:
+        gate_decisions: Optional[pd.DataFrame] = decisions(args.root)
+    except EmptyHistory:
+        gate_decisions = None
+    path = write_trend(args.out, reports, args.root, rule, gate_decisions)
     alerts = sum(r.verdict.alert is not None for r in reports)
     changes = sum(len(r.verdict.points) for r in reports)
     print(f"trend: {path} ({len(reports)} series, {changes} change points, {alerts} alerts)")
@@ -196,3 +234,43 @@ def run_check(args: argparse.Namespace) -> int:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write(alert_markdown(lines, len(reports)))
     return EXIT_ALERT if lines else 0
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    if args.markdown == "":
+        raise HarnessError("--markdown got an empty file name (is $GITHUB_STEP_SUMMARY set?)")
+    if not 0 <= args.margin < 1:
+        raise HarnessError(f"--margin must be in [0, 1), a fraction (got {args.margin}); e.g. 0.05 for 5 %")
+    if not 0 < args.fdr < 1:
+        raise HarnessError(f"--fdr must be in (0, 1) (got {args.fdr})")
+    figures = [parse_figure(m) for m in args.metric or DEFAULT_FIGURES]
+    current = pd.DataFrame(rows_in(args.current))
+    if current.empty:
+        raise HarnessError(f"{args.current} holds no finished run to judge")
+    try:
+        history = runs(args.root)
+    except EmptyHistory:
+        history = pd.DataFrame()
+    try:
+        earlier = decisions(args.root)
+    except EmptyHistory:
+        earlier = None
+    gate = nightly.judge(
+        history,
+        current,
+        figures,
+        margin=args.margin,
+        fdr=args.fdr,
+        noise_dir=args.noise_dir,
+        allow_other_hardware=args.allow_other_hardware,
+        decisions=earlier,
+    )
+    print(nightly.text(gate))
+    if args.markdown:
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            f.write(nightly.markdown(gate) + "\n")
+    if args.record:
+        started = str(current["started_at"].min())
+        for row in nightly.decision_rows(gate, started):
+            add_decision(args.root, row)
+    return EXIT_ALERT if gate.regressions else 0

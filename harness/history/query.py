@@ -20,7 +20,7 @@ from core.errors import HarnessError
 from harness.history.store import DECISIONS, RUNS
 
 # what a series carries beside its values (the trend's hover, the alert's text)
-SERIES_COLUMNS = ("run_id", "started_at", "git_commit", "engine_version", "tainted", "taint")
+SERIES_COLUMNS = ("run_id", "started_at", "git_commit", "engine_version", "tainted", "taint", "batch")
 
 
 class EmptyHistory(HarnessError):

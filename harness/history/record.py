@@ -20,7 +20,11 @@ Keys:
   ``backend_mode``, ``engine``, ``engine_version``, ``git_commit``, ``git_dirty``,
   ``started_at`` (UTC timestamp) and ``date`` (its day, the partition);
 - ``taint`` — why the run's machine state makes its figures suspect (summary.json's list,
-  written by the machine-state guard), and ``tainted`` (the list is not empty).
+  written by the machine-state guard), and ``tainted`` (the list is not empty);
+- ``batch`` — the runs made together, one after another: a sweep's runs (all its points and
+  repeats) share one, sha256(sweep folder name + its start)[:16]; a run added alone is a batch of
+  its own (its ``run_id``). A nightly is a batch: the gate against the history takes one value a
+  batch (harness/history/nightly.py), since the repeats of one batch share the machine's state.
 """
 
 from __future__ import annotations
@@ -80,12 +84,17 @@ def point_key(row: dict[str, Any]) -> tuple[str, str]:
     return short_hash(*parts, length=12), label
 
 
-def run_row(run_dir: Path) -> dict[str, Any]:
-    """The history row of a finished run folder."""
-    return row_of(load_run(Path(run_dir), with_workload=False))
+def run_row(run_dir: Path, batch: Optional[str] = None) -> dict[str, Any]:
+    """The history row of a finished run folder (``batch``: the sweep it was made in, if any)."""
+    return row_of(load_run(Path(run_dir), with_workload=False), batch)
 
 
-def row_of(run: RunResult) -> dict[str, Any]:
+def sweep_batch(sweep_dir: Path, started_at: Optional[str]) -> str:
+    """The batch of a sweep's runs: its folder's name and its start."""
+    return short_hash(Path(sweep_dir).name, started_at or "")
+
+
+def row_of(run: RunResult, batch: Optional[str] = None) -> dict[str, Any]:
     summary, env = run.summary, run.env
     git = (env.get("harness") or {}).get("git") or {}
     started = started_at_utc(summary.started_at)
@@ -121,6 +130,7 @@ def row_of(run: RunResult) -> dict[str, Any]:
         "taint": taint,
         "tainted": bool(taint),
     }
+    row["batch"] = batch or row["run_id"]
     row["point"], row["point_label"] = point_key(row)
     for metric, distribution in summary.latency.items():
         for stat in STATS:

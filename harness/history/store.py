@@ -18,13 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.errors import HarnessError
-from harness.history.record import run_row, short_hash
+from harness.history.record import run_row, short_hash, sweep_batch
 from harness.results.schema import FINISHED, SUMMARY
 from harness.results.store import is_run_dir
 from harness.results.sweep_file import SWEEP_JSON, point_run_dirs, read_sweep
@@ -59,13 +59,13 @@ def run_path(root: Path, row: Mapping[str, Any]) -> Path:
     )
 
 
-def add_run(root: Path, run_dir: Path) -> Stored:
+def add_run(root: Path, run_dir: Path, batch: Optional[str] = None) -> Stored:
     """Append a finished run to the history at ``root`` (a no-op when it is already there, or
-    when the run failed or was interrupted)."""
+    when the run failed or was interrupted); ``batch``: the sweep it was made in."""
     run_dir = Path(run_dir)
     if not is_run_dir(run_dir):
         raise HarnessError(f"{run_dir} is not a finished run folder (no summary.json)")
-    row = run_row(run_dir)
+    row = run_row(run_dir, batch)
     if row["status"] not in FINISHED:  # its figures are not a measurement of the point
         return Stored(row["run_id"], run_path(root, row), f"{SKIPPED}: it ended {row['status']}")
     return write_once(run_path(root, row), row["run_id"], row)
@@ -130,22 +130,36 @@ def one_row_table(row: Mapping[str, Any]) -> pa.Table:
 def run_dirs_in(path: Path) -> list[Path]:
     """The runs a path names: a run folder; a sweep folder's points (sweep.json); else every
     run folder one or two levels below."""
+    return [run_dir for run_dir, _ in batched_run_dirs_in(path)]
+
+
+def batched_run_dirs_in(path: Path) -> list[tuple[Path, Optional[str]]]:
+    """:func:`run_dirs_in`, each run with its batch: a sweep's, or None (a batch of its own)."""
     path = Path(path)
     if is_run_dir(path):
-        return [path]
+        return [(path, None)]
     if not path.is_dir():
         raise HarnessError(f"{path} is not a folder: give a run folder, a sweep folder or a folder of runs")
     if (path / SWEEP_JSON).is_file():
         try:
-            return point_run_dirs(read_sweep(path))
+            sweep = read_sweep(path)
         except ValueError:
             pass
+        else:
+            batch = sweep_batch(path, sweep.get("started_at"))
+            return [(run_dir, batch) for run_dir in point_run_dirs(sweep)]
     found = sorted(path.glob(f"*/{SUMMARY}")) + sorted(path.glob(f"*/*/{SUMMARY}"))
     if not found:
         raise HarnessError(f"{path} holds no run folder (no summary.json in it or one or two levels below)")
-    return [p.parent for p in found]
+    return [(p.parent, None) for p in found]
 
 
 def add_runs(root: Path, paths: Iterable[Path]) -> list[Stored]:
     """:func:`add_run` for every run the paths name (see :func:`run_dirs_in`)."""
-    return [add_run(root, run_dir) for path in paths for run_dir in run_dirs_in(path)]
+    return [add_run(root, run_dir, batch) for path in paths for run_dir, batch in batched_run_dirs_in(path)]
+
+
+def rows_in(path: Path) -> list[dict[str, Any]]:
+    """The history rows of the finished runs a path names (a sweep's share its batch), not stored."""
+    rows = [run_row(run_dir, batch) for run_dir, batch in batched_run_dirs_in(path)]
+    return [r for r in rows if r["status"] in FINISHED]

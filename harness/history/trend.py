@@ -3,25 +3,37 @@
 One figure per series: the untainted runs (hover: run id, commit, engine version), each
 segment's mean as a step line, a dashed vertical line at each change point labelled with its
 relative change, tainted runs in grey (left out of the change points and alerts), and the
-runs that raised an alert in red. The page opens with the alerts, then a table of every
-change point. Self-contained: plotly.js is inlined (harness.reports.html.page).
+runs that raised an alert in red, and the nightlies the nightly gate flagged
+(harness/history/nightly.py) as diamonds: open while the next nightly has not judged them yet,
+filled red once it confirmed the regression, grey once it cleared it. The page opens with the
+alerts, then the nightly gate's flags, then a table of every change point. Self-contained: plotly.js is inlined (harness.reports.html.page).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pandas as pd
 
 from harness.history.alerts import DEFAULT_RULE, AlertRule
 from harness.history.analysis import SeriesReport, alert_cells
 from harness.history.changepoints import segment_means
+from harness.history.nightly import CLEARED, CONFIRMED, SUSPECT, marks
 from harness.reports.figures import figure, figure_div, trace
 from harness.reports.html import esc, fmt, page, safe, table
 
 CHANGE_COLOR, ALERT_COLOR, TAINT_COLOR, RUN_COLOR, STEP_COLOR = "#8a4a05", "#d62728", "#b0b7c0", "#4e79a7", "#59a14f"
+# how the nightly gate left a flagged nightly: (legend name, marker)
+GATE_MARKS = {
+    SUSPECT: ("flagged by the nightly gate (the next nightly decides)", dict(symbol="diamond-open", size=15,
+                                                                        color=ALERT_COLOR, line=dict(width=2))),
+    CONFIRMED: ("regression confirmed by the next nightly", dict(symbol="diamond", size=14, color=ALERT_COLOR,
+                                                               line=dict(color="#000", width=1))),
+    CLEARED: ("flagged, then cleared by the next nightly", dict(symbol="diamond-open", size=15, color=TAINT_COLOR,
+                                                              line=dict(width=2))),
+}  # fmt: skip
 
 
 def hover(runs: pd.DataFrame, unit: str, scale: float, digits: int) -> list[str]:
@@ -48,7 +60,7 @@ def change_x(clean: pd.DataFrame, index: int) -> str:
     return (before + (after - before) / 2).isoformat()
 
 
-def series_figure(report: SeriesReport, div_id: str) -> str:
+def series_figure(report: SeriesReport, div_id: str, gate_marks: Optional[dict[str, str]] = None) -> str:
     definition = report.figure.definition
     scale, unit, digits = definition.scale, definition.unit, definition.digits
     clean, tainted = report.clean, report.runs[report.runs["tainted"]]
@@ -106,6 +118,22 @@ def series_figure(report: SeriesReport, div_id: str) -> str:
                 hovertemplate="%{text}<extra></extra>",
             )
         )
+    for status, (name, marker) in GATE_MARKS.items():
+        batches = {b for b, s in (gate_marks or {}).items() if s == status}
+        flagged = report.runs[report.runs["batch"].isin(batches)] if batches and "batch" in report.runs else None
+        if flagged is not None and not flagged.empty:
+            fig.add_trace(
+                trace(
+                    "scatter",
+                    x=times(flagged),
+                    y=flagged["value"].to_numpy() * scale,
+                    mode="markers",
+                    name=name,
+                    marker=marker,
+                    text=hover(flagged, unit, scale, digits),
+                    hovertemplate="%{text}<extra></extra>",
+                )
+            )
     for cp in report.verdict.points:
         fig.add_vline(
             change_x(clean, cp.index),
@@ -148,8 +176,35 @@ def change_rows(reports: Sequence[SeriesReport]) -> list[dict[str, Any]]:
     return rows
 
 
-def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DEFAULT_RULE) -> str:
+def gate_rows(reports: Sequence[SeriesReport], decisions: Optional[pd.DataFrame]) -> list[dict[str, Any]]:
+    """Every nightly the nightly gate flagged, with how the next nightly left it."""
+    rows = []
+    for r in reports:
+        for batch, status in marks(decisions, r.point, r.figure.name).items():
+            runs = r.runs[r.runs["batch"] == batch] if "batch" in r.runs else r.runs.iloc[0:0]
+            if runs.empty:
+                continue
+            d = r.figure.definition
+            rows.append(
+                {
+                    "point": r.point_label,
+                    "figure": r.figure.name,
+                    "nightly": f"{pd.Timestamp(runs['started_at'].min()):%Y-%m-%d %H:%M}",
+                    "value": fmt(float(runs["value"].mean()), d.digits, d.scale),
+                    "state": GATE_MARKS[status][0],
+                }
+            )
+    return rows
+
+
+def trend_page(
+    reports: Sequence[SeriesReport],
+    root: Path,
+    rule: AlertRule = DEFAULT_RULE,
+    decisions: Optional[pd.DataFrame] = None,
+) -> str:
     alerts = alert_rows(reports)
+    flags = gate_rows(reports, decisions)
     rule_text = (
         f"Alert rule: the last {rule.consecutive} untainted runs are each worse than the mean of the segment "
         f"before the last change point by more than {rule.margin * 100:g} %, and that change point is at most "
@@ -173,14 +228,27 @@ def trend_page(reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DE
             if changes
             else ""
         ),
-        figures=safe("".join(series_figure(r, f"trend-{i}") for i, r in enumerate(reports))),
+        gate_table=safe(
+            table(flags, list(flags[0]), text_columns=("point", "figure", "nightly", "state")) if flags else ""
+        ),
+        figures=safe(
+            "".join(
+                series_figure(r, f"trend-{i}", marks(decisions, r.point, r.figure.name)) for i, r in enumerate(reports)
+            )
+        ),
     )
 
 
-def write_trend(path: Path, reports: Sequence[SeriesReport], root: Path, rule: AlertRule = DEFAULT_RULE) -> Path:
+def write_trend(
+    path: Path,
+    reports: Sequence[SeriesReport],
+    root: Path,
+    rule: AlertRule = DEFAULT_RULE,
+    decisions: Optional[pd.DataFrame] = None,
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(trend_page(reports, root, rule), encoding="utf-8")
+    tmp.write_text(trend_page(reports, root, rule, decisions), encoding="utf-8")
     tmp.replace(path)
     return path

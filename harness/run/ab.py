@@ -52,7 +52,7 @@ from typing import Any, Optional
 
 from core.parent import die_with
 from harness.gate import noise, paired, verdicts
-from harness.gate.figures import Figure, parse_figure
+from harness.gate.figures import Figure, floor_figures, parse_figure
 from harness.history.store import add_decision, add_run
 from harness.reports.compare.comparison import CompareOptions
 from harness.reports.compare.outputs import compare_runs
@@ -492,7 +492,8 @@ def record_noise_floor(
     exp: Experiment, blocks: list[paired.BlockRuns], figures: list[Figure], args: argparse.Namespace, out: Path
 ) -> list[str]:
     walls = [r.wall_s for r in exp.runs if r.exit_code == 0]
-    floor = paired.measure_noise_floor(blocks, figures, walls, source=str(out), engine=exp.engine)
+    # every figure compare and the gates judge, not only those this experiment decided
+    floor = paired.measure_noise_floor(blocks, floor_figures(figures), walls, source=str(out), engine=exp.engine)
     path = noise.save(args.noise_dir, floor)
     exp.noise_floor = str(path)
     kind = ", engines kept loaded" if exp.keep_loaded else ""
@@ -501,13 +502,19 @@ def record_noise_floor(
         f"noise floor ({floor.hardware}, config {floor.config_sha256[:12]}{kind}): {path}",
         f"  a run costs {floor.cost_run_s:.1f} s before its requests, a request {floor.cost_request_s:.3f} s",
     ]
+    decided = {f.name for f in figures}
+    others = [name for name in floor.figures if name not in decided]
     for name, fig in floor.figures.items():
+        if name not in decided:
+            continue
         p = noise.plan(name, fig, args.precision / 100, floor.cost_run_s, floor.cost_request_s)
         apart = f" (runs apart: {fig.sd_run_apart * 100:.2f}%)" if fig.sd_run_apart is not None else ""
         lines.append(
             f"  {name}: run-to-run sd {fig.sd_run * 100:.2f}%{apart}; ±{args.precision:g}% needs {p.blocks} "
             f"blocks of {p.requests_per_run} requests per run; gate margin at least {3 * fig.sd_run * 100:.1f}%"
         )
+    if others:
+        lines.append(f"  and the noise of {len(others)} more figures compare and the gates judge: {', '.join(others)}")
     return lines
 
 

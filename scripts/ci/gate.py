@@ -1,19 +1,24 @@
-"""The regression gate of a benchmark job: this sweep against the baseline sweep, point by point.
+"""The regression gate of a benchmark job: this sweep against a baseline sweep made at another time.
 
     python scripts/ci/gate.py --current results/ci/vllm --baseline baseline/vllm \
-        --fail-on-regression 10 --summary "$GITHUB_STEP_SUMMARY" --out results/ci/vllm-compare
+        --fail-on-regression 10 --noise-dir noise --summary "$GITHUB_STEP_SUMMARY" --out results/ci/vllm-compare
 
-Points are paired by their overrides (sweep.json); a point's runs are all its repeats
-(``repeat=N``). Each pair goes through ``harness.reports.compare`` (the baseline's runs as one
-side, this job's as the other: the interval comes from the runs, harness/gate/intervals.py).
-Three verdicts per point (harness/gate/verdicts.py): **regression** (worse beyond noise, with
-Benjamini–Hochberg over the points so a 40-point sweep is not 40 chances to cry wolf, and by
-more than the threshold, or 3 × the noise floor of ``--noise-dir``), **pass**, **inconclusive**
-(never fails). One run against one run is inconclusive unless a noise floor is known. The
-interleaved base/head experiment (``python -m harness.ab``) is the stronger test where one
-runner can run both. The job summary gets a markdown table, one row per point, then each
-comparison in full. Without a baseline (the first run on the default branch, or an expired
-artifact) there is no gate: the summary says so and the exit code is 0.
+The two sweeps were made apart (another night, often another runner), and the repeats of each
+were made back to back: their spread says nothing of the noise between the two (three identical
+sweeps a minute apart were called a regression in 1 to 3 of 3 pairs when it did). So each
+point is judged as the nightly gate judges one (harness/history/nightly.py), with the baseline as
+a history of one nightly: the noise between sweeps comes from a stored noise floor's σ_apart for
+the point's configuration on this hardware (``--noise-dir``: ``python -m harness.ab --aa``
+measures it); without one the point is **inconclusive**, never a regression, and the summary says
+what would decide. A point **regresses** when it lies outside the floor's prediction interval on
+the worse side (Benjamini–Hochberg over the points) and is worse by more than the threshold. A
+baseline from another hardware fingerprint decides nothing unless ``--allow-other-hardware``.
+
+Nightlies are judged against their whole history instead (``python -m harness.history gate``,
+scripts/ci/history.sh), and a pull request by an interleaved A/B (``python -m harness.ab``,
+scripts/ci/ab-gate.sh): this script is for one sweep against one baseline. Each point's runs are
+also compared in full (compare.html under ``--out``) for a person to read. Without a baseline (the
+first run, or an expired artifact) there is no gate: the summary says so and the exit code is 0.
 
 Exit codes: 0 no regression (or no baseline), 1 a regression, 2 bad input.
 """
@@ -21,7 +26,6 @@ Exit codes: 0 no regression (or no baseline), 1 a regression, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,17 +33,18 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's packages first
 
-from harness.gate.verdicts import PASS, REGRESSION
+import pandas as pd
+
+from harness.history import nightly
+from harness.history.analysis import parse_figure
+from harness.history.store import rows_in
 from harness.reports.compare.comparison import CompareOptions
-from harness.reports.compare.differences import decide_rows
-from harness.reports.compare.markdown import comparison_markdown
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
 from harness.results import metrics
-from harness.results.sweep_file import SWEEP_JSON, varying_overrides
+from harness.results.sweep_file import SWEEP_JSON
 
 EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 2
-IGNORED_OVERRIDES = ("hydra.", "output_root=", "progress=", "report=")
 
 
 def find_sweep(folder: Path) -> Optional[Path]:
@@ -50,42 +55,16 @@ def find_sweep(folder: Path) -> Optional[Path]:
     return found[0] if found else None
 
 
-def finished_points(sweep_json: Path) -> dict[tuple[str, ...], list[Path]]:
-    """Each point with finished runs, keyed by where it sits on the sweep's axes (the overrides
-    that vary between its points: the same engine setting changed by a commit is the same
-    point) → its run folders (all its repeats). Run folders are found under the sweep's folder:
-    they moved with the artifact."""
-    data = json.loads(sweep_json.read_text())
-    points = data.get("points", [])
-    axes = varying_overrides(
-        [[o for o in p.get("overrides") or [] if not o.startswith(IGNORED_OVERRIDES)] for p in points]
-    )
-    found: dict[tuple[str, ...], list[Path]] = {}
-    for p, key in zip(points, axes):
-        if p.get("status") not in ("complete", "saturated") or not p.get("run_dirs"):
-            continue
-        point_dir = Path(p["run_dir"])
-        dirs = [
-            sweep_json.parent / Path(d).relative_to(point_dir.parent)
-            if Path(d).is_relative_to(point_dir.parent)
-            else Path(d)
-            for d in p["run_dirs"]
-        ]
-        dirs = [d for d in dirs if (d / "summary.json").is_file()]
-        if dirs:
-            found[tuple(sorted(key))] = dirs
-    return found
-
-
 def gate(
     current: Path,
     baseline: Optional[Path],
     out: Path,
     fail_pct: float,
     metric: str,
-    stat: str = "median",
+    stat: str = "p50",
     noise_dir: Optional[Path] = None,
     fdr: float = 0.05,
+    allow_other_hardware: bool = False,
 ) -> tuple[int, str]:
     """(exit code, markdown for the job summary)."""
     current_sweep = find_sweep(current)
@@ -98,68 +77,36 @@ def gate(
             "**No baseline** (the first run on the default branch, or its artifact expired): "
             "no gate this time. This run's results become the next run's baseline.\n"
         )
-    now, before = finished_points(current_sweep), finished_points(base_sweep)
-    m = metrics.REQUEST_METRICS[metric]
-    compared = []
-    for key, run_dirs in now.items():
-        if key in before:
-            options = CompareOptions(
-                metric=metric,
-                stat=stat,
-                fail_pct=fail_pct,
-                resamples=1000,
-                baseline_count=len(before[key]),
-                noise_dir=noise_dir,
-            )
-            result = compare_runs([*before[key], *run_dirs], out / run_dirs[0].name, options)
-            compared.append((key, result, next(r for r in result.diffs if r["metric"] == metric)))
-    decisions = decide_rows([(row, result.floor) for _, result, row in compared], fail_pct, fdr)
-    lines = [
-        f"Metric: **{m.label} {stat}** ({m.unit}). A point **regresses** when it is worse than the baseline "
-        f"beyond noise (Benjamini–Hochberg over the {len(compared)} points at {fdr:g}) and by more than the margin "
-        f"({fail_pct:g}%, or 3 × the noise floor); it **passes** when its one-sided 95% bound is inside the margin; "
-        "otherwise it is **inconclusive** and does not fail. One run against one run decides only with a noise "
-        "floor (`python -m harness.ab --aa`).\n",
-        "| point | baseline | this run | change | 95% CI | runs | gate |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    details, regressed, unsure = [], 0, 0
-    for key in now:
-        label = " ".join(key) or "(the one point)"
-        if key not in before:
-            lines.append(f"| {label} | - | - | - | - | - | new point: no baseline |")
-    for (key, result, row), decision in zip(compared, decisions):
-        label = " ".join(key) or "(the one point)"
-        verdict = decision.verdict if decision is not None else "not enough data"
-        regressed += verdict == REGRESSION
-        unsure += verdict != REGRESSION and verdict != PASS
-        ci = f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]" if row["ci_low_pct"] is not None else "-"
-        mark = {REGRESSION: "**REGRESSION**"}.get(verdict, verdict)
-        lines.append(
-            f"| {label} | {_num(row['baseline_value'])} | {_num(row['value'])} | {_pct(row['change_pct'])} "
-            f"| {ci} | {row['baseline_runs']} / {row['runs']} | {mark} |"
-        )
-        details.append(f"<details><summary>{label}</summary>\n\n{comparison_markdown(result)}\n</details>\n")
-    for key in before.keys() - now.keys():
-        lines.append(f"| {' '.join(key) or '(the one point)'} | ran | missing | - | - | - | point not run or failed |")
-    verdict_line = (
-        f"\n**{regressed} point(s) regressed.**\n"
-        if regressed
-        else f"\nNo regression ({unsure} point(s) inconclusive: more runs or a noise floor would decide).\n"
-        if unsure
-        else "\nNo regression.\n"
+    now, before = pd.DataFrame(rows_in(current_sweep.parent)), pd.DataFrame(rows_in(base_sweep.parent))
+    if now.empty:
+        raise CompareError(f"{current_sweep.parent} holds no finished run")
+    figure = parse_figure(f"{metric}.{'p50' if stat == 'median' else stat}")
+    result = nightly.judge(
+        before,
+        now,
+        [figure],
+        margin=fail_pct / 100,
+        fdr=fdr,
+        noise_dir=noise_dir,
+        allow_other_hardware=allow_other_hardware,
+        follow_up=False,
     )
-    return (EXIT_REGRESSION if regressed else 0), title + "\n".join(lines) + "\n" + verdict_line + "\n" + "\n".join(
-        details
-    )
-
-
-def _num(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:.4g}"
-
-
-def _pct(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:+.1f}%"
+    details = []
+    for point, runs_now in now.groupby("point", sort=False):
+        runs_before = before[before["point"] == point] if not before.empty else before
+        if runs_before.empty:
+            continue
+        dirs = [Path(d) for d in [*runs_before["run_dir"], *runs_now["run_dir"]]]
+        compare_runs(dirs, out / str(point), CompareOptions(metric=metric, stat=stat, fail_pct=fail_pct,
+                                                            resamples=1000, baseline_count=len(runs_before)))  # fmt: skip
+        details.append(f"- {runs_now['point_label'].iloc[0]}: {out / str(point) / 'compare.html'}")
+    missing = set(before["point"]) - set(now["point"]) if not before.empty else set()
+    lines = [title + nightly.markdown(result, "Gate against the baseline", "the baseline sweep")]
+    if missing:
+        lines.append(f"{len(missing)} point(s) of the baseline did not run or failed in this sweep.\n")
+    if details:
+        lines += ["Comparisons in full (compare.html, the runs of each side):", *details, ""]
+    return (EXIT_REGRESSION if result.regressions else 0), "\n".join(lines)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -172,10 +119,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--summary", type=Path, default=None, help="markdown appended here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--noise-dir", type=Path, default=None, help="noise floors (python -m harness.ab --aa)")
     p.add_argument("--fdr", type=float, default=0.05, help="Benjamini-Hochberg level over the points (default 0.05)")
+    p.add_argument("--allow-other-hardware", action="store_true", help="judge against a baseline of other hardware")
     a = p.parse_args(argv)
     try:
         code, markdown = gate(
-            a.current, a.baseline, a.out, a.fail_on_regression, a.metric, noise_dir=a.noise_dir, fdr=a.fdr
+            a.current,
+            a.baseline,
+            a.out,
+            a.fail_on_regression,
+            a.metric,
+            noise_dir=a.noise_dir,
+            fdr=a.fdr,
+            allow_other_hardware=a.allow_other_hardware,
         )
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -143,6 +143,8 @@ def _difference(
     noise = floor.figures.get(figure.name) if floor else None
     if interval.method == intervals.WITHIN_RUN and noise is not None:
         interval = intervals.widened_by_noise_floor(interval, *noise.one_run_each())
+    elif interval.method == intervals.RUN_BOOTSTRAP and noise is not None and (apart := noise.between_sessions()):
+        interval = intervals.widened_by_noise_floor(interval, *apart, method=intervals.RUNS_WITH_FLOOR)
     base_value = row["baseline_value"]
     verdict = stats.verdict(interval, m.lower_is_better)
     share, base_share = valid_share(side), valid_share(base)

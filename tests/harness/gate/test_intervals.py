@@ -99,3 +99,22 @@ def test_widened_by_noise_floor():
     nu = 5 * (se**2 / (2 * 0.05**2)) ** 2
     assert half_width / se == pytest.approx(student_t.quantile(0.975, nu), rel=1e-3)
     assert 1.96 < half_width / se < 2.5706  # between the normal and t(0.975, 5)
+
+
+def test_repeats_made_apart_are_widened_by_the_spread_between_sessions():
+    """Each side's repeats ran back to back: the bootstrap holds their spread, not the time
+    between the sides; a floor adds σ_time = √(σ_apart² − σ_run²)."""
+    from harness.gate.noise import FigureNoise
+
+    rng = np.random.default_rng(4)
+    both = intervals.two_level_bootstrap(_runs(rng, 3, 1.0), _runs(rng, 3, 1.0), stat_function("median"), resamples=500)
+    assert both.method == intervals.RUN_BOOTSTRAP
+    floor = FigureNoise(sd_run=0.03, within_var=None, blocks=10, requests_per_run=50, sd_run_apart=0.05)
+    sd_time, dof = floor.between_sessions()
+    assert sd_time == pytest.approx(0.04) and dof == 19
+    wide = intervals.widened_by_noise_floor(both, sd_time, dof, method=intervals.RUNS_WITH_FLOOR)
+    assert wide.method == intervals.RUNS_WITH_FLOOR and wide.decides
+    assert wide.low < both.low and wide.high > both.high and wide.ratio == both.ratio
+    # no σ_apart kept, or none beyond the runs side by side: nothing to add
+    assert FigureNoise(0.03, None, 10, 50).between_sessions() is None
+    assert FigureNoise(0.05, None, 10, 50, sd_run_apart=0.04).between_sessions() is None

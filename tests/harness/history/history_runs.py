@@ -24,9 +24,10 @@ class FakeRun:
     status: str = "complete"
     commit: str = "a" * 40
     concurrency: int = 4
+    cpu: str = "Test CPU"  # the hardware fingerprint's CPU model
 
 
-def fake_run(folder: Path, day: int, run: FakeRun = FakeRun()) -> Path:
+def fake_run(folder: Path, day: float, run: FakeRun = FakeRun()) -> Path:
     """A finished run ``day`` days after START (one nightly a day)."""
     folder.mkdir(parents=True, exist_ok=True)
     started = (START + timedelta(days=day)).isoformat()
@@ -61,7 +62,7 @@ def fake_run(folder: Path, day: int, run: FakeRun = FakeRun()) -> Path:
     }
     env = {
         "harness": {"version": "0.1.0", "git": {"sha": run.commit, "dirty": False}},
-        "cpu": {"model": "Test CPU", "logical_cores": 2},
+        "cpu": {"model": run.cpu, "logical_cores": 2},
         "gpus": [{"name": "Test GPU"}],
     }
     (folder / "summary.json").write_text(json.dumps(summary))
@@ -72,3 +73,29 @@ def fake_run(folder: Path, day: int, run: FakeRun = FakeRun()) -> Path:
 def nightly(root: Path, itl: Sequence[float], run: FakeRun = FakeRun()) -> list[Path]:
     """One run a day with these ITLs (and TPOTs), in folders run-000, run-001 … under ``root``."""
     return [fake_run(root / f"run-{i:03d}", i, replace(run, itl_s=v)) for i, v in enumerate(itl)]
+
+
+def fake_sweep(folder: Path, day: int, itl_by_point: dict[int, Sequence[float]], run: FakeRun = FakeRun()) -> Path:
+    """A nightly sweep: for each concurrency, its repeats' ITLs (one run each, a minute apart), and
+    the sweep.json that makes them one batch."""
+    points = []
+    for index, (concurrency, values) in enumerate(itl_by_point.items()):
+        point_dir = folder / f"{index}-c{concurrency}"
+        dirs = [
+            fake_run(
+                point_dir / f"repeat-{r}", day + (index * 10 + r) / 1440, replace(run, itl_s=v, concurrency=concurrency)
+            )
+            for r, v in enumerate(values)
+        ]
+        points.append(
+            {
+                "index": index,
+                "overrides": [f"workload.concurrency={concurrency}"],
+                "run_dir": str(point_dir),
+                "run_dirs": [str(d) for d in dirs],
+                "status": "complete",
+            }
+        )
+    started = (START + timedelta(days=day)).isoformat()
+    (folder / "sweep.json").write_text(json.dumps({"sweep_dir": str(folder), "started_at": started, "points": points}))
+    return folder
