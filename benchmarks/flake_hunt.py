@@ -114,31 +114,22 @@ def base_name(testcase: ET.Element) -> str:
 def hunt_file(tree: Path, ids: list[str], tries: int, env: dict[str, str], foreground: bool) -> dict[str, Tally]:
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
-        args = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "pytest_repeat",
-            f"--count={tries}",
-            "--repeat-scope=function",
-            f"--junitxml={xml}",
-            *ids,
-        ]
-        subprocess.run(
+        # pytest-repeat's --count: its plugin loads by itself
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--count={tries}",
+                "--repeat-scope=function", f"--junitxml={xml}", *ids]  # fmt: skip
+        done = subprocess.run(
             args,
             cwd=tree,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             preexec_fn=None if foreground else as_background_job,
         )
         tallies: dict[str, Tally] = {}
         if not xml.exists():
-            return {i: Tally(i, errors=["pytest wrote no report (it crashed or was killed)"]) for i in ids}
+            why = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            return {i: Tally(i, errors=[f"pytest wrote no report (exit {done.returncode}): {why}"]) for i in ids}
         for case in ET.parse(xml).getroot().iter("testcase"):
             key = base_name(case)
             tally = tallies.setdefault(key, Tally(key))
