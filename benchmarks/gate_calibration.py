@@ -6,6 +6,11 @@ this machine, with real runs, today's rule beside the previous one on the same r
         backend=llamacpp model=smollm2-135m workload=synthetic workload.num_requests=16 ...
     .venv/bin/python benchmarks/gate_calibration.py analyse results/calibration/llamacpp [--group 3]
 
+    # sweeps: identical sweeps minutes apart, every pair and each against those before it through
+    # the sweep gate (previous rule and now), and slower sweeps for the power (benchmarks/gate_sweeps.py)
+    .venv/bin/python benchmarks/gate_calibration.py sweeps --out results/calibration/sweeps-llamacpp -- \\
+        backend=llamacpp model=smollm2-135m workload=synthetic workload.concurrency=1,2 repeat=3 ...
+
     # power: N decisions of python -m harness.ab, arm B slower (or faster) by a setting
     .venv/bin/python benchmarks/gate_calibration.py power --decisions 20 --b "backend.itl_ms=5.75" \\
         --out results/calibration/power-slow -- backend=reference backend.itl_ms=5 backend.run_noise_cv=0.03 ...
@@ -41,6 +46,8 @@ from typing import Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages first
+
+import gate_sweeps  # benchmarks/gate_sweeps.py: the sweeps subcommand  # noqa: E402 - after the checkout's path
 
 from harness.gate import noise, paired
 from harness.gate.bootstrap import resampled_stat, stat_function
@@ -285,6 +292,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     pw.add_argument("--threshold", type=float, default=5.0)
     pw.add_argument("--figures", default="tpot_s.p50")
     pw.add_argument("common", nargs="*")
+    gate_sweeps.add_parser(sub)
     a = p.parse_args(argv)
     if a.cmd == "aa":
         sys.exit(
@@ -302,7 +310,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 ]
             )
         )
-    if a.cmd == "analyse":
+    if a.cmd == "sweeps":
+        gate_sweeps.sweeps(a)
+    elif a.cmd == "analyse":
         analyse(a.out, a.group, a.threshold / 100)
     else:
         power(a.decisions, a.b, a.out, a.common, a.blocks, a.max_blocks, a.threshold, a.figures)

@@ -61,7 +61,16 @@ class Renamed:
     new: str
 
 
-Change = Union[Added, LeftOut, Renamed]
+@dataclass(frozen=True)
+class Dropped:
+    """A config key the hash covered, left out from now on (it changes how often or where a point
+    runs, not what a run measures). The hash covered it, so the runs made before it are hashed
+    again, without it, from their config.yaml."""
+
+    key: str
+
+
+Change = Union[Added, LeftOut, Renamed, Dropped]
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,8 @@ class Version:
 
     @property
     def keeps_hashes(self) -> bool:
-        """The hashes of the versions before it are its hashes too (no renamed key)."""
-        return not any(isinstance(c, Renamed) for c in self.changes)
+        """The hashes of the versions before it are its hashes too (no key renamed or dropped)."""
+        return not any(isinstance(c, (Renamed, Dropped)) for c in self.changes)
 
 
 # Oldest first; the last is the form the harness writes now. Append, never edit: runs on disk
@@ -132,6 +141,14 @@ VERSIONS: tuple[Version, ...] = (
             Added(PLAN, "structured"),
         ),
     ),
+    Version(
+        7,
+        "the sweep gate across time, 2026-12-05",
+        "repeat (how many times a point runs) left out of config_sha256: a noise floor measured by an "
+        "A/A of single runs is the floor of a sweep's repeated point, and resume finds the repeats a "
+        "sweep with more repeats still needs",
+        (Dropped("repeat"),),
+    ),
 )
 
 HASH_VERSION = VERSIONS[-1].number  # what a run made now records
@@ -160,7 +177,7 @@ def check_versions(versions: Sequence[Version] = VERSIONS) -> None:
 
 def _name(change: Change) -> tuple[str, str]:
     """(where, key) of the key a change leaves in the current form."""
-    if isinstance(change, LeftOut):
+    if isinstance(change, (LeftOut, Dropped)):
         return CONFIG, change.key
     return change.where, change.new if isinstance(change, Renamed) else change.key
 
@@ -179,8 +196,8 @@ def keeps_hashes(made_at: int) -> bool:
 
 
 def left_out() -> tuple[str, ...]:
-    """The config keys config_sha256 never covers (by their current names)."""
-    return tuple(_current_names(LeftOut, CONFIG))
+    """The config keys config_sha256 does not cover now (by their current names)."""
+    return (*_current_names(LeftOut, CONFIG), *_current_names(Dropped, CONFIG))
 
 
 def hashed_when_set(where: str) -> dict[str, Any]:

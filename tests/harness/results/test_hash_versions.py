@@ -43,6 +43,7 @@ PRESENTATION_SINCE = {
     3: ("machine", "history"),
     4: ("server_metrics",),
     5: ("cost",),
+    7: ("repeat",),
 }
 # ...and, from version 5, these workload keys while unset
 WORKLOAD_KEYS_HASHED_WHEN_SET = {"duration_s": None, "stages": None, "ramp": None, "warmup_s": 0.0, "cooldown_s": 0.0}
@@ -169,12 +170,19 @@ def assert_run_compares_equal(tmp_path, version: int, overrides: tuple[str, ...]
         assert {k: summary.workload[k] for k in ("sha256", "prompts_sha256")} == p.hashes()
 
 
+def form_6(*overrides: str) -> str:
+    """config_sha256 of these settings as versions 1 to 6 made it (their forms agree: none
+    changed a hash); version 7 dropped ``repeat`` from it."""
+    return config_sha256_at(6, config_as_written(6, *overrides))
+
+
 # --- one test per version -------------------------------------------------------------------
 
 
 def test_version_1_the_first_form(tmp_path):
     old = config_as_written(1)
-    assert config_sha256_at(1, old) == config_sha256(make_config()) == config_digest(migrate_config(old, 1))
+    assert config_sha256_at(1, old) == form_6()  # version 7 dropped repeat: older runs are hashed again
+    assert config_sha256(make_config()) == config_digest(migrate_config(old, 1))
     assert_hashes_now(plan(), 1)
     assert_run_compares_equal(tmp_path, 1, (), plan())
 
@@ -204,23 +212,24 @@ def test_version_2_data_workloads(tmp_path):
 
 def test_version_3_the_gate_leaves_machine_and_history_out(tmp_path):
     now = config_sha256(make_config())
-    assert config_sha256_at(3, config_as_written(3)) == config_sha256_at(2, config_as_written(2)) == now
+    assert config_sha256_at(3, config_as_written(3)) == config_sha256_at(2, config_as_written(2)) == form_6()
     assert config_sha256(make_config("history=/somewhere", "machine.enabled=false")) == now
     assert_run_compares_equal(tmp_path, 3, ("history=/somewhere",), plan())
 
 
 def test_version_4_server_metrics_left_out(tmp_path):
     now = config_sha256(make_config())
-    assert config_sha256_at(4, config_as_written(4)) == config_sha256_at(3, config_as_written(3)) == now
+    assert config_sha256_at(4, config_as_written(4)) == config_sha256_at(3, config_as_written(3)) == form_6()
     assert config_sha256(make_config("server_metrics.enabled=false")) == now
     assert_run_compares_equal(tmp_path, 4, (), plan())
 
 
 def test_version_5_load_over_time(tmp_path):
     now = config_sha256(make_config())
-    assert config_sha256_at(5, config_as_written(5)) == config_sha256_at(4, config_as_written(4)) == now
+    assert config_sha256_at(5, config_as_written(5)) == config_sha256_at(4, config_as_written(4)) == form_6()
     timed = ("workload=synthetic", "workload.rate=2", "workload.duration_s=5", "workload.warmup_s=1")
-    assert config_sha256_at(5, config_as_written(5, *timed)) == config_sha256(make_config(*timed)) != now
+    assert config_sha256_at(5, config_as_written(5, *timed)) == form_6(*timed) != form_6()
+    assert config_sha256(make_config(*timed)) != now
     schedule = SimpleNamespace(kind="rate", to_json=lambda: [{"start_s": 0, "end_s": 5, "rate": 2.0}])
     timed_plan = plan(schedule=schedule)
     assert_hashes_now(timed_plan, 5)
@@ -235,8 +244,20 @@ def test_version_6_agents_lora_and_structured_output(tmp_path):
     structured = {"response_format": {"type": "regex", "pattern": "[0-9]+"}, "tools": None, "tool_choice_share": 1.0}
     assert_hashes_now(plan(name="agentic", sessions=tree, lora=lora, structured=structured), 6)
     assert_hashes_now(plan(), 6)
-    assert config_sha256_at(6, config_as_written(6)) == config_sha256(make_config())
+    assert config_sha256_at(6, config_as_written(6)) == config_sha256_at(5, config_as_written(5))
     assert_run_compares_equal(tmp_path, 6, ("workload=agentic",), plan(sessions=tree, lora=lora))
+
+
+def test_version_7_repeat_left_out(tmp_path):
+    """How many times a point runs is not what a run measures: a repeated point's runs hash as a
+    single run's (an A/A floor of single runs is theirs); version 6's hashes covered it, so its
+    runs are hashed again from config.yaml, repeat=1 and repeat=3 alike."""
+    now = config_sha256(make_config())
+    assert config_sha256(make_config("repeat=3")) == now == config_sha256_at(7, config_as_written(7, "repeat=3"))
+    assert config_sha256_at(6, config_as_written(6, "repeat=3")) != config_sha256_at(6, config_as_written(6)) != now
+    assert not hash_versions.keeps_hashes(6) and hash_versions.keeps_hashes(7)
+    for version in (6, 7):
+        assert_run_compares_equal(tmp_path / str(version), version, ("repeat=3",), plan())
 
 
 def test_every_version_has_its_test():
