@@ -177,14 +177,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(chosen))
         return 0
+    # pytest-repeat renames a parametrized case (test_x[2] becomes test_x[2-1-30]): such a test is
+    # asked for by its function, every case of it
     by_file: dict[str, list[str]] = defaultdict(list)
-    for node_id in chosen:
+    for node_id in dict.fromkeys(i.split("[")[0] for i in chosen):
         by_file[node_id.split("::")[0]].append(node_id)
     results: list[Tally] = []
     started = time.monotonic()
     for file, file_ids in by_file.items():
         t0 = time.monotonic()
         got = hunt_file(tree, file_ids, args.tries, env, args.foreground)
+        if not got:
+            got = {i: Tally(i, errors=["no test ran (not collected?)"]) for i in file_ids}
         results.extend(sorted(got.values(), key=lambda t: t.test))
         bad = [t for t in got.values() if t.passes + t.skips < t.tries or t.tries < args.tries]
         print(
