@@ -46,7 +46,7 @@ class BackendConfig:
     drives it over HTTP. The fields below ``mode`` are for server mode and ``backend=openai``.
     """
 
-    name: str = "?"
+    name: str = "?"  # the engine: set by backend=<choice>, never by hand
     mode: str = "inprocess"  # or "server" where a backend supports it
     # --- server mode (and backend=openai where marked) -----------------------------------
     python: Optional[str] = None  # interpreter (or venv folder) that runs the server; default: this one

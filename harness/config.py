@@ -24,10 +24,10 @@ from core.errors import ConfigError
 class ModelConfig:
     """Which model: a model-store name, or ``path`` (local HF folder or GGUF), or ``id`` (hub)."""
 
-    name: str = "smollm2-135m"
-    path: Optional[str] = None
-    id: Optional[str] = None
-    revision: Optional[str] = None
+    name: str = "smollm2-135m"  # a model of the store (smollm2-135m, tiny-random), or a label for path or id
+    path: Optional[str] = None  # a local Hugging Face folder or GGUF file (a GGUF is converted once where needed)
+    id: Optional[str] = None  # a Hugging Face hub id, e.g. Org/Name (downloaded once; HF_ENDPOINT honoured)
+    revision: Optional[str] = None  # with id: the hub revision (branch, tag or commit)
 
     def validate(self) -> None:
         if self.path is not None and self.id is not None:
@@ -42,9 +42,9 @@ class CostConfig:
     """What the machine costs, for $ per million tokens; ``null``: no cost figures (absent, not 0).
     Either the whole machine's price, or an accelerator's price × their number."""
 
-    usd_per_hour: Optional[float] = None
-    usd_per_accelerator_hour: Optional[float] = None
-    accelerators: int = 1
+    usd_per_hour: Optional[float] = None  # the whole machine's price per hour, US$
+    usd_per_accelerator_hour: Optional[float] = None  # instead: one accelerator's price per hour, US$
+    accelerators: int = 1  # with usd_per_accelerator_hour: how many the run uses
 
     def validate(self) -> None:
         if self.usd_per_hour is not None and self.usd_per_accelerator_hour is not None:
@@ -75,9 +75,9 @@ class CostConfig:
 class SLOConfig:
     """Service-level objectives for goodput; ``null`` means no limit on that metric."""
 
-    ttft_s: Optional[float] = None
-    tpot_s: Optional[float] = None
-    e2e_s: Optional[float] = None
+    ttft_s: Optional[float] = None  # goodput: TTFT at most this (s); null: no limit
+    tpot_s: Optional[float] = None  # goodput: TPOT at most this (s/token); null: no limit
+    e2e_s: Optional[float] = None  # goodput: E2E latency at most this (s); null: no limit
     # agent jobs (workload=agentic): a job's completion time, first send to last token
     # (harness/results/jobs.py job goodput); not part of the per-request SLO
     job_s: Optional[float] = None
@@ -97,8 +97,9 @@ class MemoryConfig:
     next to the model's weights.
     """
 
+    # a memory budget: the summary says how many KV-cache tokens fit beside the weights
     budget_gib: Optional[float] = None
-    sample_interval_s: float = 0.05
+    sample_interval_s: float = 0.05  # how often the RSS (and with NVML the GPUs) is sampled
 
     def validate(self) -> None:
         if self.budget_gib is not None and self.budget_gib <= 0:
@@ -115,8 +116,9 @@ class MachineConfig:
     ``ignore``: processes never counted as other busy or GPU processes, by name or by a piece of
     their command line (e.g. the local server that ``backend=openai`` measures)."""
 
-    enabled: bool = True
-    interval_s: float = 1.0
+    enabled: bool = True  # machine.json and the taint rules (false: neither)
+    interval_s: float = 1.0  # seconds between the monitor's readings during the measured phase
+    # process names or command-line pieces never counted as other busy or GPU processes
     ignore: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
@@ -131,9 +133,9 @@ class ServerMetricsConfig:
     in the summary. ``timeout_s`` bounds every scrape as a whole (this one, and those before and
     after the phase): a slower one is given up and counted, never waited for."""
 
-    enabled: bool = True
-    interval_s: float = 1.0
-    timeout_s: float = 2.0
+    enabled: bool = True  # sample the server's /metrics during the measured phase
+    interval_s: float = 1.0  # seconds between scrapes (at least 0.05)
+    timeout_s: float = 2.0  # the deadline of a whole scrape; a slower one is given up and counted
 
     def validate(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -148,7 +150,7 @@ MIN_POINTS = 5
 
 @dataclass
 class SaturationConfig:
-    enabled: bool = True
+    enabled: bool = True  # stop an open-loop point whose queue keeps growing (false: never)
     min_s: float = 10.0  # never stop before this much of the measured phase has passed
     window_s: float = 10.0  # the sliding window the slopes are fitted over
     sample_interval_s: float = 0.25  # how often the driver samples the backlog and checks
@@ -220,9 +222,9 @@ class ClientConfig:
     engines always run in the harness's own process (1).
     """
 
-    workers: Optional[int] = None
+    workers: Optional[int] = None  # client processes; null: 1 up to 32 streams, then min(cores − 1, streams / 32, 8)
     event_loop: str = "asyncio"  # asyncio | uvloop (pip install -e '.[client]')
-    # open-loop arrivals: spin (sleep to 2 ms before the due time, then yield until it) | sleep
+    # open-loop arrivals: spin (sleep to 1.5 ms before the due time, then yield until it) | sleep
     # (asyncio's timer alone, ~1 ms late)
     pacing: str = "spin"
 
@@ -267,13 +269,14 @@ class SLOSearchConfig:
     and the lowest failure until they are within ``tolerance`` (relative; 1 for concurrency).
     """
 
-    enabled: bool = False
+    enabled: bool = False  # run the search instead of one point
     over: str = "rate"  # rate (open loop, requests/s) | concurrency (closed loop)
-    low: float = 1.0
+    low: float = 1.0  # the first probe's load
     high: Optional[float] = None  # null: double from low until a probe fails
-    max_probes: int = 10
+    max_probes: int = 10  # probes at most
+    # stop when the highest pass and the lowest failure are this close (relative; 1 for concurrency)
     tolerance: float = 0.1
-    attainment: float = 0.99
+    attainment: float = 0.99  # the share of planned requests that must meet every slo.* limit for a probe to pass
 
     def validate(self, slo: SLOConfig) -> None:
         if not self.enabled:
@@ -299,8 +302,8 @@ class RunConfig:
     backend: Any = MISSING
     model: ModelConfig = field(default_factory=ModelConfig)
     workload: Any = MISSING
-    seed: int = 0
-    output_root: str = "results"
+    seed: int = 0  # same seed and config: the same prompts, lengths and arrivals
+    output_root: str = "results"  # where run and sweep folders are written
     slo: SLOConfig = field(default_factory=SLOConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -312,7 +315,8 @@ class RunConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
     repeat: int = 1  # run each point this many times (the sweep table gives mean and 95% CI)
     resume: bool = False  # skip points whose run folder under output_root is complete (same config)
-    progress: bool = True
+    progress: bool = True  # show a progress bar
+    # keep each reply's text and token ids in requests.parquet (false: lengths and times only)
     save_output_text: bool = True
     report: bool = True  # write report.html (harness/reports/run_report.py) into the run folder
     history: Optional[str] = None  # a history folder (python -m harness.history): every finished run is added to it

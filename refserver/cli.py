@@ -24,10 +24,10 @@ from refserver.http11 import start_server
 
 def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserver") -> tuple[str, int, Settings]:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     p.add_argument("--port", type=int, default=8000, help="0: any free port (printed)")
-    p.add_argument("--ttft-ms", type=float, default=50.0)
-    p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--ttft-ms", type=float, default=50.0, help="the first token, this long after the request arrived")
+    p.add_argument("--itl-ms", type=float, default=10.0, help="the gap between tokens")
     p.add_argument("--tokens", type=int, default=64, help="natural reply length; max_tokens caps it")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="each due time moves by U(-j, +j)")
     p.add_argument("--error-rate", type=float, default=0.0, help="fraction of requests that fail")
@@ -38,16 +38,18 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
         help="how a failing request misbehaves: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()),
     )
     p.add_argument("--fault-size-mib", type=float, default=32.0, help="size of huge-event and huge-error-body")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dialect", choices=DIALECTS, default="openai")
+    p.add_argument("--seed", type=int, default=0, help="seeds the jitter, the faults and the replies")
+    p.add_argument("--dialect", choices=DIALECTS, default="openai", help="the engine server whose stream it imitates")
     p.add_argument("--metrics", action="store_true", help="serve /metrics (Prometheus text)")
     p.add_argument("--exit-after", type=int, default=None, help="exit with code 3 when request N+1 arrives")
     p.add_argument("--chunk-tokens", type=int, default=1, help="tokens per streamed chunk")
-    p.add_argument("--model-name", default="reference")
+    p.add_argument("--model-name", default="reference", help="the id GET /v1/models lists")
     p.add_argument("--api-key-env", default=None, help="require the key held by this environment variable")
     p.add_argument("--startup-delay-s", type=float, default=0.0, help="/health answers 503 this long")
     p.add_argument("--tokenizer", default=None, help="HF tokenizer folder to count prompt tokens exactly")
-    p.add_argument("--timer", choices=("thread", "asyncio"), default="thread")
+    p.add_argument(
+        "--timer", choices=("thread", "asyncio"), default="thread", help="what wakes the due tokens (thread: sub-ms)"
+    )
     p.add_argument(
         "--run-noise-cv",
         type=float,

@@ -58,13 +58,13 @@ SYSTEM_HEAD = "You are a coding agent. You work in turns: read the tool results,
 @dataclass
 class AgenticConfig(WorkloadConfig):
     name: str = "agentic"
-    jobs: int = 2
+    jobs: int = 2  # agent jobs in the plan (each a tree of calls)
     turns: int = 4  # calls of the main loop
     system_prompt_len: int = 32  # corpus tokens of the system prompt every agent shares
     task_len: int = 24  # corpus tokens of each job's task
-    tool_result_len: int = 24
-    tool_result_len_dist: str = "fixed"
-    tool_result_len_spread: float = 0.0
+    tool_result_len: int = 24  # corpus tokens of each tool result
+    tool_result_len_dist: str = "fixed"  # fixed | uniform | normal
+    tool_result_len_spread: float = 0.0  # uniform: half-width; normal: standard deviation (tokens)
     fanout: int = 2  # sub-agents per fork
     depth: int = 1  # levels of sub-agents below the main loop (0: none)
     fork_every: int = 2  # an agent forks after every fork_every-th call (when another follows)

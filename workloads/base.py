@@ -40,20 +40,20 @@ WARMUP_OUTPUT_TOKENS = 16
 class WorkloadConfig:
     """Fields every workload has: arrival, concurrency, output lengths, sampling, warm-up."""
 
-    name: str = "?"
+    name: str = "?"  # the workload: set by workload=<choice>, never by hand
     # Closed loop: at most `concurrency` sessions in flight (1 when unset and no rate).
     # Open loop: sessions start at `rate` per second; `concurrency` then caps those in flight.
     concurrency: Optional[int] = None
-    rate: Optional[float] = None
+    rate: Optional[float] = None  # open loop: sessions (requests) started per second; null: closed loop
     arrival: str = "poisson"  # poisson | gamma | constant (open loop only)
     burstiness: float = 1.0  # gamma shape; 1 is Poisson, larger is more regular
-    output_len: int = 32
-    output_len_dist: str = "fixed"
+    output_len: int = 32  # output tokens asked of each request (the mean with a distribution)
+    output_len_dist: str = "fixed"  # fixed | uniform | normal
     output_len_spread: float = 0.0  # uniform: half-width; normal: standard deviation (tokens)
     exact_output_len: bool = True  # suppress end-of-sequence to get exactly output_len tokens
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = 0.0  # 0: greedy decoding
+    top_p: float = 1.0  # nucleus sampling (1: off)
+    top_k: int = 0  # top-k sampling (0: off)
     warmup_requests: int = 1  # each with at most WARMUP_OUTPUT_TOKENS output tokens
     # Closed loop: at least this many sessions per unit of concurrency (a sweep over
     # concurrency then runs each point for as many rounds); null: the count as configured.
@@ -66,7 +66,7 @@ class WorkloadConfig:
     # The steady-state window: the summary's latency and throughput count only the requests that
     # started in [warmup_s, L − cooldown_s] (docs/metrics.md); 0 and 0: the whole run.
     warmup_s: float = 0.0
-    cooldown_s: float = 0.0
+    cooldown_s: float = 0.0  # the steady-state window ends this long before the schedule's (or run's) end
     # LoRA traffic (workloads/lora.py): adapters and their shares; empty: the base model alone
     lora: LoraSettings = field(default_factory=LoraSettings)
     # Structured output and tool calls (core/structured.py; every reply is checked):

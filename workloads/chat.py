@@ -46,14 +46,14 @@ INSTRUCTIONS = (
 @dataclass
 class ChatConfig(WorkloadConfig):
     name: str = "chat"
-    sessions: int = 4
-    turns: int = 3
+    sessions: int = 4  # conversations in the plan
+    turns: int = 3  # user turns per conversation
     user_len: int = 48  # tokens of corpus text in each user message (plus an instruction)
-    user_len_dist: str = "fixed"
-    user_len_spread: float = 0.0
+    user_len_dist: str = "fixed"  # fixed | uniform | normal
+    user_len_spread: float = 0.0  # uniform: half-width; normal: standard deviation (tokens)
     system_prompt: Optional[str] = None  # shared by every session; null uses the template's default
     system_prompt_len: int = 0  # >0: a shared system prompt of this many corpus tokens
-    think_time_s: float = 0.0
+    think_time_s: float = 0.0  # a session's pause before each turn after the first
     exact_output_len: bool = False  # real replies end where the model ends them
     output_len: int = 48
 

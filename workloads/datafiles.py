@@ -33,13 +33,13 @@ class DataConfig(WorkloadConfig):
     # instead of path: a file of a Hugging Face hub dataset, "owner/name:file/in/repo" (downloaded
     # once into the hub cache; needs network the first time)
     hf_dataset: Optional[str] = None
-    hf_revision: Optional[str] = None
+    hf_revision: Optional[str] = None  # with hf_dataset: the hub revision (branch, tag or commit)
     num_requests: Optional[int] = None  # null: every request that passes the filters
     # filters, in tokens: the rendered prompt (chat template included) and the output length
     min_prompt_len: int = 1
-    max_prompt_len: Optional[int] = None
-    min_output_len: int = 1
-    max_output_len: Optional[int] = None
+    max_prompt_len: Optional[int] = None  # drop longer prompts (tokens); null: no limit
+    min_output_len: int = 1  # drop records whose output length is shorter
+    max_output_len: Optional[int] = None  # drop records whose output length is longer; null: no limit
     max_context: Optional[int] = None  # null: the model's own (config.json max_position_embeddings)
 
     def validate(self) -> None:

@@ -40,6 +40,8 @@ STORE_PREFIX = "store:"
 class LoraSettings:
     """``workload.lora``: the adapters and their shares of the traffic; empty: no LoRA."""
 
+    # [{name, path, share}]: path a PEFT folder, a GGUF LoRA or store:adapter-N (no path: the base
+    # model's share); share the entry's weight (default 1)
     adapters: list[Any] = field(default_factory=list)
 
 

@@ -47,12 +47,12 @@ TARGET_ITERATIONS = 6
 @dataclass
 class SharedPrefixConfig(WorkloadConfig):
     name: str = "shared_prefix"
-    num_groups: int = 4
-    prompts_per_group: int = 4
+    num_groups: int = 4  # groups of prompts, each sharing one system prompt
+    prompts_per_group: int = 4  # prompts in each group
     system_prompt_len: int = 256  # corpus tokens of each group's shared system prompt
     question_len: int = 32  # corpus tokens of each prompt's own question
     turns: int = 1  # >1: each prompt is a conversation of this many questions
-    think_time_s: float = 0.0
+    think_time_s: float = 0.0  # turns > 1: a conversation's pause before each later turn
     target_cache_hit: Optional[float] = None  # 0..1: split system/question to reach this theoretical rate
     output_len: int = 32
 

@@ -57,12 +57,12 @@ FORMAT_HINT = 'ShareGPT wants a JSON list (or JSON Lines) of {"conversations": [
 class ShareGPTConfig(DataConfig):
     name: str = "sharegpt"
     num_requests: Optional[int] = 16  # single turn: requests sampled (null: every one that passes)
-    multi_turn: bool = False
+    multi_turn: bool = False  # replay conversations turn by turn (false: each first human turn alone)
     sessions: Optional[int] = 4  # multi-turn: conversations sampled (null: every one that passes)
     max_turns: Optional[int] = None  # multi-turn: at most this many turns of a conversation
     history: str = "engine"  # multi-turn: re-send the engine's replies, or the dataset's
     output_len_source: str = "dataset"  # dataset: the reference reply's tokens | config: output_len(_dist)
-    think_time_s: float = 0.0
+    think_time_s: float = 0.0  # multi-turn: a session's pause before each later turn
 
     def validate(self) -> None:
         super().validate()

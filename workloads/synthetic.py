@@ -35,10 +35,10 @@ from workloads.prompts import PromptRenderer, user_only
 @dataclass
 class SyntheticConfig(WorkloadConfig):
     name: str = "synthetic"
-    num_requests: int = 16
-    input_len: int = 128
-    input_len_dist: str = "fixed"
-    input_len_spread: float = 0.0
+    num_requests: int = 16  # requests in the plan
+    input_len: int = 128  # prompt tokens as the engine sees them, chat template included (the mean with a distribution)
+    input_len_dist: str = "fixed"  # fixed | uniform | normal
+    input_len_spread: float = 0.0  # uniform: half-width; normal: standard deviation (tokens)
     # text put before each prompt's corpus text, inside input_len (e.g. what a JSON reply should
     # hold, for workload.response_format); null: corpus text alone
     instruction: Optional[str] = None

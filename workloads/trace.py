@@ -55,7 +55,7 @@ MIN_BLOCK = 8
 @dataclass
 class TraceConfig(DataConfig):
     name: str = "trace"
-    format: str = "mooncake"
+    format: str = "mooncake"  # mooncake (JSON Lines with hash_ids) | burstgpt (CSV)
     block_size: int = 512  # tokens per hash id (Mooncake)
     time_scale: float = 1.0  # multiplies the trace's gaps (0.1: ten times faster)
     exact_output_len: bool = True

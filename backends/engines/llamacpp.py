@@ -54,10 +54,10 @@ class LlamaCppConfig(BackendConfig):
     n_batch: int = 512  # tokens per llama_decode call (prompt chunks)
     n_threads: Optional[int] = None  # null: every core this process may use
     n_gpu_layers: int = 0  # layers offloaded to a GPU build (-1: all)
-    batched: bool = False
+    batched: bool = False  # in-process: decode max_batch_size sequences in one context (false: one at a time)
     max_batch_size: int = 4  # sequences in one context when batched
     keep_session_cache: bool = False  # a chat turn may reuse its session's cached prefix
-    flash_attn: bool = False
+    flash_attn: bool = False  # llama.cpp's flash attention (in-process, and both servers' flag)
     # --- server mode ---------------------------------------------------------------------------
     server: str = "llama-cpp-python"  # llama-cpp-python's llama_cpp.server, or llama-server (llama.cpp's C++ server)
     server_binary: Optional[str] = (

@@ -34,10 +34,10 @@ class MLXConfig(BackendConfig):
     name: str = "mlx"
     batching: str = "continuous"  # continuous | serial
     max_batch_size: int = 16  # sequences decoded together (continuous)
-    prefill_batch_size: int = 8
-    prefill_step_size: int = 2048
+    prefill_batch_size: int = 8  # continuous: prompts prefilled together (mlx-lm's BatchGenerator)
+    prefill_step_size: int = 2048  # prompt tokens per prefill step
     quantize_bits: Optional[int] = None  # 4 or 8: load an MLX-quantized copy (made once, cached)
-    quantize_group_size: int = 64
+    quantize_group_size: int = 64  # with quantize_bits: weights per quantization group
 
     def validate(self) -> None:
         super().validate()

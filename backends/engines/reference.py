@@ -39,7 +39,7 @@ class ReferenceConfig(BackendConfig):
     metrics: bool = True  # serve /metrics, scraped around the measured phase
     exit_after: Optional[int] = None  # the server exits when request exit_after + 1 arrives
     count_prompt_tokens: bool = True  # load the model's tokenizer to report exact usage.prompt_tokens
-    seed: int = 0
+    seed: int = 0  # the server's seed: its jitter, faults and replies
     run_noise_cv: float = 0.0  # run-to-run noise: ttft and itl scaled by exp(N(0, cv)) once per server start
     max_running: int = 0  # requests served at once; more wait (the waiting gauge of /metrics); 0: no limit
     kv_capacity_tokens: int = 16384  # /metrics KV use = reply tokens reserved by the running requests / this

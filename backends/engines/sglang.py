@@ -32,16 +32,16 @@ CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
 @dataclass
 class SGLangConfig(BackendConfig):
     name: str = "sglang"
-    tp_size: int = 1
+    tp_size: int = 1  # tensor parallel: GPUs the model is split over
     mem_fraction_static: Optional[float] = None  # null: SGLang picks from the GPU's memory
-    attention_backend: Optional[str] = None
-    dtype: str = "auto"
-    context_length: Optional[int] = None
-    disable_radix_cache: bool = False
+    attention_backend: Optional[str] = None  # SGLang's --attention-backend; null: SGLang picks
+    dtype: str = "auto"  # the weights' and activations' dtype (SGLang's --dtype)
+    context_length: Optional[int] = None  # the model's context in tokens; null: config.json's
+    disable_radix_cache: bool = False  # true: no prefix cache (RadixAttention off)
     chunked_prefill_size: Optional[int] = None  # -1 disables chunked prefill
     device: Optional[str] = None  # null: SGLang detects it
-    random_seed: int = 0
-    log_level: str = "error"
+    random_seed: int = 0  # SGLang's --random-seed
+    log_level: str = "error"  # SGLang's --log-level
     # any other ServerArgs field, by name
     server_args: dict[str, Any] = field(default_factory=dict)  # type: ignore[assignment]  # a mapping, not the base's flags
 

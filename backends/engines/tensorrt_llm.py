@@ -30,14 +30,14 @@ class TensorRTLLMConfig(EngineServerConfig):
     startup_timeout_s: float = 900.0  # loading, and warming up or building engines, before /health answers
     backend: str = "pytorch"  # pytorch | tensorrt (a prebuilt engine folder) | _autodeploy
     dtype: str = "auto"  # the LLM API's dtype (through llm_api_options)
-    tp_size: int = 1
-    pp_size: int = 1
-    max_batch_size: Optional[int] = None
+    tp_size: int = 1  # tensor parallel: GPUs the model is split over
+    pp_size: int = 1  # pipeline parallel: stages the layers are split over
+    max_batch_size: Optional[int] = None  # requests batched at once; null: trtllm-serve's default
     max_num_tokens: Optional[int] = None  # batched tokens per iteration
     max_seq_len: Optional[int] = None  # prompt + output, per request; null: from the model's config
     kv_cache_free_gpu_memory_fraction: Optional[float] = None  # its default 0.9
-    trust_remote_code: bool = False
-    log_level: str = "warning"
+    trust_remote_code: bool = False  # run the model's own code from its folder
+    log_level: str = "warning"  # trtllm-serve's --log_level
     llm_api_options: dict[str, Any] = field(default_factory=dict)  # --extra_llm_api_options (a YAML file)
 
     def validate(self) -> None:

@@ -28,14 +28,14 @@ class TGIConfig(EngineServerConfig):
     dtype: Optional[str] = None  # float16 | bfloat16
     num_shard: Optional[int] = None  # tensor parallel: GPUs the model is split over
     quantize: Optional[str] = None  # awq, gptq, fp8, bitsandbytes, … (TGI's --quantize)
-    max_input_tokens: Optional[int] = None
+    max_input_tokens: Optional[int] = None  # longest prompt, in tokens (below max_total_tokens)
     max_total_tokens: Optional[int] = None  # prompt + output, per request
-    max_batch_prefill_tokens: Optional[int] = None
-    max_batch_total_tokens: Optional[int] = None
-    max_batch_size: Optional[int] = None
+    max_batch_prefill_tokens: Optional[int] = None  # prompt tokens prefilled in one batch
+    max_batch_total_tokens: Optional[int] = None  # tokens (prompt + output) of all requests in a batch
+    max_batch_size: Optional[int] = None  # requests in one batch; null: TGI's default
     max_concurrent_requests: Optional[int] = None  # TGI refuses requests beyond it (HTTP 429); its default 128
     cuda_graphs: Optional[list[int]] = None  # batch sizes to capture; [0] disables
-    trust_remote_code: bool = False
+    trust_remote_code: bool = False  # run the model's own code from its folder
     usage_stats: str = "off"  # TGI's anonymous telemetry: on | off | no-stack
 
     def validate(self) -> None:

@@ -52,11 +52,12 @@ class TransformersConfig(BackendConfig):
     max_batch_size: int = 8  # static: rows per batch; continuous: requests per forward pass
     batch_wait_s: float = 0.0  # static: wait up to this long for a batch to fill
     # continuous: the paged KV cache, in tokens (null: transformers sizes it from free memory,
-    # which on CPU means most of the machine's RAM), tokens per forward pass (null: transformers'
-    # default, 8192), and tokens per cache page
+    # which on CPU means most of the machine's RAM)
     cb_cache_tokens: Optional[int] = 8192
+    # continuous: tokens per forward pass, longer prompts prefilled in pieces (null: transformers'
+    # default, 8192)
     cb_max_batch_tokens: Optional[int] = 1024
-    cb_page_size: int = 256
+    cb_page_size: int = 256  # continuous: tokens per cache page
     cb_prefix_sharing: bool = False  # continuous: requests share full cache pages of a common prefix
     num_threads: Optional[int] = None  # torch CPU threads; null keeps torch's default
     attn_implementation: Optional[str] = None  # e.g. sdpa, eager; null lets transformers choose

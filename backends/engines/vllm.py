@@ -49,15 +49,15 @@ log = logging.getLogger("harness")
 @dataclass
 class VLLMConfig(BackendConfig):
     name: str = "vllm"
-    dtype: str = "auto"
-    max_model_len: Optional[int] = 4096
+    dtype: str = "auto"  # the weights' and activations' dtype; auto: vLLM picks from the model's config
+    max_model_len: Optional[int] = 4096  # the context in tokens; null: the model's own
     enforce_eager: bool = True  # no graph capture / compilation at start (minutes on CPU)
-    gpu_memory_utilization: float = 0.9
-    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9  # the share of GPU memory vLLM may take (weights and KV cache)
+    tensor_parallel_size: int = 1  # GPUs the model is split over
     cpu_kvcache_space_gib: Optional[int] = 4  # VLLM_CPU_KVCACHE_SPACE (whole GiB) on CPU builds
     enable_prefix_caching: Optional[bool] = None  # null: vLLM's default
-    max_num_seqs: Optional[int] = None
-    seed: int = 0
+    max_num_seqs: Optional[int] = None  # requests in one batch; null: vLLM's default
+    seed: int = 0  # vLLM's seed (sampled decoding)
     log_level: str = "WARNING"  # VLLM_LOGGING_LEVEL, unless set in the environment
     # At close, vLLM sends its EngineCore SIGTERM and kills it (and its workers) after this
     # many seconds; null: vLLM's own default (5 s). The engine is idle by then, so there is

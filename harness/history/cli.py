@@ -66,10 +66,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = OneLineParser(prog="python -m harness.history", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     add = commands.add_parser("add", help="append run folders (or every run of a sweep) to the history")
-    add.add_argument("root", type=Path)
-    add.add_argument("paths", type=Path, nargs="+", metavar="RUN_OR_SWEEP")
+    add.add_argument("root", type=Path, help="the history's folder (created if missing)")
+    add.add_argument(
+        "paths", type=Path, nargs="+", metavar="RUN_OR_SWEEP", help="run folders, sweep folders or folders of runs"
+    )
     ls = commands.add_parser("list", help="the runs in the history")
-    ls.add_argument("root", type=Path)
+    ls.add_argument("root", type=Path, help="the history's folder")
     ls.add_argument("--decisions", action="store_true", help="list the A/B decisions instead")
     for sub in (
         ls,
@@ -77,7 +79,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         check := commands.add_parser("check", help="exit 1 when a series alerts"),
     ):
         if sub is not ls:
-            sub.add_argument("root", type=Path)
+            sub.add_argument("root", type=Path, help="the history's folder")
         sub.add_argument("--engine", default=None, help="only this engine's runs")
         sub.add_argument("--point", default=None, help="only this point (its id, or the id's first characters)")
         sub.add_argument(
@@ -99,7 +101,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         )
     trend.add_argument("--out", type=Path, default=Path("trend.html"), help="the page to write (default trend.html)")
     gate = commands.add_parser("gate", help="judge a new sweep against the nightlies before it (exit 1: regression)")
-    gate.add_argument("root", type=Path)
+    gate.add_argument("root", type=Path, help="the history's folder (the nightlies before this one)")
     gate.add_argument(
         "current", type=Path, metavar="SWEEP", help="the new nightly: a sweep folder, or run folders' folder"
     )

@@ -51,33 +51,35 @@ class RequestOutcome:
 class RequestRecord(RequestOutcome):
     """One row of requests.parquet. Times ``*_s`` relative to the measured phase's start."""
 
-    request_id: int
-    session_id: int
-    turn: int
+    request_id: int  # the request's index in the plan, from 0
+    session_id: int  # its session (a chat's conversation, an agent's thread)
+    turn: int  # its turn in the session, from 0
+    # prompt tokens as the engine saw them (after the chat template; a server's usage where it sends one)
     prompt_tokens: int
-    output_tokens: int
-    requested_output_tokens: int
-    exact_output_len: bool
-    expected_prompt_tokens: Optional[int]
+    output_tokens: int  # tokens produced (a server's usage where it sends one, else the reply re-tokenized)
+    requested_output_tokens: int  # the output length the workload asked for
+    exact_output_len: bool  # whether that length was asked for exactly (end-of-sequence suppressed)
+    expected_prompt_tokens: Optional[int]  # a prompt fixed in advance: its length, to check prompt_tokens against
     scheduled_s: Optional[float]  # open loop: when it was due to be sent
     start_s: float  # sent
     end_s: float  # last token, or failure
-    ttft_s: Optional[float]
-    tpot_s: Optional[float]
-    e2e_s: Optional[float]
+    ttft_s: Optional[float]  # first output token − send; null for a failed request
+    tpot_s: Optional[float]  # (E2E − TTFT) / (n_out − 1); null when n_out ≤ 1
+    e2e_s: Optional[float]  # last output token − send
     itl_s: list[float] = field(default_factory=list)  # per token, n_out − 1 values
     itl_chunk_s: list[float] = field(default_factory=list)  # per chunk, chunks − 1 values
-    output_tps: Optional[float] = None
-    decode_tps: Optional[float] = None
-    queue_wait_s: Optional[float] = None
+    output_tps: Optional[float] = None  # n_out / E2E
+    decode_tps: Optional[float] = None  # (n_out − 1) / (E2E − TTFT)
+    queue_wait_s: Optional[float] = None  # the engine began work − send, where the engine says
     cached_tokens: Optional[int] = None  # prompt tokens the engine served from its prefix cache
     delivery_lag_max_s: Optional[float] = None  # harness overhead: receipt − engine stamp, worst token
     ttfo_s: Optional[float] = None  # first answer (not reasoning) token; streams that tell them apart
     ttst_s: Optional[float] = None  # second token − first token
+    # output tokens of reasoning (a server's usage, else the reasoning text re-tokenized)
     reasoning_tokens: Optional[int] = None
     client_wait_s: Optional[float] = None  # open loop: send − scheduled
-    ttft_from_scheduled_s: Optional[float] = None
-    e2e_from_scheduled_s: Optional[float] = None
+    ttft_from_scheduled_s: Optional[float] = None  # open loop: client wait + TTFT
+    e2e_from_scheduled_s: Optional[float] = None  # open loop: client wait + E2E
     stage: Optional[int] = None  # a time-shaped load: the stage in which it started (workloads/schedule.py)
     # Agent jobs (workload=agentic): the job, the agent's depth in its tree (0: the main loop) and,
     # for a sub-agent's request, the request its agent forked after (harness/results/jobs.py)
@@ -86,10 +88,10 @@ class RequestRecord(RequestOutcome):
     parent_request_id: Optional[int] = None
     engine_timings_source: Optional[str] = None  # where the engine's own per-request figures came from
     http_connect_s: Optional[float] = None  # None: no new connection (reused, or in-process)
-    http_reused: Optional[bool] = None
-    http_sent_s: Optional[float] = None
-    http_first_byte_s: Optional[float] = None
-    http_last_byte_s: Optional[float] = None
+    http_reused: Optional[bool] = None  # the request went on a kept connection
+    http_sent_s: Optional[float] = None  # request written to the socket − send
+    http_first_byte_s: Optional[float] = None  # first response byte received − send
+    http_last_byte_s: Optional[float] = None  # last response byte received − send
     # several endpoints (backend.urls, backend.replicas): the index of the one that served it, or
     # on which it failed (backends/http/router.py); None with one endpoint
     endpoint: Optional[int] = None
@@ -102,9 +104,11 @@ class RequestRecord(RequestOutcome):
     output_invalid_reason: Optional[str] = None
     # the tool calls a server returned, as JSON text ([{"name", "arguments"}]); None where none came
     tool_calls: Optional[str] = None
-    finish_reason: Optional[str] = None
+    finish_reason: Optional[str] = None  # why the reply ended, as the engine says (stop, length…)
+    # why the request failed (null: it completed); failed requests have no TTFT, TPOT or E2E
     error: Optional[str] = None
-    output_text: Optional[str] = None
+    output_text: Optional[str] = None  # the reply's text (null with save_output_text=false, as output_token_ids)
+    # the engine's own figures for the request (engine timings, batch size, token sources…)
     engine_stats: dict[str, Any] = field(default_factory=dict)
     # The reply's token ids, for cross-engine agreement (harness/reports/agreement.py). In-process:
     # the ids the engine produced. HTTP: the server's own ids where it sends them (vLLM's

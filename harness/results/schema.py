@@ -154,27 +154,36 @@ class RunSummary:
     ``throughput[metric]`` a number, keyed by the metric registry (harness/results/metrics.py)."""
 
     schema_version: str = SCHEMA_VERSION  # this file's layout (UNVERSIONED_SCHEMA for one written before)
-    status: str = FAILED
-    error: Optional[str] = None
-    started_at: Optional[str] = None
+    status: str = FAILED  # how the run ended: complete, saturated, interrupted or failed
+    error: Optional[str] = None  # why it failed or was interrupted, in one line
+    started_at: Optional[str] = None  # when the run began (ISO 8601, with the machine's UTC offset)
     backend: dict[str, Any] = field(default_factory=dict)  # name, mode, engine, engine_version, info
-    model: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)  # name, source and files of the model
     # name, sha256 (prompts + arrivals), prompts_sha256 (without arrivals), requests_planned,
     # plan_s (building the plan), sessions, open_loop, concurrency, rate, exact_output_len
     workload: dict[str, Any] = field(default_factory=dict)
-    seed: Optional[int] = None
+    seed: Optional[int] = None  # the run's seed
+    # sent, completed and failed (the whole run's, also with a window)
     requests: dict[str, int] = field(default_factory=lambda: {"sent": 0, "completed": 0, "failed": 0})
-    duration_s: float = 0.0
+    duration_s: float = 0.0  # T: the measured phase's wall time (the window's with one)
+    # each request metric's distribution: count, mean, std, min, max, p50, p90, p95, p99
     latency: dict[str, dict[str, Optional[float]]] = field(default_factory=dict)
+    # each run metric: requests/s, tokens/s, goodput, SLO attainment, energy…
     throughput: dict[str, Optional[float]] = field(default_factory=dict)
+    # cached prompt tokens: the share served from the engine's cache
     prefix_cache: dict[str, Any] = field(default_factory=dict)
+    # prompt and output tokens of the completed requests: totals and means
     tokens: dict[str, Any] = field(default_factory=dict)
+    # chat: per turn number, requests, context length, TTFT and E2E
     per_turn: list[dict[str, Any]] = field(default_factory=list)
     # each stage time the engine reported (harness/results/metrics.py ENGINE_STAGES), named by the interval
     # it covers, with the harness's measure of the same interval beside it
     engine_stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the client's own figures: delivery lag, send lag, event-loop lag, CPU, workers
     harness: dict[str, Any] = field(default_factory=dict)
+    # what to distrust: failed requests, lengths other than asked for, a busy client
     warnings: list[str] = field(default_factory=list)
+    # RSS, torch allocator and NVML peaks, weights, KV cache per token
     memory: dict[str, Any] = field(default_factory=dict)
     load_s: float = 0.0  # engine load time paid by this run (0 when it reused a loaded engine)
     # the engine session: reused (loaded for an earlier point), session_load_s, points_served

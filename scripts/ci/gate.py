@@ -114,8 +114,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--current", type=Path, required=True, help="this job's sweep folder")
     p.add_argument("--baseline", type=Path, default=None, help="the baseline sweep folder (absent: no gate)")
     p.add_argument("--out", type=Path, required=True, help="folder for the comparisons (compare.html per point)")
-    p.add_argument("--fail-on-regression", type=float, default=10.0, metavar="PCT")
-    p.add_argument("--metric", default="ttft_s", choices=sorted(metrics.REQUEST_METRICS))
+    p.add_argument(
+        "--fail-on-regression",
+        type=float,
+        default=10.0,
+        metavar="PCT",
+        help="the margin: a regression is worse beyond noise and by more than PCT%% (or 3 x the noise floor)",
+    )
+    p.add_argument(
+        "--metric", default="ttft_s", choices=sorted(metrics.REQUEST_METRICS), help="the request metric judged"
+    )
     p.add_argument("--summary", type=Path, default=None, help="markdown appended here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--noise-dir", type=Path, default=None, help="noise floors (python -m harness.ab --aa)")
     p.add_argument("--fdr", type=float, default=0.05, help="Benjamini-Hochberg level over the points (default 0.05)")
