@@ -12,7 +12,7 @@ the process's own CPU time (a busy machine stretches wall time, not this).
 prometheus_client is not a dependency of the harness: vLLM and SGLang bring it (or ``pip install
 prometheus-client``).
 
-    .venv/bin/python benchmarks/exposition_parse.py [--kb 1024] [--repeats 7]
+    .venv/bin/python benchmarks/exposition_parse.py [--kb 1024] [--repeats 7] [--page docs/measurements/exposition-parse.md]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages first
 
+from measurement_page import add_page_option, recording
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,7 +106,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kb", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
+    add_page_option(parser)
     args = parser.parse_args()
+    with recording(args.page, __doc__):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     text = exposition(args.kb)
     a, b = ours(text), theirs(text)
     same = sorted(a) == sorted(b)

@@ -16,7 +16,8 @@ stamps.
 - aiohttp: ``ClientSession.post`` and ``content.iter_any()`` (what `vllm bench serve` uses);
 - httpx: ``AsyncClient.stream`` and ``aiter_raw()`` (what the openai package uses).
 
-    .venv/bin/python benchmarks/http_client.py [--streams 1 8 32] [--tokens 2048] [--requests 32]
+    .venv/bin/python benchmarks/http_client.py [--streams 1 8 32] [--tokens 2048] [--requests 32] \
+        [--page docs/measurements/http-client.md]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmarks' helpers
 
 from client_parse_rate import SERVER
+from measurement_page import add_page_option, recording
 
 from backends.http.http1 import HTTPPool
 from backends.http.sse import SSEParser
@@ -134,7 +136,13 @@ def main() -> None:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--requests", type=int, default=32)
+    add_page_option(parser)
     args = parser.parse_args()
+    with recording(args.page, __doc__):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.tokens), str(port), str(REPO)])
     clients = {

@@ -12,7 +12,7 @@ CPU time per event (the process's own CPU time: a busy machine stretches wall ti
 - httpx-sse: an incremental UTF-8 decoder, its ``SSELineDecoder`` (reads → lines) and its
   ``SSEDecoder`` (lines → events), as its ``EventSource.aiter_sse`` chains them.
 
-    .venv/bin/python benchmarks/sse_parse.py [--events 20000] [--repeats 5]
+    .venv/bin/python benchmarks/sse_parse.py [--events 20000] [--repeats 5] [--page docs/measurements/sse-parse.md]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from measurement_page import add_page_option, recording
 
 from backends.http.sse import SSEParser
 
@@ -97,7 +99,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=5)
+    add_page_option(parser)
     args = parser.parse_args()
+    with recording(args.page, __doc__):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     body = stream(args.events)
     parsers = {"ours, feed_data": ours_fast, "ours, feed": ours_general}
     try:
