@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint, format, types and the layers, in that order; the first that fails stops the script.
-#   ruff check, ruff format --check, mypy, lint-imports (their settings: pyproject.toml)
+# Lint, format, types, the layers and the docs site, in that order; the first that fails stops the script.
+#   ruff check, ruff format --check, mypy, lint-imports (their settings: pyproject.toml), and
+#   mkdocs build --strict (mkdocs.yml: a broken link, a missing page or a stale anchor fails)
 # The tools come from the harness's virtual environment (HARNESS_VENV, default .venv), which
 # scripts/setup.sh fills with the test extra. Each tool's time goes to stderr.
 set -euo pipefail
@@ -22,3 +23,7 @@ run ruff check .
 run ruff format --check .
 run mypy
 run lint-imports
+# the site is built into a temporary folder, so the checkout keeps no site/ behind
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+NO_MKDOCS_2_WARNING=1 run python -m mkdocs build --strict --site-dir "$site"

