@@ -9,7 +9,7 @@ With the logs x₁ … x_n of the n earlier nightlies (mean m, sd s) and the new
     T          = (y − m) / (s · √(1 + 1/n))            Student's t with n − 1 degrees of freedom
     p_worse    = 1 − F_t(T; n − 1)  for a figure where lower is better (F_t(T) where higher is)
 
-(the prediction interval for one new value from a normal sample; gating.md). It is used only
+(the prediction interval for one new value from a normal sample). It is used only
 with at least :data:`MIN_NIGHTLIES` earlier nightlies.
 
 With fewer, a stored noise floor stands in for s: σ_apart, the sd of ln s of runs made at

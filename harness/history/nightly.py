@@ -1,7 +1,7 @@
 """The nightly gate: a new sweep's points judged against the nightlies before them.
 
 Repeats made back to back share the machine's state of that hour, so the spread of one sweep's
-repeats says nothing of the spread between sweeps made on other days (gating.md: three identical
+repeats says nothing of the spread between sweeps made on other days (measured here in December 2026: three identical
 llama.cpp sweeps a minute apart were called a regression in 1 to 3 of 3 pairs by a bootstrap over
 their repeats). Here the unit is the **nightly** (a batch of the history: one sweep), and its
 value for a point is the geometric mean of that point's untainted repeats.
