@@ -149,6 +149,20 @@ VERSIONS: tuple[Version, ...] = (
         "sweep with more repeats still needs",
         (Dropped("repeat"),),
     ),
+    Version(
+        8,
+        "capacity with confidence, 2026-12-06",
+        "the SLO search repeats each probe until its verdict is clear, within a budget: its keys "
+        "for the runs, the budget, the error level and the noise floors",
+        (
+            Added(CONFIG, "slo_search.min_runs", 2),
+            Added(CONFIG, "slo_search.max_runs_per_probe", 5),
+            Added(CONFIG, "slo_search.max_runs", 40),
+            Added(CONFIG, "slo_search.max_time_s"),
+            Added(CONFIG, "slo_search.alpha", 0.05),
+            Added(CONFIG, "slo_search.noise_dir"),
+        ),
+    ),
 )
 
 HASH_VERSION = VERSIONS[-1].number  # what a run made now records

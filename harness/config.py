@@ -260,23 +260,37 @@ SEARCH_OVER = ("rate", "concurrency")
 
 @dataclass
 class SLOSearchConfig:
-    """Find the highest load at which the SLO (``slo.*``) holds: ``slo_search.enabled=true``.
+    """Find the capacity: the load (``workload.rate`` or ``workload.concurrency``) up to which
+    the SLO (``slo.*``) holds, as an interval: ``slo_search.enabled=true``.
 
-    Each probe runs the workload at one load (``workload.rate`` or ``workload.concurrency``)
-    against one loaded engine. A probe passes when the run completed (not saturated) and at
-    least ``attainment`` of the requests sent met every SLO. The search doubles the load from
-    ``low`` until a probe fails (or ``high`` is reached), then bisects between the highest pass
-    and the lowest failure until they are within ``tolerance`` (relative; 1 for concurrency).
+    Each probe runs the workload at one load against one loaded engine, again until its verdict
+    is clear (harness/run/slo_search.py has the rule): the ``attainment``-quantile of each
+    limited metric below its limit beyond noise (meets), above it (misses), or cannot tell after
+    ``max_runs_per_probe`` runs. The search doubles the load from ``low`` until a probe misses
+    (or ``high`` is reached), then bisects the gap between the highest load that meets and the
+    lowest that misses, on either side of the cannot-tell loads, until each part is within
+    ``tolerance`` (relative; 1 for concurrency) or the budget (``max_runs``, ``max_time_s``,
+    ``max_probes``) ends.
     """
 
     enabled: bool = False  # run the search instead of one point
     over: str = "rate"  # rate (open loop, requests/s) | concurrency (closed loop)
     low: float = 1.0  # the first probe's load
-    high: Optional[float] = None  # null: double from low until a probe fails
-    max_probes: int = 10  # probes at most
-    # stop when the highest pass and the lowest failure are this close (relative; 1 for concurrency)
+    high: Optional[float] = None  # null: double from low until a probe misses
+    max_probes: int = 10  # loads probed, at most
+    # stop when each part of the gap between the highest load that meets and the lowest that
+    # misses (either side of the cannot-tell loads) is this narrow (relative; 1 for concurrency)
     tolerance: float = 0.1
-    attainment: float = 0.99  # the share of planned requests that must meet every slo.* limit for a probe to pass
+    # a probe's quantile of each slo.* metric: 0.9 judges p90 TTFT, p90 TPOT… against their limits
+    attainment: float = 0.99
+    min_runs: int = 2  # runs of a probe before its verdict is taken
+    max_runs_per_probe: int = 5  # runs of a probe, at most: still unclear then, it cannot tell
+    max_runs: int = 40  # runs of the whole search, at most
+    max_time_s: Optional[float] = None  # no run is begun that would end past this (null: no limit)
+    alpha: float = 0.05  # each verdict's one-sided error, per SLO limit
+    # noise floors (python -m harness.ab --aa --noise-dir): where one is stored for a probe's
+    # configuration and this machine, its spread between sessions widens the probe's bounds
+    noise_dir: Optional[str] = None
 
     def validate(self, slo: SLOConfig) -> None:
         if not self.enabled:
@@ -293,6 +307,23 @@ class SLOSearchConfig:
             raise ConfigError(f"slo_search.tolerance must be in (0, 1) (got {self.tolerance})")
         if not 0 < self.attainment <= 1:
             raise ConfigError(f"slo_search.attainment must be in (0, 1] (got {self.attainment})")
+        if self.min_runs < 2:
+            raise ConfigError(
+                f"slo_search.min_runs must be >= 2: a run-to-run spread needs two runs (got {self.min_runs})"
+            )
+        if self.max_runs_per_probe < self.min_runs:
+            raise ConfigError(
+                f"slo_search.max_runs_per_probe must be >= slo_search.min_runs={self.min_runs} "
+                f"(got {self.max_runs_per_probe})"
+            )
+        if self.max_runs < self.min_runs:
+            raise ConfigError(
+                f"slo_search.max_runs must be >= slo_search.min_runs={self.min_runs} (got {self.max_runs})"
+            )
+        if self.max_time_s is not None and not self.max_time_s > 0:
+            raise ConfigError(f"slo_search.max_time_s must be > 0 seconds (got {self.max_time_s})")
+        if not 0 < self.alpha < 0.5:
+            raise ConfigError(f"slo_search.alpha must be in (0, 0.5) (got {self.alpha})")
         if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
             raise ConfigError("slo_search needs an SLO: set slo.ttft_s, slo.tpot_s or slo.e2e_s")
 

@@ -10,7 +10,8 @@ The sweep folder holds, refreshed after every point (a killed sweep keeps them):
 
 - ``sweep.json`` — one entry per point: overrides, run folder(s), status, load_s, whether
   the engine was reused, key figures (mean and 95 % CI across repeats); ``engine_loads``;
-  for an SLO search, the probes and the answer (``slo_max_rate`` / ``slo_max_concurrency``);
+  for an SLO search, the probes with their runs and verdicts and the answer (``capacity_low`` –
+  ``capacity_high``; ``slo_max_rate`` / ``slo_max_concurrency`` = capacity_low);
 - ``compare.html`` (and the CSVs of ``python -m harness.compare``) over the points;
 - ``server.log`` in server mode (one server for the points that share it).
 

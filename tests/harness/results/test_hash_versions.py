@@ -48,10 +48,20 @@ PRESENTATION_SINCE = {
 # ...and, from version 5, these workload keys while unset
 WORKLOAD_KEYS_HASHED_WHEN_SET = {"duration_s": None, "stages": None, "ramp": None, "warmup_s": 0.0, "cooldown_s": 0.0}
 # config keys that came in with a version: absent from the configs the versions before wrote
+# ...and, from version 8, these SLO search keys while unset
+SLO_SEARCH_KEYS_HASHED_WHEN_SET = {
+    "min_runs": 2,
+    "max_runs_per_probe": 5,
+    "max_runs": 40,
+    "max_time_s": None,
+    "alpha": 0.05,
+    "noise_dir": None,
+}
 CONFIG_KEYS_SINCE = {
     3: ("machine", "history"),
     4: ("server_metrics",),
     5: ("cost", *(f"workload.{k}" for k in WORKLOAD_KEYS_HASHED_WHEN_SET)),
+    8: tuple(f"slo_search.{k}" for k in SLO_SEARCH_KEYS_HASHED_WHEN_SET),
 }
 
 
@@ -83,6 +93,11 @@ def config_sha256_at(version: int, body: dict) -> str:
         for key, unset in WORKLOAD_KEYS_HASHED_WHEN_SET.items():
             if key in workload and workload[key] == unset:
                 del workload[key]
+    if version >= 8:
+        search = body["slo_search"]
+        for key, unset in SLO_SEARCH_KEYS_HASHED_WHEN_SET.items():
+            if key in search and search[key] == unset:
+                del search[key]
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -258,6 +273,15 @@ def test_version_7_repeat_left_out(tmp_path):
     assert not hash_versions.keeps_hashes(6) and hash_versions.keeps_hashes(7)
     for version in (6, 7):
         assert_run_compares_equal(tmp_path / str(version), version, ("repeat=3",), plan())
+
+
+def test_version_8_the_slo_search_budget(tmp_path):
+    """The SLO search's new keys are hashed only when set: a config of version 7 hashes as before,
+    and a probe's runs (their slo_search section the defaults) hash as a plain run's."""
+    now = config_sha256(make_config())
+    assert config_sha256_at(8, config_as_written(8)) == config_sha256_at(7, config_as_written(7)) == now
+    assert config_sha256(make_config("slo_search.max_runs=12")) != now
+    assert_run_compares_equal(tmp_path, 7, (), plan())
 
 
 def test_every_version_has_its_test():

@@ -179,46 +179,86 @@ def test_mean_ci95_and_varying_overrides():
     assert varying_overrides([["a=1", "b=1"], ["a=1", "b=2"]]) == [["b=1"], ["b=2"]]
 
 
-def test_slo_search_over_concurrency(tmp_path):
-    """A server that serves one request at a time (the reference server's backend.max_running=1):
-    TTFT grows with concurrency, so the SLO breaks somewhere."""
-    proc = run_harness_cli(
-        "model=tiny-random",
-        "backend=reference",
-        "backend.ttft_ms=50",
-        "backend.itl_ms=10",
-        "backend.max_running=1",
-        "workload=synthetic",
-        "workload.input_len=48",
-        "workload.output_len=24",
-        "workload.num_requests=8",
-        "progress=false",
-        "report=false",
-        "slo_search.enabled=true",
-        "slo_search.over=concurrency",
-        "slo_search.low=1",
-        "slo_search.high=16",
-        "slo_search.attainment=0.75",
-        "slo.ttft_s=0.25",
-        f"output_root={tmp_path}",
-        cwd=tmp_path,
-        timeout=600,
-    )
+# A server that serves one request at a time (the reference server's backend.max_running=1):
+# TTFT grows with concurrency, by ~34 ms a request ahead, so p90 TTFT ≤ 150 ms holds up to
+# concurrency 4 or 5
+ONE_AT_A_TIME = [
+    "model=tiny-random",
+    "backend=reference",
+    "backend.ttft_ms=20",
+    "backend.itl_ms=2",
+    "backend.max_running=1",
+    "workload=synthetic",
+    "workload.input_len=32",
+    "workload.output_len=8",
+    "workload.num_requests=12",
+    "progress=false",
+    "report=false",
+    "machine.enabled=false",
+    "slo_search.enabled=true",
+    "slo_search.over=concurrency",
+    "slo_search.low=1",
+    "slo_search.high=16",
+    "slo_search.attainment=0.9",
+    "slo.ttft_s=0.15",
+]
+
+
+def run_search(tmp_path, *overrides):
+    proc = run_harness_cli(*ONE_AT_A_TIME, *overrides, f"output_root={tmp_path}", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
     run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    sweep = json.loads((run_dir / "sweep.json").read_text())
+    return proc, json.loads((run_dir / "sweep.json").read_text())
+
+
+def test_slo_search_probes_are_points_with_their_runs(tmp_path):
+    """Each probe runs at least twice (slo_search.min_runs) into run-K/ of its point; the budget
+    of 4 runs ends the search, and the answer says so."""
+    proc, sweep = run_search(tmp_path, "slo_search.max_runs=4", "sweep.compare_html=false")
     search = sweep["slo_search"]
     assert sweep["kind"] == "slo_search" and search["finished"] and sweep["engine_loads"] == 1
+    assert search["runs"] == 4 and search["stopped_by"] == "max_runs" and search["wall_s"] > 0
+    probes, points = search["probes"], sweep["points"]
+    assert len(points) == len(probes) + (search["probing"] is not None)
+    for probe, point in zip(probes, points):
+        assert len(probe["runs"]) == len(point["run_dirs"]) >= 1
+        assert [Path(r["run_dir"]).name for r in probe["runs"]] == [
+            f"run-{k}" for k in range(1, len(probe["runs"]) + 1)
+        ]
+        assert [r["run_dir"] for r in probe["runs"]] == point["run_dirs"]
+        assert probe["verdict"] in ("meets", "misses", "cannot tell") and set(probe["limits"]) <= {"ttft_s"}
+        assert all(set(r["log_margins"]) == {"ttft_s"} and 0 <= r["slo_met_share"] <= 1 for r in probe["runs"])
+    # every probe run's config hashes as a plain run at its load (a noise floor is stored under it)
+    first = load_summary(Path(probes[0]["runs"][0]["run_dir"]))
+    assert first["config_sha256"] == points[0]["config_sha256"]
+    assert "the budget (slo_search.max_runs=4 runs) ended the search before the tolerance" in search["answer_text"]
+    assert search["answer_text"] in proc.stdout and "4 runs" in search["answer_text"]
+    assert sweep["slo_max_concurrency"] == search["capacity_low"] == search["slo_max_concurrency"]
+
+
+@pytest.mark.slow
+def test_slo_search_finds_a_capacity_with_an_interval(tmp_path):
+    """The capacity of the one-at-a-time server, bracketed: the highest concurrency that meets,
+    the lowest that misses, within 1 of each other or of the cannot-tell loads between them."""
+    proc, sweep = run_search(tmp_path, "sweep.compare_html=false")
+    search = sweep["slo_search"]
+    assert search["finished"] and search["stopped_by"] is None, search["answer_text"]
+    lo, hi = search["capacity_low"], search["capacity_high"]
     probes = search["probes"]
-    # a busy machine can miss the SLO already at concurrency 1: the search then ends there
-    assert len(probes) == len(sweep["points"]) >= (2 if probes[0]["passed"] else 1)
-    passed = [p["concurrency"] for p in probes if p["passed"]]
-    failed = [p["concurrency"] for p in probes if not p["passed"]]
-    assert search["slo_max_concurrency"] == (max(passed) if passed else None)
-    if passed and failed:
-        assert min(failed) > max(passed) and min(failed) - max(passed) <= 1  # bisected to the integer
-    assert "slo_max_concurrency" in proc.stdout or "does not hold" in proc.stdout
-    assert all(p.startswith("probe ") for p in [line for line in proc.stdout.splitlines() if line.startswith("probe ")])
+    verdicts = {p["concurrency"]: p["verdict"] for p in probes}
+    if lo is None:  # a busy machine can miss the SLO already at concurrency 1
+        assert search["answer_text"].startswith("no load meets"), search["answer_text"]
+        return
+    assert verdicts[lo] == "meets" and verdicts[hi] == "misses" and 1 <= lo < hi <= 16
+    points = [lo, *search["inside"], hi]
+    assert all(verdicts[x] == "cannot tell" for x in search["inside"])
+    assert all(b - a <= 1 for a, b in zip(points, points[1:]))
+    assert sweep["slo_max_concurrency"] == lo and search["runs"] == sum(len(p["runs"]) for p in probes)
+    assert all(len(p["runs"]) >= 2 or p["verdict"] == "misses" for p in probes)
+    text = search["answer_text"]
+    assert text.startswith(f"capacity {lo}–{hi} concurrent requests at p90 TTFT ≤ 150 ms (meets at {lo}")
+    assert f"misses at {hi}), {search['runs']} runs" in text and text in proc.stdout
+    assert search["wall_s"] < 300  # ~30 s here
 
 
 def test_slo_search_needs_an_slo(tmp_path):
