@@ -19,7 +19,8 @@ A run that failed or was stopped saturated ends the probe at once: misses. At th
     integer loads: concurrency); the widest open gap (relatively) is bisected at (a + b) / 2
     (⌊(a + b) / 2⌋), until none is open or the budget ends
 
-The capacity lies in [lo, hi]; the cannot-tell loads lie inside. Without lo (nothing met) the
+The capacity lies in [lo, hi]; the cannot-tell loads lie inside. A cannot-tell load below lo
+(the load drifted, or the machine did) is out of order: the answer names it. Without lo (nothing met) the
 points start at the lowest cannot-tell load, without hi (nothing missed up to ``high``) they end
 at the highest.
 
@@ -136,6 +137,11 @@ class Search:
         """The cannot-tell loads between capacity_low and capacity_high."""
         lo, hi = self.capacity_low, self.capacity_high
         return [x for x in self.loads(CANNOT_TELL) if (lo is None or x > lo) and (hi is None or x < hi)]
+
+    def out_of_order(self) -> list[float]:
+        """The cannot-tell loads below capacity_low: verdicts out of order (time's noise)."""
+        lo = self.capacity_low
+        return [x for x in self.loads(CANNOT_TELL) if lo is not None and x < lo]
 
     def open_gap(self) -> Optional[tuple[float, float]]:
         """The widest gap still open between neighbouring points (module doc), or None."""

@@ -3,9 +3,10 @@
     capacity 3.1–3.6 req/s at p90 TTFT ≤ 500 ms and p90 TPOT ≤ 50 ms (meets at 3.1, cannot
     tell at 3.35, misses at 3.6), 14 runs, 6.0 min
 
-Nothing met: "no load meets …"; nothing missed up to ``high``: "capacity ≥ X …". When the
-budget ended the search before the tolerance, the sentence says which budget. A search that did
-not finish (interrupted) has no answer: "no answer: the search did not finish (so far: …)".
+Nothing met: "no load meets …"; nothing missed up to ``high``: "capacity ≥ X …". A cannot-tell
+load below the capacity's low end is named (out of order). When the budget ended the search
+before the tolerance, the sentence says which budget. A search that did not finish
+(interrupted) has no answer: "no answer: the search did not finish (so far: …)".
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def answer_text(search: Search, q: Question, final: bool) -> str:
         text = f"capacity ≥ {lo:g}{q.unit} at {q.limits_text()} ({evidence}; none missed), {spent}"
     else:
         text = f"capacity {lo:g}–{hi:g}{q.unit} at {q.limits_text()} ({evidence}), {spent}"
+    below = search.out_of_order()
+    if below:
+        text += f"; out of order: cannot tell at {_and([f'{x:g}' for x in below])}, below {lo:g}"
     if search.stopped_by:
         budget = BUDGET_TEXT[search.stopped_by].format(**vars(search.settings))
         text += f"; the budget ({budget}) ended the search before the tolerance"
@@ -130,6 +134,7 @@ def search_record(search: Search, q: Question, final: bool) -> dict[str, Any]:
         "capacity_low": lo if final else None,
         "capacity_high": hi if final else None,
         "inside": [_load(x, integer) for x in search.inside()],
+        "out_of_order": [_load(x, integer) for x in search.out_of_order()],
         f"slo_max_{q.over}": lo if final else None,
         "best_so_far": lo,
         "lowest_failing": hi,

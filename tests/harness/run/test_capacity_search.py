@@ -166,3 +166,17 @@ def test_the_answer_and_its_record():
     assert unfinished["best_so_far"] == lo and unfinished["answer_text"].startswith(
         "no answer: the search did not finish"
     )
+
+
+def test_a_cannot_tell_below_the_capacity_is_named():
+    """Time's noise (the machine busier at first) can leave a low load unclear while a higher one
+    meets: the answer says so rather than hide it."""
+
+    def run_once(load, probe, run):
+        d = 0.3 * (1 if run % 2 else -1) if load < 4 else math.log(load / 100) + 0.01 * (run % 2)
+        return RunOutcome({"ttft_s": d}, ok=True)
+
+    s = search(settings(high=8.0), run_once)
+    assert s.capacity_low == 8.0 and s.out_of_order() == [1.0, 2.0]
+    text = answer_text(s, Question("rate", {"ttft_s": 0.5}, 0.9), final=True)
+    assert "; out of order: cannot tell at 1 and 2, below 8" in text

@@ -246,9 +246,7 @@ def test_slo_search_finds_a_capacity_with_an_interval(tmp_path):
     lo, hi = search["capacity_low"], search["capacity_high"]
     probes = search["probes"]
     verdicts = {p["concurrency"]: p["verdict"] for p in probes}
-    if lo is None:  # a busy machine can miss the SLO already at concurrency 1
-        assert search["answer_text"].startswith("no load meets"), search["answer_text"]
-        return
+    assert lo is not None, search["answer_text"]  # concurrency 1: TTFT ~20 ms, far below 150
     assert verdicts[lo] == "meets" and verdicts[hi] == "misses" and 1 <= lo < hi <= 16
     points = [lo, *search["inside"], hi]
     assert all(verdicts[x] == "cannot tell" for x in search["inside"])
