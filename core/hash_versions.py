@@ -163,6 +163,12 @@ VERSIONS: tuple[Version, ...] = (
             Added(CONFIG, "slo_search.noise_dir"),
         ),
     ),
+    Version(
+        9,
+        "the reference server's batch, 2026-12-06",
+        "the reference server's batch_itl_ms (a request's ITL grows with the requests running), hashed when set",
+        (Added(CONFIG, "backend.batch_itl_ms", 0.0),),
+    ),
 )
 
 HASH_VERSION = VERSIONS[-1].number  # what a run made now records

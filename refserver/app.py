@@ -13,6 +13,9 @@ seconds:
 
     due(k) = t₀ + ttft + k · itl + jitter(k),   k = 0 … n − 1,   jitter(k) ~ U(−j, +j)
 
+With ``--batch-itl-ms b``, itl = ``--itl-ms`` + b × (the requests already running when the
+schedule starts): a batched engine's trade-off, more requests at once for a slower stream each.
+
 Each token is sent at its absolute deadline (never by sleeping fixed amounts one after
 another, which would accumulate the wake-up delays), by a timer thread that wakes the event
 loop with sub-millisecond precision, and written at once (TCP_NODELAY, one chunk per event).
@@ -78,6 +81,9 @@ class Settings:
     tokenizer: Optional[str] = None
     timer: str = "thread"  # thread: sub-millisecond wake-ups | asyncio: the event loop's own timers
     max_running: int = 0  # requests served at once; more wait for a slot (0: no limit)
+    # a batched engine's decode step slows as its batch grows: a request's ITL is itl_ms plus this
+    # for each other request running when its schedule starts (0: every request alone)
+    batch_itl_ms: float = 0.0
     kv_capacity_tokens: int = 16384  # the KV-use gauge: reserved reply tokens ÷ this
     metrics_drip_s: float = 0.0  # /metrics written one byte every this many seconds (0: at once)
     spec_draft_tokens: int = 0  # speculative-decoding counters: K draft tokens per chunk (0: none)
@@ -295,8 +301,10 @@ class ReferenceServer:
         return int(cap) if exact else min(int(cap), self.s.tokens)
 
     def _schedule(self, arrival: float, n: int) -> list[float]:
-        """Absolute due times: arrival + ttft + k·itl + U(−jitter, +jitter), never decreasing."""
-        ttft, itl, jitter = self.s.ttft_ms / 1e3, self.s.itl_ms / 1e3, self.s.jitter_ms / 1e3
+        """Absolute due times: arrival + ttft + k·itl + U(−jitter, +jitter), never decreasing (itl
+        grows by --batch-itl-ms for each request running now)."""
+        ttft, jitter = self.s.ttft_ms / 1e3, self.s.jitter_ms / 1e3
+        itl = (self.s.itl_ms + self.s.batch_itl_ms * self.metrics.running) / 1e3
         due, last = [], arrival
         for k in range(n):
             t = arrival + ttft + k * itl + (self.rng.uniform(-jitter, jitter) if jitter else 0.0)

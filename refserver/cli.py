@@ -59,6 +59,12 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
     )
     p.add_argument("--max-running", type=int, default=0, help="requests served at once; more wait (0: no limit)")
     p.add_argument(
+        "--batch-itl-ms",
+        type=float,
+        default=0.0,
+        help="a request's ITL grows by this for each request running when it starts (a batch slows its steps)",
+    )
+    p.add_argument(
         "--kv-capacity-tokens",
         type=int,
         default=16384,
@@ -96,6 +102,8 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
     a = p.parse_args(argv)
     if a.reasoning_tokens < 0:
         p.error("--reasoning-tokens must be >= 0")
+    if a.batch_itl_ms < 0:
+        p.error("--batch-itl-ms must be >= 0")
     if a.max_running < 0 or a.kv_capacity_tokens < 1 or a.metrics_drip_s < 0 or a.spec_draft_tokens < 0:
         p.error("--max-running, --metrics-drip-s and --spec-draft-tokens must be >= 0, --kv-capacity-tokens >= 1")
     if not 0 <= a.spec_acceptance <= 1:
@@ -126,6 +134,7 @@ def parse_args(argv: Optional[list[str]] = None, prog: str = "python -m refserve
         tokenizer=a.tokenizer,
         timer=a.timer,
         max_running=a.max_running,
+        batch_itl_ms=a.batch_itl_ms * run_factor,
         kv_capacity_tokens=a.kv_capacity_tokens,
         metrics_drip_s=a.metrics_drip_s,
         spec_draft_tokens=a.spec_draft_tokens,

@@ -42,6 +42,7 @@ class ReferenceConfig(BackendConfig):
     seed: int = 0  # the server's seed: its jitter, faults and replies
     run_noise_cv: float = 0.0  # run-to-run noise: ttft and itl scaled by exp(N(0, cv)) once per server start
     max_running: int = 0  # requests served at once; more wait (the waiting gauge of /metrics); 0: no limit
+    batch_itl_ms: float = 0.0  # a request's ITL grows by this for each request running when it starts
     kv_capacity_tokens: int = 16384  # /metrics KV use = reply tokens reserved by the running requests / this
     metrics_drip_s: float = 0.0  # fault: /metrics written one byte every this many seconds (0: at once)
     spec_draft_tokens: int = 0  # /metrics speculative-decoding counters: K draft tokens per chunk (0: none)
@@ -56,8 +57,8 @@ class ReferenceConfig(BackendConfig):
         if self.mode != "server":
             raise ConfigError("backend=reference runs as a server only (backend.mode=server)")
         super().validate()
-        if min(self.ttft_ms, self.itl_ms, self.jitter_ms, self.run_noise_cv) < 0:
-            raise ConfigError("backend.ttft_ms, itl_ms, jitter_ms and run_noise_cv must be >= 0")
+        if min(self.ttft_ms, self.itl_ms, self.jitter_ms, self.run_noise_cv, self.batch_itl_ms) < 0:
+            raise ConfigError("backend.ttft_ms, itl_ms, jitter_ms, batch_itl_ms and run_noise_cv must be >= 0")
         if self.tokens < 1 or self.chunk_tokens < 1:
             raise ConfigError("backend.tokens and backend.chunk_tokens must be >= 1")
         if not 0 <= self.error_rate <= 1:
@@ -119,6 +120,8 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
         command += ["--run-noise-cv", str(c.run_noise_cv)]
     if c.max_running:
         command += ["--max-running", str(c.max_running)]
+    if c.batch_itl_ms:
+        command += ["--batch-itl-ms", str(c.batch_itl_ms)]
     if c.kv_capacity_tokens != 16384:
         command += ["--kv-capacity-tokens", str(c.kv_capacity_tokens)]
     if c.metrics_drip_s:

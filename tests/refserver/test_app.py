@@ -274,3 +274,14 @@ def test_jitter_moves_tokens_around_an_absolute_schedule(tmp_path, tiny_model):
     gaps = np.diff(t)
     assert gaps.std() > 0.0005  # the jitter shows
     assert abs((t[-1] - t[0]) - 59 * 0.005) < 0.004 + 0.025  # ± 2 × jitter, + CI slack; no drift
+
+
+def test_batch_itl_slows_a_request_by_the_requests_running():
+    """--batch-itl-ms: a request's ITL grows with the requests already running when its
+    schedule starts (a batched engine: more at once, each slower), the search's trade-off."""
+    from refserver.app import ReferenceServer, Settings
+
+    server = ReferenceServer(Settings(ttft_ms=20, itl_ms=5, batch_itl_ms=2))
+    assert server._schedule(0.0, 3) == pytest.approx([0.020, 0.025, 0.030])
+    server.metrics.running = 3
+    assert server._schedule(0.0, 3) == pytest.approx([0.020, 0.031, 0.042])

@@ -62,7 +62,10 @@ CONFIG_KEYS_SINCE = {
     4: ("server_metrics",),
     5: ("cost", *(f"workload.{k}" for k in WORKLOAD_KEYS_HASHED_WHEN_SET)),
     8: tuple(f"slo_search.{k}" for k in SLO_SEARCH_KEYS_HASHED_WHEN_SET),
+    9: ("backend.batch_itl_ms",),
 }
+# ...and, from version 9, these backend keys while unset (where the backend has them)
+BACKEND_KEYS_HASHED_WHEN_SET = {"batch_itl_ms": 0.0}
 
 
 def resolved(*overrides: str) -> dict:
@@ -78,7 +81,7 @@ def config_as_written(version: int, *overrides: str) -> dict:
             parent = body
             for part in path:
                 parent = parent[part]
-            del parent[last]
+            parent.pop(last, None)  # a backend's key: only the backends that have it
     return body
 
 
@@ -98,6 +101,11 @@ def config_sha256_at(version: int, body: dict) -> str:
         for key, unset in SLO_SEARCH_KEYS_HASHED_WHEN_SET.items():
             if key in search and search[key] == unset:
                 del search[key]
+    if version >= 9:
+        backend = body["backend"]
+        for key, unset in BACKEND_KEYS_HASHED_WHEN_SET.items():
+            if key in backend and backend[key] == unset:
+                del backend[key]
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -282,6 +290,17 @@ def test_version_8_the_slo_search_budget(tmp_path):
     assert config_sha256_at(8, config_as_written(8)) == config_sha256_at(7, config_as_written(7)) == now
     assert config_sha256(make_config("slo_search.max_runs=12")) != now
     assert_run_compares_equal(tmp_path, 7, (), plan())
+
+
+def test_version_9_the_reference_servers_batch_itl(tmp_path):
+    """backend.batch_itl_ms is hashed only when set: the reference runs before it keep their hashes."""
+    ref = ("backend=reference",)
+    assert config_sha256_at(8, config_as_written(8, *ref)) == config_sha256(make_config(*ref))
+    assert config_sha256(make_config(*ref, "backend.batch_itl_ms=2")) != config_sha256(make_config(*ref))
+    assert config_sha256_at(9, config_as_written(9, *ref)) == config_sha256_at(8, config_as_written(8, *ref))
+    assert hash_versions.keeps_hashes(8)
+    for version in (8, 9):
+        assert_run_compares_equal(tmp_path / str(version), version, ref, plan())
 
 
 def test_every_version_has_its_test():
