@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from harness.gate.verdicts import INCONCLUSIVE, PASS, REGRESSION
-from harness.reports import agreement, figures, html
+from harness.reports import agreement, figures, html, pareto
 from harness.reports.compare import stats
 from harness.reports.compare.comparison import Comparison
 from harness.reports.compare.differences import gate_passed_text, pct_text
@@ -60,6 +60,7 @@ def build_compare_html(result: Comparison) -> tuple[str, list[str]]:
         for f in (
             _cdf_overlay(runs),
             _latency_vs_throughput(runs),
+            _pareto(runs),
             _throughput_bars(runs),
             _server_overlay(runs),
             _per_turn(runs),
@@ -358,6 +359,22 @@ def _latency_vs_throughput(runs: Sequence[Run]):
         "Latency against throughput",
         fig,
         "One point per run; runs of the same setup that differ only in concurrency or rate are joined, in order of load (c: concurrency, r: rate).",
+    )
+
+
+def _pareto(runs: Sequence[Run]):
+    """Per-user speed against the instance's throughput, a point per run and the front (harness/reports/pareto.py)."""
+    points = [pareto.Point.of(run.summary, run.label, [load_text(run.summary), run.path.name]) for run in runs]
+    fig = pareto.pareto_figure(points)
+    if fig is None:
+        return None
+    return (
+        "pareto",
+        "Capacity: per user against per instance (Pareto front)",
+        fig,
+        "One point per run: the median of its requests' output tokens/s (what a user sees) against the run's "
+        "output tokens/s (what the instance serves). Orange: on the front, no other run is faster on both; the line "
+        "is the front's edge. With a machine price (cost.usd_per_hour), $ per million output tokens against per user.",
     )
 
 

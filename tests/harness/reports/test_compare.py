@@ -126,7 +126,8 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
     )
     assert page.errors == [] and page.dialogs == []
     assert sorted(page.values["bars"]) == labels and page.values["legend"] == labels  # drawn whole, not cut
-    assert [p["id"] for p in page.plots] == ["cdf", "latency-throughput", "throughput", "differences"]
+    # three runs with both figures: per user against per instance, and their front
+    assert [p["id"] for p in page.plots] == ["cdf", "latency-throughput", "pareto", "throughput", "differences"]
     assert all(p["plotly"] and p["svg"] and p["traces"] for p in page.plots), page.plots
     assert len(page.values["links"]) == 3 and all(h.endswith("/report.html") for h in page.values["links"])
 
