@@ -3,7 +3,8 @@
 - a plain run is one load point on an engine session of its own (``repeat=N``: N runs);
 - ``-m`` runs each point through :func:`harness.run.sweep.run_sweep_point`, which shares one
   loaded engine between consecutive points of the same engine settings;
-- ``slo_search.enabled=true`` probes loads against one engine (harness/run/slo_search.py).
+- ``slo_search.enabled=true`` probes loads against one engine (harness/run/slo_search.py);
+- ``search.enabled=true`` searches engine settings and load with Optuna (harness/run/search.py).
 
 The packages below are imported where a command needs them, not at the top: ``--help``, a
 misspelled config group or a bad value answer before pandas, torch and the engines load.
@@ -67,6 +68,7 @@ def register_help() -> None:
 # string.Template text: Hydra puts the composed config in for $CONFIG ($$ is a dollar sign)
 HELP = """usage: python -m harness [group=choice …] [key=value …]    one run
        python -m harness -m [key=a,b …]                    a sweep: every combination, one engine load where it can
+       python -m harness search.enabled=true …             search engine settings and load (Optuna)
        python -m harness --cfg job [overrides …]           print the composed config and stop
 
 Config groups (group=choice):
@@ -126,6 +128,8 @@ def hydra_main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     _job_started = "sweep" if hc.mode == RunMode.MULTIRUN else "run"
     if hc.mode == RunMode.MULTIRUN:
+        if cfg.get("search", {}).get("enabled"):
+            fail("search.enabled=true runs as one command, not as a sweep's point: drop -m")
         _sweep_point(cfg, hc)
     else:
         _single_run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
@@ -141,6 +145,13 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
         from harness.run.sweep import run_sweep_point
 
         run_cfg = to_run_config(cfg)
+        if run_cfg.search.enabled:
+            from harness.run.search import run_search, summary_lines
+
+            record = run_search(run_cfg, run_dir, overrides)
+            print("\n".join(summary_lines(record)))
+            print(f"results: {run_dir}", flush=True)
+            return
         if run_cfg.slo_search.enabled:
             from harness.run.slo_search import run_slo_search
 
@@ -155,6 +166,8 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     except KeyboardInterrupt:
         if _measured(run_dir):
             print(f"\ninterrupted: what was measured is in {run_dir}", file=sys.stderr)
+            if (run_dir / "search.db").is_file():
+                print(f"the search goes on with the same command and hydra.run.dir={run_dir}", file=sys.stderr)
         else:
             _discard_if_empty(run_dir)
             kept = f" (the engine's log is kept in {run_dir})" if run_dir.is_dir() else ""
