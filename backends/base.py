@@ -1,6 +1,6 @@
 """The Backend interface every engine implements, and the types that cross it.
 
-The life of one request, and who does each stage (mission.md):
+The life of one request, and who does each stage (docs/metrics.md, "Where the time goes"):
 
 1. intake — the runner renders the chat template and tokenizes, once, the same for every
    engine (``workloads.prompts.PromptRenderer``); a server backend adds HTTP intake.

@@ -42,7 +42,8 @@ class GenerationRequest:
 
 @dataclass(slots=True)
 class TokenChunk:
-    """Tokens the engine produced, stamped with ``time.perf_counter()`` when it produced them."""
+    """Tokens the engine produced, stamped with ``time.perf_counter()``: in-process when the engine
+    produced them, over HTTP when the bytes that carry them were received (backends/http/http1.py)."""
 
     token_ids: list[int]
     t: float
@@ -51,7 +52,7 @@ class TokenChunk:
     # provisionally, then reconciled in RequestDone.chunk_tokens); None: len(token_ids)
     n_tokens: Optional[int] = None
     # The server's chunks this event stands for: an HTTP client hands over every chunk of one
-    # read at once, all stamped ``t`` (when the read returned), one provisional token each
+    # read at once, all stamped ``t`` (when that read's bytes were received), one provisional token each
     # (then ``n_tokens == chunks``). In-process engines send one event per chunk.
     chunks: int = 1
 

@@ -7,8 +7,10 @@ The client streams ``/v1/chat/completions`` (``messages``: the server renders it
 template) or ``/v1/completions`` (``prompt``: the harness's rendered prompt, as token ids
 where the server takes them, else as text), always with
 ``stream_options.include_usage``. Timing: a request's clock starts in the runner just
-before the request goes out; each chunk is stamped with ``time.perf_counter()`` right after
-its server-sent event is parsed (``backends/http/sse.py``). Counting:
+before the request goes out; each chunk is stamped with the ``time.perf_counter()`` at which
+the bytes that carry it were received, in the connection's ``data_received`` callback
+(``backends/http/http1.py``), before its server-sent events are parsed (``backends/http/sse.py``).
+Counting:
 
 - prompt tokens: ``usage.prompt_tokens`` when the server sends usage, else the harness's own
   count of the rendered prompt;

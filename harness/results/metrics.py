@@ -13,7 +13,7 @@ Two kinds:
 The summary, the console table, the report, compare (its table, CSV and gate) and the sweep
 table iterate over :data:`REQUEST_METRICS` and :data:`RUN_METRICS`. Adding a metric is one
 class here, registered with :func:`register`; the per-request formulas it uses live in
-``harness/results/formulas.py``. The class docstring is the formula, and docs/formulas.md lists it.
+``harness/results/formulas.py``. The class docstring is the formula, and docs/metrics.md lists it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from backends.engines.openai import OpenAIConfig
 from backends.http.client import HTTPStatusError, OpenAIClient
 from backends.http.probe import check_server
 from core.errors import ConfigError, HarnessError
+from core.types import TokenChunk
 from harness.results.store import load_requests, load_summary
 from harness.run.point import run_benchmark
 from refserver.dialects import word
@@ -55,6 +56,35 @@ def test_timing_matches_the_schedule_at_concurrency_1(tmp_path, tokenizer):
         assert done.chunk_tokens == [1] * 24 and done.engine_stats["chunk_tokens_source"] == "usage"
         assert done.engine_stats["output_tokens"] == 24 and done.engine_stats["output_tokens_source"] == "usage"
         assert done.finish_reason == "length"
+
+
+def test_a_chunk_is_stamped_when_its_bytes_arrive_not_after_parsing(tmp_path, tokenizer, monkeypatch):
+    """The stamp is taken in ``data_received`` (backends/http/http1.py), before the SSE parser
+    runs: with a parser that takes 20 ms per read, each chunk's stamp comes before the parse of
+    the read that carried it began (a stamp taken after parsing would be 20 ms after it)."""
+    from backends.http.sse import SSEParser
+
+    parses: list[float] = []
+    feed = SSEParser.feed_data
+
+    def slow_feed(self, data):
+        parses.append(time.perf_counter())
+        time.sleep(0.02)
+        return feed(self, data)
+
+    monkeypatch.setattr(SSEParser, "feed_data", slow_feed)
+
+    async def stamps_and_parses():
+        out = []
+        async for event in client_for(srv, tokenizer).stream(chat_request(0, 6), {"ignore_eos": True}):
+            if isinstance(event, TokenChunk):
+                out.append((event.t, parses[-1]))  # the chunk is handed over right after its read's parse
+        return out
+
+    with reference_server(tmp_path, "--ttft-ms", "5", "--itl-ms", "5") as srv:
+        pairs = run(stamps_and_parses())
+    assert len(pairs) >= 2
+    assert all(stamp < parse for stamp, parse in pairs), pairs
 
 
 def test_reply_text_and_token_ids_are_the_servers(tmp_path, tokenizer):
