@@ -152,6 +152,10 @@ class Backend(ABC, Generic[ConfigT]):
     requires: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str] = ""
     install_hint: ClassVar[str] = ""  # anything else a user must know to install the engine
+    needs_gguf: ClassVar[bool] = False  # loads a GGUF file only (an HF folder alone will not do)
+    # not an inference engine but a stand-in for one (the reference server): the end of a run
+    # suggests it for a comparison only when no engine can run the same overrides
+    stand_in: ClassVar[bool] = False
 
     def __init__(self, config: ConfigT, model: ModelFiles):
         self.config = config

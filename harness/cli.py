@@ -138,7 +138,8 @@ def hydra_main(cfg: DictConfig) -> None:
 def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     try:
         from harness.config import to_run_config
-        from harness.reports.console import format_summary, format_sweep
+        from harness.next_run import next_steps
+        from harness.reports.console import format_summary, format_sweep, pages_lines
         from harness.results.schema import RunSummary
         from harness.results.store import load_summary
         from harness.results.sweep_file import read_sweep
@@ -157,7 +158,7 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
 
             run_slo_search(run_cfg, run_dir)
             print(format_sweep(read_sweep(run_dir)))
-            print(f"results: {run_dir}", flush=True)
+            print("\n".join([*pages_lines(run_dir), f"results: {run_dir}"]), flush=True)
             return
         entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, overrides, single=True, keep_engine=False)
     except HarnessError as exc:
@@ -173,16 +174,18 @@ def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
             kept = f" (the engine's log is kept in {run_dir})" if run_dir.is_dir() else ""
             print(f"\ninterrupted before the run started: nothing was measured{kept}", file=sys.stderr)
         sys.exit(130)
+    has_gguf = False
     for d in entry["run_dirs"]:
         summary = RunSummary.from_dict(load_summary(Path(d)))
         print(format_summary(summary))
+        has_gguf = has_gguf or bool(summary.model.get("gguf_file"))
         if summary.requests.get("failed"):
             logging.getLogger("harness").warning("%d requests failed", summary.requests["failed"])
     if run_cfg.repeat > 1:
         print(format_sweep(read_sweep(run_dir)))
     if entry["status"] == "skipped":
         print(f"resume: this config already finished in {', '.join(entry['run_dirs'])}")
-    print(f"results: {run_dir}", flush=True)
+    print("\n".join([*next_steps(run_cfg, run_dir, overrides, has_gguf), f"results: {run_dir}"]), flush=True)
 
 
 def _measured(run_dir: Path) -> bool:
@@ -242,7 +245,7 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _exit_code
-        from harness.reports.console import format_sweep
+        from harness.reports.console import format_sweep, pages_lines
         from harness.results.sweep_file import read_sweep
         from harness.run.sweep import SESSIONS, refresh_compare
 
@@ -259,7 +262,7 @@ class SweepCallback(Callback):
         if failed:
             print(f"{len(failed)} of {len(sweep['points'])} points failed: see sweep.json", file=sys.stderr)
             _exit_code = EXIT_POINT_FAILED
-        print(f"sweep: {sweep_dir / 'sweep.json'}", flush=True)
+        print("\n".join([*pages_lines(sweep_dir), f"sweep: {sweep_dir / 'sweep.json'}"]), flush=True)
 
 
 def terminate_as_interrupt(signum: int, frame: Optional[Any]) -> None:

@@ -110,6 +110,7 @@ class LlamaCppConfig(BackendConfig):
 class LlamaCppBackend(ThreadedBackend[LlamaCppConfig]):
     requires = ("llama_cpp",)
     extra = "llamacpp"
+    needs_gguf = True
 
     def __init__(self, config: LlamaCppConfig, model: Any):
         super().__init__(config, model)

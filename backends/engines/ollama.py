@@ -90,6 +90,7 @@ class OllamaConfig(EngineServerConfig):
 class OllamaBackend(EngineServerBackend):
     program = "ollama"
     image = "ollama/ollama"
+    needs_gguf = True
 
     @classmethod
     def server_preset(cls, config: Any, model: Any):

@@ -169,6 +169,8 @@ def reference_preset(config: ReferenceConfig, model: ModelFiles) -> ServerPreset
 class ReferenceBackend(Backend):
     """Server mode only: :func:`create_backend` builds a ServerBackend from the preset."""
 
+    stand_in = True
+
     @classmethod
     def server_preset(cls, config: BackendConfig, model: ModelFiles) -> ServerPreset:
         assert isinstance(config, ReferenceConfig)

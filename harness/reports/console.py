@@ -1,9 +1,12 @@
-"""What the console prints: the run's summary table at the end of a run, and a sweep's table of points."""
+"""What the console prints: the run's summary table at the end of a run, a sweep's table of
+points, and the lines after them that say where the pages are and what to run next."""
 
 from __future__ import annotations
 
+import shlex
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 from harness.results import metrics
@@ -276,3 +279,29 @@ def _figure_text(metric: type[metrics.Metric], value: Any) -> str:
             text += f" ± {metric.show(value['ci_high'] - mean):.{metric.digits}f}"
         return text
     return "-" if value is None else f"{metric.show(value):.{metric.digits}f}"
+
+
+def pages_lines(folder: Path) -> list[str]:
+    """Where a run's pages are: its report.html; compare.html of a run with repeats or a sweep."""
+    return [f"{page.stem}: {page}" for page in (folder / "report.html", folder / "compare.html") if page.is_file()]
+
+
+def next_run_lines(run_dir: Path, engine: str, workload: str, other: str, overrides: Sequence[str]) -> list[str]:
+    """The commands that run the same overrides on engine ``other`` into a folder beside
+    ``run_dir`` and compare the two: exact, so they can be pasted as printed."""
+    suffix = f"-{engine}-{workload}"
+    if run_dir.name.endswith(suffix):  # the default name, <date>-<time>-<engine>-<workload>: the same time
+        stem = run_dir.name.removesuffix(suffix)
+        other_dir, compare_dir = run_dir.with_name(f"{stem}-{other}-{workload}"), run_dir.with_name(f"compare-{stem}")
+    else:
+        other_dir, compare_dir = (
+            run_dir.with_name(f"{run_dir.name}-{other}"),
+            run_dir.with_name(f"compare-{run_dir.name}"),
+        )
+    run = ["python", "-m", "harness", f"backend={other}", *overrides, f"hydra.run.dir={other_dir}"]
+    compare = ["python", "-m", "harness.compare", str(run_dir), str(other_dir), "--out", str(compare_dir)]
+    return [
+        f"next: the same run on {other}, then the two side by side:",
+        "  " + shlex.join(run),
+        "  " + shlex.join(compare),
+    ]

@@ -1,6 +1,7 @@
 """`python -m harness` as a user runs it: output, errors, sweeps, Ctrl-C."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,63 @@ def test_run_of_a_local_hf_folder_prints_summary_then_results_folder(tmp_path, t
     assert (run_dir / "summary.json").exists() and run_dir.parent == tmp_path
     assert "TTFT (ms)" in proc.stdout and "throughput:" in proc.stdout and "memory:" in proc.stdout
     assert json.loads((run_dir / "summary.json").read_text())["model"]["hf_dir"] == str(tiny_model.hf_dir)
+
+
+@pytest.mark.slow
+def test_a_run_ends_with_its_report_and_the_commands_that_compare_it_with_another_engine(tmp_path):
+    """The last lines: the report, the same overrides on another engine (the engine's own and
+    the output's left out) into a folder named in advance, and compare of the two; the printed
+    commands run as they are."""
+    reference = ["backend=reference", "backend.ttft_ms=5", "backend.itl_ms=1"]
+    workload = [*FAST, "workload.num_requests=3"]
+    proc = run_harness_cli(*reference, *workload, "output_root=results", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    *_, report, next_line, again, compare, results = proc.stdout.strip().splitlines()
+    run_dir = Path(results.removeprefix("results: "))
+    shown = run_dir.relative_to(tmp_path)  # the lines' paths are relative to where the run was started
+    assert report == f"report: {shown}/report.html" and (run_dir / "report.html").is_file()
+    other = next_line.removeprefix("next: the same run on ").removesuffix(", then the two side by side:")
+    assert other not in ("reference", next_line)  # an engine, the reference server being no engine
+    stamp = run_dir.name.removesuffix("-reference-synthetic")
+    other_dir, compare_dir = f"results/{stamp}-{other}-synthetic", f"results/compare-{stamp}"
+    assert shlex.split(again) == [
+        "python",
+        "-m",
+        "harness",
+        f"backend={other}",
+        *workload,
+        f"hydra.run.dir={other_dir}",
+    ]
+    assert shlex.split(compare) == ["python", "-m", "harness.compare", str(shown), other_dir, "--out", compare_dir]
+
+    for command in (again, compare):
+        argv = shlex.split(command)
+        ran = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads((tmp_path / other_dir / "summary.json").read_text())["backend"]["name"] == other
+    assert ran.stdout.strip().splitlines()[-1] == f"compare: {compare_dir}/compare.html"
+    assert (tmp_path / compare_dir / "compare.html").is_file()
+
+
+def test_the_next_run_keeps_the_overrides_less_the_engines_and_the_outputs():
+    from harness.next_run import comparable_overrides
+    from harness.reports.console import next_run_lines
+
+    given = ["backend=vllm", "backend.max_model_len=1024", "+backend.foo=1", "model=smollm2-135m"]
+    given += ["workload.prompt=a b", "output_root=/x", "hydra.run.dir=/x/run", "seed=3"]
+    kept = comparable_overrides(given)
+    assert kept == ["model=smollm2-135m", "workload.prompt=a b", "seed=3"]
+    lines = next_run_lines(Path("/r/20261205-101500-vllm-chat"), "vllm", "chat", "llamacpp", kept)
+    assert lines[1:] == [
+        "  python -m harness backend=llamacpp model=smollm2-135m 'workload.prompt=a b' seed=3 "
+        "hydra.run.dir=/r/20261205-101500-llamacpp-chat",
+        "  python -m harness.compare /r/20261205-101500-vllm-chat /r/20261205-101500-llamacpp-chat "
+        "--out /r/compare-20261205-101500",
+    ]
+    named = next_run_lines(Path("runs/mine"), "vllm", "chat", "llamacpp", [])
+    assert named[2] == "  python -m harness.compare runs/mine runs/mine-llamacpp --out runs/compare-mine"
 
 
 def test_import_without_any_engine():

@@ -50,6 +50,8 @@ def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium)
     assert [load_summary(Path(p["run_dirs"][0]))["workload"]["concurrency"] for p in points] == [1, 2, 4]
     assert (sweep_dir(tmp_path) / "compare.html").exists() and (sweep_dir(tmp_path) / "compare.csv").exists()
     assert "engine loads: 1 for 3 points" in proc.stdout
+    folder = sweep_dir(tmp_path)
+    assert proc.stdout.strip().splitlines()[-2:] == [f"compare: {folder}/compare.html", f"sweep: {folder}/sweep.json"]
     table = proc.stdout[proc.stdout.index("overrides") :]
     assert "workload.concurrency=4" in table and "workload.input_len" not in table  # only what the sweep varies
     page = chromium.open(sweep_dir(tmp_path) / "compare.html", screenshot=tmp_path / "sweep.png")
@@ -165,6 +167,7 @@ def test_single_run_with_repeats(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run_dir = Path(proc.stdout.strip().splitlines()[-1].removeprefix("results: "))
     assert (run_dir / "repeat-1" / "summary.json").exists() and (run_dir / "repeat-2" / "summary.json").exists()
+    assert f"compare: {run_dir.relative_to(tmp_path)}/compare.html" in proc.stdout.splitlines()  # of the repeats
     assert json.loads((run_dir / "sweep.json").read_text())["points"][0]["figures"]["ttft_s.p50"]["n"] == 2
 
 
