@@ -115,8 +115,11 @@ class Chromium:
         evaluate: Optional[dict[str, str]] = None,
         timeout: float = 60,
         settle_s: float = 0.5,
+        viewport: Optional[tuple[int, int]] = None,
     ) -> PageResult:
-        """Load a file, wait for every plot to draw, collect errors, evaluate expressions, save a full-page PNG."""
+        """Load a file, wait for every plot to draw, collect errors, evaluate expressions, save a
+        PNG: of the whole page, or with ``viewport`` (width, height in CSS pixels) of its top,
+        laid out at that size from the start."""
         browser = _Session(
             self._ws_mod.create_connection(self._browser_ws_url(), timeout=timeout, suppress_origin=True)
         )
@@ -131,6 +134,8 @@ class Chromium:
         try:
             for domain in ("Page", "Runtime", "Log"):
                 page.call(f"{domain}.enable")
+            if viewport is not None:
+                _set_size(page, *viewport)
             page.call("Page.navigate", {"url": result.url})
             page.wait_for("Page.loadEventFired", timeout)
             deadline = time.time() + timeout
@@ -144,22 +149,19 @@ class Chromium:
             result.title = page.evaluate("document.title")
             result.values = {name: page.evaluate(expr) for name, expr in (evaluate or {}).items()}
             if screenshot is not None:
-                result.screenshot = self._screenshot(page, Path(screenshot))
+                result.screenshot = self._screenshot(page, Path(screenshot), full_page=viewport is None)
         finally:
             page.close()
             browser.call("Target.closeTarget", {"targetId": target})
             browser.close()
         return result
 
-    def _screenshot(self, page: _Session, out: Path) -> Path:
-        size = page.call("Page.getLayoutMetrics")["cssContentSize"]
-        width, height = 1400, min(int(size["height"]) + 1, 16000)
-        page.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-        )
-        time.sleep(0.8)  # plotly's responsive resize
-        shot = page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    def _screenshot(self, page: _Session, out: Path, full_page: bool = True) -> Path:
+        if full_page:
+            size = page.call("Page.getLayoutMetrics")["cssContentSize"]
+            _set_size(page, 1400, min(int(size["height"]) + 1, 16000))
+            time.sleep(0.8)  # plotly's responsive resize
+        shot = page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": full_page})
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(base64.b64decode(shot["data"]))
         return out
@@ -172,6 +174,14 @@ class Chromium:
             self.proc.kill()
             self.proc.wait(timeout=20)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def _set_size(page: _Session, width: int, height: int) -> None:
+    """The page's viewport, in CSS pixels, one device pixel each."""
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
 
 
 class _Session:

@@ -1,0 +1,108 @@
+"""The screenshots in docs/images/, made from real runs: report.png and compare.png.
+
+    .venv/bin/python scripts/docs_screenshots.py [--out docs/images] [--keep DIR] [--run 'OVERRIDES' …] [-- OVERRIDE…]
+
+Two runs of ``python -m harness`` on SmolLM2-135M (``model=smollm2-135m``), in-process, the same
+small chat workload: llama.cpp, then transformers (each ``--run`` replaces these with a run of
+its own, its overrides in one quoted string; OVERRIDEs after ``--`` go to every run). Then
+``python -m harness.compare`` of the runs, and headless Chromium (tests/browser.py) opens the
+first run's report.html and the comparison's compare.html at a window of WIDTH × HEIGHT CSS
+pixels, one device pixel each, and saves the top of each page: OUT/report.png, OUT/compare.png.
+The window's size keeps each PNG small (~100-300 KB) without an optimiser. The runs go to a
+temporary folder, removed at the end unless ``--keep DIR`` names one.
+
+On a machine that other work keeps busy the runs are tainted (docs/machine-state.md) and both
+pages open with that warning; ``-- machine.enabled=false`` leaves the check out, as the images
+in docs/images/ were made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # tests/browser.py drives Chromium
+
+from browser import Chromium, chromium_binary  # noqa: E402 - after the tests' folder is on the path
+
+WIDTH, HEIGHT = 1280, 1400
+WORKLOAD = [
+    "model=smollm2-135m",
+    "workload=chat",
+    "workload.sessions=4",
+    "workload.turns=2",
+    "workload.output_len=24",
+    "workload.concurrency=2",
+]
+RUNS = [["backend=llamacpp", *WORKLOAD], ["backend=transformers", *WORKLOAD]]
+
+
+def harness(*args: str) -> str:
+    """``python -m <args>`` from the repository; its stdout, or exit with its stderr's end."""
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"python -m {shlex.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def run(overrides: Sequence[str], root: Path) -> Path:
+    """One run into ``root``; its folder (the ``results:`` line, the last)."""
+    stdout = harness("harness", *overrides, "progress=false", f"output_root={root}")
+    return Path(stdout.strip().splitlines()[-1].removeprefix("results: "))
+
+
+def screenshots(
+    runs: Sequence[Sequence[str]], out: Path, work: Path, size: tuple[int, int] = (WIDTH, HEIGHT)
+) -> list[Path]:
+    """Make the runs in ``work``, compare them, and save the top of the first report and of
+    compare.html as ``out``/report.png and ``out``/compare.png."""
+    binary = chromium_binary()
+    if binary is None:
+        sys.exit("chromium is not installed (apt-get install -y chromium)")
+    folders = [run(overrides, work / "runs") for overrides in runs]
+    for folder in folders:
+        print(f"run: {folder}")
+    harness("harness.compare", *map(str, folders), "--out", str(work / "compare"))
+    pages = {"report.png": folders[0] / "report.html", "compare.png": work / "compare" / "compare.html"}
+    browser = Chromium(binary)
+    shots = []
+    try:
+        for name, page in pages.items():
+            result = browser.open(page, screenshot=out / name, viewport=size)
+            if result.errors:
+                sys.exit(f"{page} has errors in the browser: {result.errors}")
+            shots.append(out / name)
+    finally:
+        browser.close()
+    return shots
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "images")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the runs and the comparison in this folder")
+    parser.add_argument("--run", action="append", default=None, help="one run's overrides, quoted (repeat it)")
+    parser.add_argument("--size", default=f"{WIDTH}x{HEIGHT}", help="the window, WIDTHxHEIGHT in CSS pixels")
+    parser.add_argument("overrides", nargs="*", help="overrides for every run (after --)")
+    args = parser.parse_args(argv)
+    runs = [shlex.split(r) for r in args.run] if args.run else RUNS
+    runs = [[*r, *args.overrides] for r in runs]
+    width, height = (int(v) for v in args.size.split("x"))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="docs-screenshots-"))
+    try:
+        for shot in screenshots(runs, args.out, work, (width, height)):
+            print(f"{shot}: {shot.stat().st_size / 1024:.0f} KiB")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
