@@ -1,15 +1,18 @@
 """The screenshots in docs/images/, made from real runs: report.png and compare.png.
 
-    .venv/bin/python scripts/docs_screenshots.py [--out docs/images] [--keep DIR] [--run 'OVERRIDES' …] [-- OVERRIDE…]
+    .venv/bin/python scripts/docs_screenshots.py [--out docs/images] [--keep DIR | --reuse DIR] [--run 'OVERRIDES' …]
+        [--size WIDTHxHEIGHT] [-- OVERRIDE…]
 
 Two runs of ``python -m harness`` on SmolLM2-135M (``model=smollm2-135m``), in-process, the same
 small chat workload: llama.cpp, then transformers (each ``--run`` replaces these with a run of
 its own, its overrides in one quoted string; OVERRIDEs after ``--`` go to every run). Then
 ``python -m harness.compare`` of the runs, and headless Chromium (tests/browser.py) opens the
 first run's report.html and the comparison's compare.html at a window of WIDTH × HEIGHT CSS
-pixels, one device pixel each, and saves the top of each page: OUT/report.png, OUT/compare.png.
-The window's size keeps each PNG small (~100-300 KB) without an optimiser. The runs go to a
-temporary folder, removed at the end unless ``--keep DIR`` names one.
+pixels, one device pixel each, and saves the top of each page, down to the last section heading
+in the window's lower half: OUT/report.png, OUT/compare.png. The window's size keeps each PNG
+small (~200-400 KB) without an optimiser. The runs go to a temporary folder, removed at the end
+unless ``--keep DIR`` names one; ``--reuse DIR`` takes the runs kept there instead of running
+them again (new pictures of the same runs after a change to the pages).
 
 On a machine that other work keeps busy the runs are tainted (docs/machine-state.md) and both
 pages open with that warning; ``-- machine.enabled=false`` leaves the check out, as the images
@@ -32,7 +35,7 @@ sys.path.insert(0, str(REPO / "tests"))  # tests/browser.py drives Chromium
 
 from browser import Chromium, chromium_binary  # noqa: E402 - after the tests' folder is on the path
 
-WIDTH, HEIGHT = 1280, 1400
+WIDTH, HEIGHT = 1280, 1800
 WORKLOAD = [
     "model=smollm2-135m",
     "workload=chat",
@@ -59,14 +62,17 @@ def run(overrides: Sequence[str], root: Path) -> Path:
 
 
 def screenshots(
-    runs: Sequence[Sequence[str]], out: Path, work: Path, size: tuple[int, int] = (WIDTH, HEIGHT)
+    runs: Sequence[Sequence[str]], out: Path, work: Path, size: tuple[int, int] = (WIDTH, HEIGHT), reuse: bool = False
 ) -> list[Path]:
-    """Make the runs in ``work``, compare them, and save the top of the first report and of
-    compare.html as ``out``/report.png and ``out``/compare.png."""
+    """Make the runs in ``work`` (or, with ``reuse``, take those there), compare them, and save
+    the top of the first report and of compare.html as ``out``/report.png and ``out``/compare.png."""
     binary = chromium_binary()
     if binary is None:
         sys.exit("chromium is not installed (apt-get install -y chromium)")
-    folders = [run(overrides, work / "runs") for overrides in runs]
+    if reuse:
+        folders = sorted(p for p in (work / "runs").iterdir() if (p / "summary.json").is_file())  # by start time
+    else:
+        folders = [run(overrides, work / "runs") for overrides in runs]
     for folder in folders:
         print(f"run: {folder}")
     harness("harness.compare", *map(str, folders), "--out", str(work / "compare"))
@@ -75,7 +81,7 @@ def screenshots(
     shots = []
     try:
         for name, page in pages.items():
-            result = browser.open(page, screenshot=out / name, viewport=size)
+            result = browser.open(page, screenshot=out / name, viewport=size, cut_at="h2")
             if result.errors:
                 sys.exit(f"{page} has errors in the browser: {result.errors}")
             shots.append(out / name)
@@ -87,7 +93,9 @@ def screenshots(
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "images")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the runs and the comparison in this folder")
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument("--keep", type=Path, default=None, help="keep the runs and the comparison in this folder")
+    kept.add_argument("--reuse", type=Path, default=None, help="take the runs kept in this folder by --keep")
     parser.add_argument("--run", action="append", default=None, help="one run's overrides, quoted (repeat it)")
     parser.add_argument("--size", default=f"{WIDTH}x{HEIGHT}", help="the window, WIDTHxHEIGHT in CSS pixels")
     parser.add_argument("overrides", nargs="*", help="overrides for every run (after --)")
@@ -95,12 +103,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = [shlex.split(r) for r in args.run] if args.run else RUNS
     runs = [[*r, *args.overrides] for r in runs]
     width, height = (int(v) for v in args.size.split("x"))
-    work = args.keep or Path(tempfile.mkdtemp(prefix="docs-screenshots-"))
+    work = args.keep or args.reuse or Path(tempfile.mkdtemp(prefix="docs-screenshots-"))
     try:
-        for shot in screenshots(runs, args.out, work, (width, height)):
+        for shot in screenshots(runs, args.out, work, (width, height), reuse=args.reuse is not None):
             print(f"{shot}: {shot.stat().st_size / 1024:.0f} KiB")
     finally:
-        if args.keep is None:
+        if args.keep is None and args.reuse is None:
             shutil.rmtree(work, ignore_errors=True)
 
 

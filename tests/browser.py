@@ -116,10 +116,13 @@ class Chromium:
         timeout: float = 60,
         settle_s: float = 0.5,
         viewport: Optional[tuple[int, int]] = None,
+        cut_at: Optional[str] = None,
     ) -> PageResult:
         """Load a file, wait for every plot to draw, collect errors, evaluate expressions, save a
         PNG: of the whole page, or with ``viewport`` (width, height in CSS pixels) of its top,
-        laid out at that size from the start."""
+        laid out at that size from the start; ``cut_at``, a CSS selector, ends that top where the
+        last element it matches begins in the viewport's lower half (a section's heading: no
+        section cut in half)."""
         browser = _Session(
             self._ws_mod.create_connection(self._browser_ws_url(), timeout=timeout, suppress_origin=True)
         )
@@ -149,22 +152,31 @@ class Chromium:
             result.title = page.evaluate("document.title")
             result.values = {name: page.evaluate(expr) for name, expr in (evaluate or {}).items()}
             if screenshot is not None:
-                result.screenshot = self._screenshot(page, Path(screenshot), full_page=viewport is None)
+                if viewport is None:
+                    result.screenshot = self._screenshot(page, Path(screenshot))
+                else:
+                    result.screenshot = self._top_screenshot(page, Path(screenshot), viewport, cut_at)
         finally:
             page.close()
             browser.call("Target.closeTarget", {"targetId": target})
             browser.close()
         return result
 
-    def _screenshot(self, page: _Session, out: Path, full_page: bool = True) -> Path:
-        if full_page:
-            size = page.call("Page.getLayoutMetrics")["cssContentSize"]
-            _set_size(page, 1400, min(int(size["height"]) + 1, 16000))
-            time.sleep(0.8)  # plotly's responsive resize
-        shot = page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": full_page})
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(base64.b64decode(shot["data"]))
-        return out
+    def _screenshot(self, page: _Session, out: Path) -> Path:
+        size = page.call("Page.getLayoutMetrics")["cssContentSize"]
+        _set_size(page, 1400, min(int(size["height"]) + 1, 16000))
+        time.sleep(0.8)  # plotly's responsive resize
+        return _save(page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}), out)
+
+    def _top_screenshot(self, page: _Session, out: Path, viewport: tuple[int, int], cut_at: Optional[str]) -> Path:
+        width, height = viewport
+        if cut_at is not None:
+            tops = page.evaluate(
+                f"Array.from(document.querySelectorAll({json.dumps(cut_at)}), e => e.getBoundingClientRect().top)"
+            )
+            height = int(max([t for t in tops if height / 2 <= t <= height], default=height))
+        clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+        return _save(page.call("Page.captureScreenshot", {"format": "png", "clip": clip}), out)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -174,6 +186,12 @@ class Chromium:
             self.proc.kill()
             self.proc.wait(timeout=20)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def _save(shot: dict, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(base64.b64decode(shot["data"]))
+    return out
 
 
 def _set_size(page: _Session, width: int, height: int) -> None:

@@ -1,5 +1,6 @@
 """scripts/docs_screenshots.py, the maker of docs/images/report.png and compare.png, on two tiny
-runs against the reference server: both PNGs written, of the window's size."""
+runs against the reference server: both PNGs written, as wide as the window and at most as
+high; then again from the kept runs (``--reuse``)."""
 
 import os
 import struct
@@ -22,21 +23,29 @@ def test_the_screenshots_are_made_from_real_runs(tmp_path):
             pytest.fail(message)
         pytest.skip(message)
     runs = [f"{REF.format(itl=itl)} {TINY}" for itl in (1, 2)]
-    out = tmp_path / "images"
+    work = tmp_path / "work"
+    made = screenshots(tmp_path / "images", "--keep", str(work), *(a for run in runs for a in ("--run", run)))
+    assert len(list((work / "runs").iterdir())) == 2 and (work / "compare" / "compare.html").is_file()
+    assert screenshots(tmp_path / "again", "--reuse", str(work)).keys() == made.keys()  # the same runs, shot again
+    assert (work / "runs").is_dir()  # kept
+
+
+def screenshots(out, *args):
+    """Run the script with ``args``; the PNGs it wrote: name → (width, height)."""
     proc = subprocess.run(
-        [sys.executable, "scripts/docs_screenshots.py", "--out", str(out), "--keep", str(tmp_path / "work")]
-        + [arg for run in runs for arg in ("--run", run)]
-        + ["--size", "800x600", "--", "machine.enabled=false"],
+        [sys.executable, "scripts/docs_screenshots.py", "--out", str(out), "--size", "800x600", *args]
+        + ["--", "machine.enabled=false"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sizes = {}
     for name in ("report.png", "compare.png"):
         data = (out / name).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n"
-        assert struct.unpack(">II", data[16:24]) == (800, 600)  # IHDR: the window, one device pixel per CSS pixel
-        assert f"{out / name}: " in proc.stdout
-    assert len(list((tmp_path / "work" / "runs").iterdir())) == 2
-    assert (tmp_path / "work" / "compare" / "compare.html").is_file()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and f"{out / name}: " in proc.stdout
+        sizes[name] = struct.unpack(">II", data[16:24])  # IHDR: one device pixel per CSS pixel
+        width, height = sizes[name]
+        assert width == 800 and 300 <= height <= 600  # the window's top, ended at a section's heading
+    return sizes
