@@ -33,7 +33,7 @@ CODE = re.compile(r"`([^`\s]+)`")
 
 
 def doc_pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def blocks(page: Path) -> Iterator[str]:
