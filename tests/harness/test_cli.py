@@ -142,6 +142,7 @@ def test_run_of_a_local_hf_folder_prints_summary_then_results_folder(tmp_path, t
 
 
 @pytest.mark.slow
+@pytest.mark.engine  # the suggested run loads an engine (transformers, where it is installed)
 def test_a_run_ends_with_its_report_and_the_commands_that_compare_it_with_another_engine(tmp_path):
     """The last lines: the report, the same overrides on another engine (the engine's own and
     the output's left out) into a folder named in advance, and compare of the two; the printed
