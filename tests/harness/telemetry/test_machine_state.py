@@ -339,7 +339,10 @@ def start_busy_loop() -> int:
     return int(shell.stdout.strip())
 
 
-def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path):
+def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The rule's threshold is tested on given readings above; here a lower one, because on a loaded
+    # 2-core machine the loop may get less than half a core (the flake hunt saw it once in 30)
+    monkeypatch.setattr("harness.telemetry.machine_state.BUSY_PROCESS_PCT", 20.0)
     busy = start_busy_loop()
     try:
         assert psutil.Process(busy).ppid() != os.getpid()
@@ -349,7 +352,7 @@ def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path):
             "backend.itl_ms=40",
             "model=tiny-random",
             "workload=synthetic",
-            "workload.num_requests=6",
+            "workload.num_requests=10",
             "workload.input_len=32",
             "workload.output_len=10",
             "workload.concurrency=2",
@@ -366,7 +369,7 @@ def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path):
     machine = json.loads((tmp_path / MACHINE).read_text())
     assert machine["taint"] == summary["taint"]
     [loop] = [b for b in machine["busy_processes"] if b["pid"] == busy]
-    assert loop["cpu_pct_mean"] >= BUSY_PROCESS_PCT and "while True" in loop["cmdline"]
+    assert loop["cpu_pct_mean"] >= 20.0 and "while True" in loop["cmdline"]
     assert machine["before"]["cpu"]["logical_cores"] == os.cpu_count() and machine["during"]["cpu"]["samples"] >= 2
     assert machine["during"]["gpus"] == [] and machine["window_s"] > 0
     # ours (this process and the reference server it launched) are never "other" processes
