@@ -121,10 +121,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _pytest_timeouts(before: Any, after: Any) -> bool:
+    """Both SIGALRM handlers are pytest-timeout's, or its own reset to SIG_DFL: SIGALRM is its.
+
+    pytest-timeout (``timeout_method = "signal"``, pyproject.toml) sets a new handler of its own
+    around each test and puts SIG_DFL back when it cancels the alarm, which it does at the test's
+    end and also as soon as a test fails (its pytest_exception_interact hook), before teardown.
+    Neither is a test's doing; a handler a test sets itself, while pytest-timeout owns SIGALRM,
+    is still found."""
+    ours = [getattr(h, "__module__", None) == "pytest_timeout" for h in (before, after)]
+    return any(ours) and all(o or h is signal.SIG_DFL for o, h in zip(ours, (before, after)))
+
+
 def differences(before: ProcessState, after: ProcessState) -> list[tuple[str, Callable[[], None]]]:
     """What changed from ``before`` to ``after``: one line each, with what puts it back."""
     found: list[tuple[str, Callable[[], None]]] = []
     for s in SIGNALS:
+        if s == signal.SIGALRM and _pytest_timeouts(before.handlers[s], after.handlers[s]):
+            continue
         if after.handlers[s] is not before.handlers[s] and before.handlers[s] is not None:
             found.append(
                 (
