@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 from browser import chromium  # noqa: F401 - the fixture: defined here once, one browser for the whole session
@@ -15,6 +17,19 @@ from process_state import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def loads_engine(fixture: Optional[Callable] = None, *, unless: Optional[Callable[[Any], bool]] = None):
+    """Declares a fixture that loads an engine (under its ``@pytest.fixture``): a test that uses it,
+    directly or through another fixture, must be marked ``engine``, or collection fails
+    (:func:`pytest_collection_modifyitems`). ``unless(param)``: the fixture's parameters that load
+    none (the conformance targets that the reference server plays)."""
+
+    def declare(function: Callable) -> Callable:
+        function.loads_engine = unless or (lambda param: False)  # type: ignore[attr-defined]
+        return function
+
+    return declare(fixture) if fixture is not None else declare
 
 
 def make_config(*overrides: str):
@@ -110,6 +125,7 @@ def shared_session(tmp_path_factory, *overrides: str):
 
 
 @pytest.fixture(scope="session")
+@loads_engine
 def vllm_inprocess(tmp_path_factory):
     """vLLM in-process on the real model: the conformance cases and vLLM's own run checks."""
     from core import shm
@@ -121,6 +137,7 @@ def vllm_inprocess(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+@loads_engine
 def vllm_server(tmp_path_factory):
     """vLLM's own server on the real model: the conformance cases and vLLM's server-mode checks."""
     yield from shared_session(tmp_path_factory, *VLLM, "backend.mode=server", "backend.startup_timeout_s=300")
@@ -134,6 +151,27 @@ def pytest_configure(config) -> None:
     from core.parent import take_back_ctrl_c
 
     take_back_ctrl_c()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test that uses a fixture declared with :func:`loads_engine` but is not marked ``engine``
+    fails the collection, one line each: the fast tier (``-m "not engine and not slow"``) would
+    otherwise load that engine. Failing, rather than adding the marker here, keeps the marker in
+    the test module, where a reader and ``-m`` expect it, and in no hook's hidden rule."""
+    unmarked = []
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("engine"):
+            continue
+        params = getattr(item, "callspec", None)
+        for name in info.names_closure:
+            defs = info.name2fixturedefs.get(name)
+            unless = getattr(defs[-1].func, "loads_engine", None) if defs else None
+            if unless is not None and not unless(params.params.get(name) if params else None):
+                unmarked.append(f"{item.nodeid} uses fixture {name!r}, which loads an engine: mark it engine")
+                break
+    if unmarked:
+        raise pytest.UsageError("tests not marked engine:\n" + "\n".join(unmarked))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

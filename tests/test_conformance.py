@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pytest
+from conftest import loads_engine
 from engine_helpers import loaded_backend, require_llama_server
 from reference_fixtures import reply_ids
 
@@ -64,6 +65,16 @@ class Target:
     server_ids: bool = False  # the server sends the reply's token ids (else they are its text re-tokenized)
     notes: dict[str, str] = field(default_factory=dict)  # case → why it does not apply
     needs: Optional[Callable[[], Any]] = None  # skips (fails under CI) where the engine is not installed
+
+    @property
+    def loads_engine(self) -> bool:
+        """A real engine: not the reference server, in its own dialect or in an engine's."""
+        return self.backend != "reference" and self.dialect_of is None
+
+    def param(self):
+        """The fixture's parameter, marked engine where it loads one (tests/conftest.py)."""
+        marks = [pytest.mark.engine] if self.loads_engine else []
+        return pytest.param(self, id=self.id, marks=marks)
 
 
 SCRIPTED = {"batched_equals_serial": "the reference server's words depend on arrival order, not on the prompt"}
@@ -191,7 +202,8 @@ def _config(target: Target, model):
     return backend_registry.get(target.backend).config_cls(mode=target.mode, **target.overrides)
 
 
-@pytest.fixture(scope="module", params=TARGETS, ids=[t.id for t in TARGETS])
+@pytest.fixture(scope="module", params=[t.param() for t in TARGETS])
+@loads_engine(unless=lambda target: not target.loads_engine)
 def engine(request, real_model, real_tokenizer, tmp_path_factory):
     target: Target = request.param
     ids = {

@@ -184,6 +184,7 @@ def _as_background_job():
 # are the server-mode drill's (below); in-process, Ctrl-C, and SIGTERM to a background job
 # (SIGINT ignored), the harder case
 @pytest.mark.parametrize("sig,started", [(signal.SIGINT, "foreground"), (signal.SIGTERM, "background")])
+@pytest.mark.engine
 def test_in_process_run_keeps_what_was_measured(tmp_path, sig, started):
     """A background job of a script (CI steps, batch scripts) inherits SIGINT ignored: SIGTERM
     must still end the run and keep what it measured."""

@@ -128,6 +128,7 @@ def test_hub_model_without_network_points_to_model_path(tmp_path):
     assert "model.path=" in line
 
 
+@pytest.mark.engine
 def test_run_of_a_local_hf_folder_prints_summary_then_results_folder(tmp_path, tiny_model):
     proc = run_harness_cli(
         *FAST, f"model.path={tiny_model.hf_dir}", "workload.num_requests=3", f"output_root={tmp_path}", cwd=tmp_path

@@ -230,6 +230,7 @@ def test_weka_converter_round_trip(parts, tmp_path):
     assert [len(t.prompt_token_ids) for t in sub_s.turns] == [420, 460]
 
 
+@pytest.mark.engine
 def test_an_agentic_run_on_llamacpp_end_to_end(tmp_path):
     """A real engine: the job tree's requests in their order, with job figures in the summary."""
     proc, run_dir, summary, rows = run_e2e(

@@ -79,6 +79,7 @@ def test_missing_empty_and_too_long(parts, tmp_path):
         build(parts, "jsonl", path=str(path), max_context=100)
 
 
+@pytest.mark.engine
 def test_cli_run_on_llamacpp(tmp_path):
     from tests.workloads.data_helpers import run_e2e
 

@@ -57,6 +57,7 @@ def test_unreachable_target_and_multi_turn(parts):
     assert "theoretical_cache_hit" not in plan.info
 
 
+@pytest.mark.engine
 def test_cli_run_on_llamacpp_shows_three_rates(tmp_path):
     from tests.workloads.data_helpers import run_e2e
 

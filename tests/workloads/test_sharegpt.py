@@ -204,6 +204,7 @@ def test_hf_dataset_reads_the_hub_cache_offline(parts, records, tmp_path, monkey
         build(parts, "sharegpt", hf_dataset="no-colon")
 
 
+@pytest.mark.engine
 def test_cli_multi_turn_run_on_llamacpp(tmp_path, records):
     """End to end: three turns of two conversations; the history re-sent grows and the cache serves it."""
     from tests.workloads.data_helpers import run_e2e

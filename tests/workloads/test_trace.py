@@ -108,6 +108,7 @@ def test_bad_input(parts, tmp_path):
         build(parts, "trace", path=path, format="azure")
 
 
+@pytest.mark.engine
 def test_cli_mooncake_replay_on_llamacpp(tmp_path):
     """End to end: arrivals at the trace's (scaled) timestamps; the shared blocks reach the engine."""
     from tests.workloads.data_helpers import run_e2e

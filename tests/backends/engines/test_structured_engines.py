@@ -72,6 +72,7 @@ def renderer(real_tokenizer):
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["plain", "batched"])
+@pytest.mark.engine
 def test_llamacpp_inprocess_replies_valid_json_and_tool_calls(real_model, renderer, batched):
     backend = make_backend("llamacpp", real_model, load=False, n_ctx=512, batched=batched, max_batch_size=2)
     with loaded_backend(backend) as run:
@@ -102,6 +103,7 @@ def test_llamacpp_refuses_a_regex_and_transformers_any_constraint_in_one_line(re
         make_backend("transformers", real_model, load=False).check_workload(plan)
 
 
+@pytest.mark.engine
 def test_llama_server_replies_valid_json_over_http(real_model, renderer, tmp_path):
     require_llama_server()
     cfg = LlamaCppConfig(mode="server", server="llama-server", n_ctx=512, max_batch_size=2, startup_timeout_s=120)
@@ -116,6 +118,7 @@ def test_llama_server_replies_valid_json_over_http(real_model, renderer, tmp_pat
         assert done.engine_stats["output_tokens"] >= len(chunks) > 5  # usage counts the constrained reply
 
 
+@pytest.mark.engine
 def test_vllm_inprocess_replies_valid_json_and_regex(vllm_inprocess, renderer):
     backend = vllm_inprocess.backend
     run = vllm_inprocess.run

@@ -5,6 +5,7 @@ is tests/test_conformance.py; this file keeps what is specific to this engine.""
 import asyncio
 
 import pytest
+from conftest import loads_engine
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -22,6 +23,7 @@ def prompt(backend, text):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def tiny_serial(tiny_model):
     backend = make_backend(tiny_model)
     yield backend
@@ -29,12 +31,14 @@ def tiny_serial(tiny_model):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def tiny_static(tiny_model):
     backend = make_backend(tiny_model, batching="static", max_batch_size=4, batch_wait_s=0.05)
     yield backend
     backend.close()
 
 
+@pytest.mark.engine
 def test_serial_requests_wait_and_ttft_includes_the_wait(tiny_serial):
     ids = prompt(tiny_serial, "Tell me a story about a fox.")
 
@@ -49,6 +53,7 @@ def test_serial_requests_wait_and_ttft_includes_the_wait(tiny_serial):
     assert b_done.engine_stats["batch_size"] == 1
 
 
+@pytest.mark.engine
 def test_static_batching_serves_requests_together(tiny_static):
     tok_prompts = [
         prompt(tiny_static, t) for t in ("Hi.", "A longer question about the sea and ships?", "Why?", "Tell me more.")
@@ -66,6 +71,7 @@ def test_static_batching_serves_requests_together(tiny_static):
     assert len({done.scheduled_t for _, done in results}) == 1
 
 
+@pytest.mark.engine
 def test_sampling_is_seeded(tiny_serial):
     ids = prompt(tiny_serial, "Once upon a time")
     sampling = SamplingParams(temperature=1.0, top_p=0.95, top_k=50, seed=7)
@@ -74,6 +80,7 @@ def test_sampling_is_seeded(tiny_serial):
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
 
 
+@pytest.mark.engine
 def test_memory_figures(tiny_serial):
     mem = tiny_serial.memory()
     assert mem["kv_bytes_per_value"] == 4  # float32 on CPU

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import run_warnings
+from conftest import loads_engine, run_warnings
 from engine_helpers import ask, collect, request
 from engine_helpers import make_backend as _make
 
@@ -15,14 +15,13 @@ from backends import SamplingParams, TokenChunk
 from backends.engines.transformers import TransformersConfig
 from core.errors import ConfigError
 
-pytestmark = pytest.mark.real_model
-
 
 def make_backend(model, **overrides):
     return _make("transformers", model, **overrides)
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def cb(real_model):
     backend = make_backend(
         real_model,
@@ -37,6 +36,7 @@ def cb(real_model):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def serial(real_model):
     backend = make_backend(real_model)
     yield backend
@@ -48,6 +48,7 @@ def tok(cb):
     return cb.get_tokenizer()
 
 
+@pytest.mark.engine
 def test_exact_length_stamps_and_prompt_as_given(cb, tok):
     ids = ask(tok, "Write a poem about the sea.")
     before = time.perf_counter()
@@ -61,6 +62,7 @@ def test_exact_length_stamps_and_prompt_as_given(cb, tok):
     assert cb.engine_info()["batching"] == "continuous"
 
 
+@pytest.mark.engine
 def test_stops_at_eos_without_outputting_it(cb, tok):
     ids = ask(tok, "What is the capital of France?")
     chunks, done = asyncio.run(collect(cb, request(0, ids, 40, exact=False)))
@@ -70,6 +72,7 @@ def test_stops_at_eos_without_outputting_it(cb, tok):
     assert not set(out) & set(cb._eos_ids)
 
 
+@pytest.mark.engine
 def test_batched_equals_serial_under_greedy(cb, serial, tok):
     """Requests of different prompt and output lengths share forward passes, and each says
     exactly what it says alone (fp32, greedy)."""
@@ -85,6 +88,7 @@ def test_batched_equals_serial_under_greedy(cb, serial, tok):
         assert [c.token_ids for c in batched[i][0]] == [c.token_ids for c in alone], i
 
 
+@pytest.mark.engine
 def test_a_later_request_joins_the_running_batch(cb, tok):
     """The second request arrives while the first decodes, and streams before the first ends."""
     first_token = asyncio.Event()
@@ -112,6 +116,7 @@ def test_a_later_request_joins_the_running_batch(cb, tok):
     assert late_chunks[-1].t < long_chunks[-1].t  # it ran beside the first, not after it
 
 
+@pytest.mark.engine
 def test_cancellation_frees_the_engine(cb, tok):
     ids = ask(tok, "Count from one to a thousand.")
 
@@ -133,6 +138,7 @@ def test_cancellation_frees_the_engine(cb, tok):
     assert len(chunks) == 3 and done.finish_reason == "length"
 
 
+@pytest.mark.engine
 def test_one_decoding_setting_at_a_time(cb, tok):
     ids = ask(tok, "Hello!")
     sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=20, seed=3)
@@ -171,6 +177,7 @@ def test_flash_attention_on_cpu_is_one_clear_error(real_model):
         make_backend(real_model, batching="continuous", device="cpu", attn_implementation="flash_attention_2")
 
 
+@pytest.mark.engine
 def test_server_mode_runs_transformers_serve_with_continuous_batching(tmp_path):
     """backend.mode=server: a real `transformers serve --continuous-batching`, with the cache
     settings, start to stop (its plain server is run by the conformance suite)."""

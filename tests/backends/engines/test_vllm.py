@@ -27,6 +27,7 @@ def test_max_model_len_too_small(real_model, real_tokenizer):
         backend.check_workload(plan)
 
 
+@pytest.mark.engine
 def test_chat_run_end_to_end(vllm_inprocess, tmp_path):
     """One in-process run checks what is vLLM's own: continuous batching, its timestamps on the
     harness's clock, its prefix cache per turn, its memory. (Its shared memory at close: the
@@ -67,6 +68,7 @@ def test_chat_run_end_to_end(vllm_inprocess, tmp_path):
     assert memory["weights_bytes"] == 134515008 * memory["kv_bytes_per_value"]
 
 
+@pytest.mark.engine
 def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_path):
     """Two load points on one server, as a sweep runs them: its prefix cache emptied before each
     (POST /reset_prefix_cache), vLLM's own /metrics scraped around each."""
@@ -101,6 +103,7 @@ def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_
     assert log.count("starting vllm server") == 1 and log.count('POST /reset_prefix_cache HTTP/1.1" 200') >= 2
 
 
+@pytest.mark.engine
 def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_path):
     """Four points of a sweep (sweep.reset_prefix_cache=true,false × concurrency 1,2) on the shared
     engine, as `python -m harness -m` runs them once it has loaded vLLM (a command-line sweep
@@ -144,6 +147,7 @@ def test_sweep_points_share_vllm_and_reset_its_prefix_cache(vllm_inprocess, tmp_
     assert shares[2] > 0.7 and shares[3] > 0.7  # no reset: the previous point's prompts are still cached
 
 
+@pytest.mark.engine
 def test_ngram_speculation_reports_each_request_acceptance(tmp_path):
     """vLLM's n-gram speculation runs on the CPU build; each finished request's acceptance comes
     back in engine_stats under the keys the server's metrics.speculative_decoding fills. (An

@@ -10,7 +10,7 @@ import time
 import pandas as pd
 import psutil
 import pytest
-from conftest import as_foreground_job, make_config
+from conftest import as_foreground_job, loads_engine, make_config
 
 from core.model import gguf_quantization, hf_dtype
 from harness.reports import agreement
@@ -31,6 +31,7 @@ CHAT = [
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def run_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("agree") / "fp32"
     run_benchmark(make_config(*CHAT, "backend.dtype=float32"), path)
@@ -46,6 +47,7 @@ def copy_with_ids(source, dest, change):
     return dest
 
 
+@pytest.mark.engine
 def test_each_run_records_its_output_ids_and_numerics(run_dir):
     result = load_run(run_dir)
     df = result.requests
@@ -61,6 +63,7 @@ def test_each_run_records_its_output_ids_and_numerics(run_dir):
     assert [r["output_token_ids"] for r in rows] == [list(ids) for ids in df.output_token_ids]
 
 
+@pytest.mark.engine
 def test_identical_runs_agree_fully(run_dir):
     result = load_run(run_dir)
     a = agreement.agreement(result, result)
@@ -68,6 +71,7 @@ def test_identical_runs_agree_fully(run_dir):
     assert a.mean_common_prefix == a.mean_baseline_tokens and a.prefix_share == 1.0 and a.problems == []
 
 
+@pytest.mark.engine
 def test_a_divergence_is_found_where_it_is(run_dir, tmp_path):
     def change(rid, ids):
         if rid == 1:
@@ -86,6 +90,7 @@ def test_a_divergence_is_found_where_it_is(run_dir, tmp_path):
     assert agreement.matrix([base, other], ["a", "b"]).loc["a", "b"] == pytest.approx(1 / 3)
 
 
+@pytest.mark.engine
 def test_sampled_or_different_prompts_are_flagged(run_dir, tmp_path):
     other = tmp_path / "sampled"
     shutil.copytree(run_dir, other)
@@ -97,6 +102,7 @@ def test_sampled_or_different_prompts_are_flagged(run_dir, tmp_path):
     assert any("sampled" in p for p in problems) and any("different prompts" in p for p in problems)
 
 
+@pytest.mark.engine
 def test_compare_renders_the_agreement(run_dir, tmp_path):
     other = copy_with_ids(run_dir, tmp_path / "other", lambda rid, ids: ids[:2] + [7] + ids[3:] if rid == 0 else ids)
     out = tmp_path / "cmp"
@@ -126,6 +132,7 @@ def test_compare_renders_the_agreement(run_dir, tmp_path):
     assert "### Token agreement with the baseline" in (tmp_path / "c.md").read_text()
 
 
+@pytest.mark.engine
 def test_agree_command_on_existing_runs(run_dir, tmp_path):
     other = copy_with_ids(run_dir, tmp_path / "b", lambda rid, ids: ids)
     proc = subprocess.run(
@@ -163,6 +170,7 @@ def test_model_numerics_from_the_files(real_model, tiny_model):
         ("tree", "2 jobs, 6 agents, depth 1 · 04be3f2a9c1d", "agent tree"),
     ],
 )
+@pytest.mark.engine
 def test_a_different_constraint_adapter_mix_or_tree_is_named(run_dir, tmp_path, key, value, what):
     """The prompts hash covers all three; the problem says which part differs, not only 'different prompts'."""
     other = tmp_path / key
@@ -187,6 +195,7 @@ def test_agree_workloads_compose_and_plan(workload):
         assert [a["name"] for a in cfg.workload.lora.adapters] == ["a0", "base"]
 
 
+@pytest.mark.engine
 def test_agree_stopped_by_sigterm_keeps_the_run_in_progress_and_leaves_no_process(tmp_path):
     out = tmp_path / "agree"
     proc = subprocess.Popen(

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from browser import screenshot_dir
-from conftest import REPO, make_config
+from conftest import REPO, loads_engine, make_config
 from pages import PAYLOAD, PWNED_JS
 
 from harness.gate import noise
@@ -38,6 +38,7 @@ VERDICTS = {"faster", "slower", "no significant difference", "within-run only"}
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def runs(tmp_path_factory):
     """Two setups on the same workload (serial and static batching), the static one at two concurrencies."""
     root = tmp_path_factory.mktemp("runs")
@@ -51,6 +52,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def chat_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("chat") / "chat-a"
     cfg = make_config(
@@ -77,6 +79,7 @@ def copy_run(source: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.engine
 def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
     out = tmp_path / "cmp"
     proc = subprocess.run(
@@ -132,6 +135,7 @@ def test_compare_command_writes_table_csv_and_html(runs, tmp_path, chromium):
     assert len(page.values["links"]) == 3 and all(h.endswith("/report.html") for h in page.values["links"])
 
 
+@pytest.mark.engine
 def test_latency_throughput_joins_a_sweep_in_order_of_load(runs):
     loaded = compare.load_runs([runs / "static-c4", runs / "serial-c2", runs / "static-c2"])
     _, _, fig, _ = compare_page._latency_vs_throughput(loaded)
@@ -141,6 +145,7 @@ def test_latency_throughput_joins_a_sweep_in_order_of_load(runs):
     assert len(fig.data) == 4  # two setups × (TTFT, TPOT)
 
 
+@pytest.mark.engine
 def test_expand_runs_from_globs_and_sweep_folders(runs, tmp_path):
     assert compare.expand_runs([str(runs)]) == [runs / "serial-c2", runs / "static-c2", runs / "static-c4"]
     assert compare.expand_runs([str(runs / "static-*"), str(runs / "static-c2")]) == [
@@ -170,6 +175,7 @@ def test_expand_runs_from_globs_and_sweep_folders(runs, tmp_path):
         ("workload", None, "different workload (sha256)"),
     ],
 )
+@pytest.mark.engine
 def test_incomparable_runs_warn_loudly_or_are_refused(runs, tmp_path, capsys, field, change, message):
     other = copy_run(runs / "static-c2", tmp_path / f"other-{field}")
     if field == "model":
@@ -191,6 +197,7 @@ def test_incomparable_runs_warn_loudly_or_are_refused(runs, tmp_path, capsys, fi
     assert not (tmp_path / "strict").exists()
 
 
+@pytest.mark.engine
 def test_same_prompts_at_another_rate_are_comparable(runs, tmp_path, capsys):
     other = copy_run(runs / "static-c2", tmp_path / "other-arrivals")
 
@@ -213,6 +220,7 @@ def test_same_prompts_at_another_rate_are_comparable(runs, tmp_path, capsys):
         ("constraint", "json_schema 3f2a9c1d04be", "reply constraint (response_format, tools)"),
     ],
 )
+@pytest.mark.engine
 def test_the_guard_names_the_part_of_the_workload_that_differs(runs, tmp_path, capsys, key, value, what):
     other = copy_run(runs / "static-c2", tmp_path / f"other-{key}")
     edit_json(
@@ -264,6 +272,7 @@ def synthetic_side(
         (0.080, 10, 0, "passed", "faster"),  # an improvement never fails the gate
     ],
 )
+@pytest.mark.engine
 def test_regression_gate_on_runs(runs, tmp_path, capsys, mean, pct, exit_code, gate_word, verdict):
     synthetic_side(runs / "static-c2", tmp_path, "base", 0.100, first_seed=1)
     cands = synthetic_side(runs / "static-c2", tmp_path, "cand", mean, first_seed=10)
@@ -299,6 +308,7 @@ def test_regression_gate_on_runs(runs, tmp_path, capsys, mean, pct, exit_code, g
     assert ("Regression beyond" in html) == (exit_code == 1)
 
 
+@pytest.mark.engine
 def test_one_run_against_one_is_within_run_only_unless_the_noise_floor_is_known(runs, tmp_path, capsys):
     base = synthetic_run(runs / "static-c2", tmp_path / "base", 0.100, seed=1)
     cand = synthetic_run(runs / "static-c2", tmp_path / "cand", 0.130, seed=2)
@@ -331,6 +341,7 @@ def test_one_run_against_one_is_within_run_only_unless_the_noise_floor_is_known(
     assert "REGRESSION" in capsys.readouterr().out
 
 
+@pytest.mark.engine
 def test_baseline_option_and_identical_chat_runs(chat_run, tmp_path, capsys, chromium):
     twin = copy_run(chat_run, tmp_path / "chat-b")
     out = tmp_path / "out"
@@ -344,6 +355,7 @@ def test_baseline_option_and_identical_chat_runs(chat_run, tmp_path, capsys, chr
     assert all(p["plotly"] and p["svg"] and p["traces"] for p in page.plots), page.plots
 
 
+@pytest.mark.engine
 def test_run_text_is_escaped_in_compare_html_and_markdown(runs, tmp_path, chromium):
     odd = copy_run(runs / "static-c2", tmp_path / 'run<img src=x onerror="window.__pwned=3">')
     edit_json(odd / "summary.json", lambda d: d["backend"]["info"].update(note=PAYLOAD + " a|b"))
@@ -361,6 +373,7 @@ def test_run_text_is_escaped_in_compare_html_and_markdown(runs, tmp_path, chromi
     assert "<script>window.__pwned = 1" in page.values["text"]
 
 
+@pytest.mark.engine
 def test_bad_input_is_one_line(runs, capsys):
     assert cli.main([str(runs / "static-c2")]) == 2
     assert capsys.readouterr().err.strip() == "error: need at least two run folders to compare (got 1)"
@@ -368,6 +381,7 @@ def test_bad_input_is_one_line(runs, capsys):
     assert "unknown statistic 'mode'" in capsys.readouterr().err
 
 
+@pytest.mark.engine
 def test_bad_runs_and_options_are_one_line(runs, tmp_path, capsys):
     good = str(runs / "static-c2")
     for name, text, message in [
@@ -390,6 +404,7 @@ def test_bad_runs_and_options_are_one_line(runs, tmp_path, capsys):
     assert cli.fresh_folder(taken) == tmp_path / "compare-x-2"
 
 
+@pytest.mark.engine
 def test_bad_markdown_target_is_one_line(runs, tmp_path, capsys):
     assert cli.main([str(runs / "static-c2"), str(runs / "static-c4"), "--markdown", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --markdown must be a file, not a folder: {tmp_path}"
@@ -406,6 +421,7 @@ def md_rows(section: str) -> list[list[str]]:
     return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines if not line.startswith("| run |")]
 
 
+@pytest.mark.engine
 def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_path):
     summary = tmp_path / "step-summary.md"
     summary.write_text("# Earlier step\n")
@@ -453,6 +469,7 @@ def test_markdown_is_appended_with_runs_figures_differences_and_gate(runs, tmp_p
     )  # a second comparison is appended, not written over
 
 
+@pytest.mark.engine
 def test_markdown_to_stdout_moves_the_console_to_stderr(runs, tmp_path, capsys):
     assert (
         cli.main(
@@ -481,6 +498,7 @@ def test_markdown_to_stdout_moves_the_console_to_stderr(runs, tmp_path, capsys):
 # --- labels -------------------------------------------------------------------------------
 
 
+@pytest.mark.engine
 def test_labels_are_short_unique_and_named_by_what_differs(runs, tmp_path):
     twins = [copy_run(runs / "static-c2", tmp_path / name) for name in ("base", "candidate")]
     loaded = compare.load_runs([runs / "serial-c2", runs / "static-c4", *twins])
@@ -543,6 +561,7 @@ def test_text_and_markdown_tables():
     assert md_table(["run", "a|b"], [["x <b>", "1"]]) == "| run | a\\|b |\n|---|--:|\n| x \\<b\\> | 1 |"
 
 
+@pytest.mark.engine
 def test_a_tainted_run_is_left_out_of_its_side_and_named(runs, tmp_path, capsys):
     base = synthetic_side(runs / "static-c2", tmp_path, "base", 0.100, first_seed=1)
     cands = synthetic_side(runs / "static-c2", tmp_path, "cand", 0.100, first_seed=10)
@@ -556,6 +575,7 @@ def test_a_tainted_run_is_left_out_of_its_side_and_named(runs, tmp_path, capsys)
     assert row.runs == 2 and row.baseline_runs == len(base)
 
 
+@pytest.mark.engine
 def test_adapters_and_agent_jobs_get_rows_of_their_own(tmp_path, capsys):
     """LoRA traffic (a row per adapter) and agent jobs (a row per run) in compare.html and the markdown."""
     lora = tmp_path / "lora"

@@ -9,12 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from browser import screenshot_dir
-from conftest import make_config, run_harness_cli
+from conftest import loads_engine, make_config, run_harness_cli
 from pages import PAYLOAD, assert_renders
 
 from harness.reports import run_report as report
 from harness.run import point
 from harness.run.point import run_benchmark
+
+# every test runs backend=transformers (the default) on tiny-random, or reads such a run
+pytestmark = pytest.mark.engine
 
 # machine.enabled=false: a report's content, not the machine's state (a busy one taints the run)
 FAST = [
@@ -39,6 +42,7 @@ def with_gpu(run_dir: Path, plots: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def cli_run(tmp_path_factory):
     """A synthetic run through `python -m harness`, as a user runs it."""
     root = tmp_path_factory.mktemp("cli")
@@ -50,6 +54,7 @@ def cli_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@loads_engine
 def chat_run(tmp_path_factory):
     """A chat run whose system prompt is a script, with an output and an error that are scripts too."""
     run_dir = tmp_path_factory.mktemp("chat")

@@ -67,6 +67,7 @@ def test_interrupted_and_saturated_endings_are_warnings():
     assert run_warnings(RunSummary(status="complete", **base)) == []
 
 
+@pytest.mark.engine
 def test_the_client_checks_itself(tmp_path):
     """Every run records the event loop's lag and the process's CPU over the measured phase; a
     busy client is a warning (server and remote modes)."""

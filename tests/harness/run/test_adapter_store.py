@@ -43,7 +43,6 @@ def test_paths_and_bad_names(tiny_model, tmp_path):
         resolve_adapter(AdapterSpec("a", str(tmp_path / "empty"), 1.0), tiny_model)
 
 
-@pytest.mark.real_model
 def test_the_gguf_lora_has_llama_cpps_names_and_shapes(real_model):
     import gguf
 

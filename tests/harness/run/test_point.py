@@ -11,6 +11,7 @@ from harness.results.store import load_requests
 from harness.run.point import run_benchmark
 
 
+@pytest.mark.engine
 def test_synthetic_run_writes_every_file(tmp_path):
     cfg = make_config(
         "model=tiny-random",
@@ -52,6 +53,7 @@ def test_synthetic_run_writes_every_file(tmp_path):
     assert outcome.summary.throughput["output_tokens_per_s"] > 0
 
 
+@pytest.mark.engine
 def test_open_loop_run_records_schedule(tmp_path):
     cfg = make_config(
         "model=tiny-random",
@@ -68,6 +70,7 @@ def test_open_loop_run_records_schedule(tmp_path):
     assert (df.start_s >= df.scheduled_s - 1e-3).all()
 
 
+@pytest.mark.engine
 def test_static_batching_shows_in_the_engine_stats(tmp_path):
     cfg = make_config(
         "model=tiny-random",
@@ -86,7 +89,7 @@ def test_static_batching_shows_in_the_engine_stats(tmp_path):
     assert (df.output_tokens == 6).all()
 
 
-@pytest.mark.real_model
+@pytest.mark.engine
 def test_real_model_chat_resends_history(tmp_path):
     cfg = make_config(
         "workload=chat",
@@ -109,7 +112,7 @@ def test_real_model_chat_resends_history(tmp_path):
     assert outcome.summary.model["name"] == "smollm2-135m"
 
 
-@pytest.mark.real_model
+@pytest.mark.engine
 def test_real_model_synthetic_exact_lengths(tmp_path):
     cfg = make_config(
         "workload=synthetic",
@@ -127,6 +130,7 @@ def test_real_model_synthetic_exact_lengths(tmp_path):
     assert run_warnings(outcome.summary.warnings) == []
 
 
+@pytest.mark.engine
 def test_a_failing_table_write_keeps_the_summary_and_the_report(tmp_path, monkeypatch, caplog):
     from harness.results.store import RunWriter
 

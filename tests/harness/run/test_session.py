@@ -20,6 +20,7 @@ FAST = [
 ]
 
 
+@pytest.mark.engine
 def test_one_session_serves_two_points(tmp_path):
     first, second = make_config(*FAST, "workload.concurrency=1"), make_config(*FAST, "workload.concurrency=2")
     with EngineSession(first, tmp_path) as session:

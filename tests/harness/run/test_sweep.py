@@ -60,6 +60,7 @@ def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium)
     assert "latency-throughput" in plots and all(p["traces"] >= 1 for p in page.plots)
 
 
+@pytest.mark.engine
 def test_another_engine_setting_loads_again(tmp_path):
     # llama.cpp on the store's GGUF: an engine setting that needs a new load, and a load of a second
     proc = run_harness_cli(

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from conftest import make_config
+from conftest import loads_engine, make_config
 from fake_nvml import GIB, FakeGpu, FakeNVML
 from pages import assert_renders
 from records import record
@@ -233,6 +233,7 @@ def _pgid(pid: int):
 # --- whole runs ---------------------------------------------------------------------------
 
 
+@pytest.mark.engine
 def test_a_cpu_run_has_no_gpu_figures(monkeypatch, tmp_path, caplog):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml fails, as without nvidia-ml-py
     caplog.set_level(logging.INFO, logger="harness")
@@ -259,6 +260,7 @@ def test_a_cpu_run_has_no_gpu_figures(monkeypatch, tmp_path, caplog):
 
 
 @pytest.fixture
+@loads_engine
 def gpu_run(monkeypatch, tmp_path_factory, no_cuda_env):
     """A real run on the CPU with a fake NVML: 2 GPUs at 150 W and 250 W, 40 % and 60 % busy,
     the second without an energy counter; this process holds 1 GiB on the first, pid 1 holds 9 GiB."""
@@ -275,6 +277,7 @@ def gpu_run(monkeypatch, tmp_path_factory, no_cuda_env):
     return outcome, run_dir
 
 
+@pytest.mark.engine
 def test_a_gpu_run_reports_energy_power_and_utilisation(gpu_run, tmp_path, chromium):
     outcome, run_dir = gpu_run
     s = json.loads((run_dir / "summary.json").read_text())
