@@ -82,6 +82,7 @@ def test_shell_scripts_pass_shellcheck():
     assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.slow
 def test_engine_availability(tmp_path):
     out = tmp_path / "github_output"
     fakebin = tmp_path / "bin"
@@ -169,6 +170,7 @@ def smoke_sweeps(tmp_path_factory):
     return {name: sweep(root / name, ttft_ms=ttft) for name, ttft in (("base", 60), ("same", 60), ("slower", 240))}
 
 
+@pytest.mark.slow
 def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(tmp_path, smoke_sweeps):
     base = smoke_sweeps["base"]
 
@@ -207,6 +209,7 @@ def test_the_benchmark_job_baseline_absent_then_found_gate_passing_then_failing(
     assert (tmp_path / "compare-slower").is_dir() and list((tmp_path / "compare-slower").glob("*/compare.html"))
 
 
+@pytest.mark.slow
 def test_gate_without_a_sweep_is_one_line(tmp_path):
     proc = script(sys.executable, CI / "gate.py", "--current", tmp_path, "--out", tmp_path / "c")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
@@ -215,6 +218,7 @@ def test_gate_without_a_sweep_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["refserver", "harness.reference_server"])
+@pytest.mark.slow
 def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
     marker = f"teardown-{uuid.uuid4().hex[:8]}"
     proc = script(sys.executable, CI / "teardown.py", "--only", marker)
@@ -237,6 +241,7 @@ def test_teardown_finds_stops_and_fails_on_a_leftover_engine(tmp_path, module):
     assert not psutil.pid_exists(stray.pid) or psutil.Process(stray.pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow
 def test_the_pull_request_ab_gate_interleaves_two_checkouts(tmp_path):
     summary = tmp_path / "summary.md"
     proc = script(
@@ -258,6 +263,7 @@ def test_the_pull_request_ab_gate_interleaves_two_checkouts(tmp_path):
     assert summary.read_text().startswith("### A/B: **") and "| TTFT p50 |" in summary.read_text()
 
 
+@pytest.mark.slow
 def test_the_nightly_history_lives_on_a_data_branch(tmp_path, smoke_sweeps):
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", remote], check=True)

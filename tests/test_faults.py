@@ -63,6 +63,7 @@ def test_every_fault_has_a_case():
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.slow
 def test_a_misbehaving_server_never_loses_the_run(tmp_path, fault):
     cfg = make_config(
         *REF,
@@ -241,6 +242,7 @@ def test_a_ctrl_c_while_the_harness_starts_is_not_lost(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_it_ran(tmp_path):
     """Stages and the steady-state window end where the run ended, not where the schedule would
     have: a stage's throughput over the schedule's 30 s read a third of the real rate."""
@@ -267,6 +269,7 @@ def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_i
         assert 5 < figures["throughput"]["requests_per_s"] < 15
 
 
+@pytest.mark.slow
 def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
     """What the probes so far say is kept apart (best_so_far): a search stopped after its first
     probe passed must not read as the highest load that meets the SLO."""
@@ -309,6 +312,7 @@ def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
     assert search["best_so_far"] == 1 and search["answer_text"].startswith("no answer: the search did not finish")
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
     slow = "backend.server_command=['{python}','-m','refserver','--port','{port}','--startup-delay-s','60']"
     proc = subprocess.Popen(
@@ -336,6 +340,7 @@ def test_ctrl_c_while_the_engine_loads_says_nothing_was_measured(tmp_path):
     assert not alive, [p.cmdline() for p in alive]
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures(tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.Popen(
@@ -374,6 +379,7 @@ def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures
     assert interrupted["error"] == "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
 
 
+@pytest.mark.slow
 def test_a_run_interrupted_while_nothing_is_in_flight_runs_to_the_interrupt(tmp_path):
     """Chats in their think time when Ctrl-C comes: T runs to the interrupt, not to the last
     request's end (which read a throughput many times the real one)."""
@@ -406,6 +412,7 @@ def _under_nohup():
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+@pytest.mark.slow
 def test_a_run_under_nohup_outlives_a_hangup(tmp_path):
     """nohup starts the harness with SIGHUP ignored: a closed terminal must not end the run
     (SIGTERM still does)."""
@@ -430,6 +437,7 @@ def test_a_run_under_nohup_outlives_a_hangup(tmp_path):
 @pytest.mark.parametrize(
     "sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGHUP, 130), (signal.SIGKILL, -9)]
 )
+@pytest.mark.slow
 def test_server_run_stops_its_server(tmp_path, sig, code):
     """SIGKILL runs no clean-up in the harness: the server's watchdog stops it."""
     args = [
@@ -464,6 +472,7 @@ def test_server_run_stops_its_server(tmp_path, sig, code):
 # --- an engine that dies, runs that collide ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_mid_run(tmp_path):
     proc = run_harness_cli(
         *REF,
@@ -492,6 +501,7 @@ def test_a_server_that_dies_mid_run(tmp_path):
     assert "exited with code 3" in summary["error"]
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_do_not_share_a_folder(tmp_path):
     import yaml
 

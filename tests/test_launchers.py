@@ -4,7 +4,10 @@ instance): each point in a process of its own, no engine kept between points, on
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_harness_cli
+
+pytestmark = pytest.mark.slow  # a sweep through each launcher: 10-35 s here
 
 # the launchers' part is engine-agnostic: the reference server, started afresh for each point
 FAST = [

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_harness_cli
 
+SLOW = pytest.mark.slow
+
 FAST = ["model=tiny-random", "workload=synthetic", "workload.input_len=48", "workload.output_len=4", "progress=false"]
 
 
@@ -41,16 +43,18 @@ def test_unknown_choice_is_one_line(tmp_path, arg, choices):
 @pytest.mark.parametrize(
     "arg,message",
     [
-        ("workload.output_len=-3", "workload.output_len must be >= 1 (got -3)"),
-        ("workload.concurrency=0", "workload.concurrency must be >= 1 (got 0)"),
-        ("workload.rate=0", "workload.rate must be > 0"),
-        ("workload.input_len=-1", "workload.input_len must be >= 1 (got -1)"),
-        ("workload.arrival=weibull", "unknown arrival process 'weibull'"),
-        ("workload.rate=nan", "workload.rate must be a finite number (got nan)"),
-        ("slo.tpot_s=inf", "slo.tpot_s must be a finite number (got inf)"),
-        ("seed=-1", "seed must be >= 0 (got -1)"),
-        ("repeat=0", "repeat must be >= 1 (got 0)"),
-        ("workload.top_p=0", "workload.top_p must be in (0, 1] (got 0"),
+        # a value the harness's own checks refuse: python -m harness imports its config and its
+        # checks first (about 2 s here, each)
+        pytest.param("workload.output_len=-3", "workload.output_len must be >= 1 (got -3)", marks=SLOW),
+        pytest.param("workload.concurrency=0", "workload.concurrency must be >= 1 (got 0)", marks=SLOW),
+        pytest.param("workload.rate=0", "workload.rate must be > 0", marks=SLOW),
+        pytest.param("workload.input_len=-1", "workload.input_len must be >= 1 (got -1)", marks=SLOW),
+        pytest.param("workload.arrival=weibull", "unknown arrival process 'weibull'", marks=SLOW),
+        pytest.param("workload.rate=nan", "workload.rate must be a finite number (got nan)", marks=SLOW),
+        pytest.param("slo.tpot_s=inf", "slo.tpot_s must be a finite number (got inf)", marks=SLOW),
+        pytest.param("seed=-1", "seed must be >= 0 (got -1)", marks=SLOW),
+        pytest.param("repeat=0", "repeat must be >= 1 (got 0)", marks=SLOW),
+        pytest.param("workload.top_p=0", "workload.top_p must be in (0, 1] (got 0", marks=SLOW),
         # Hydra's own errors (several lines, pointing at a stack trace) as one line
         (
             "workload.duration_s=abc",
@@ -85,6 +89,7 @@ def test_a_file_in_the_way_of_the_results_is_one_line(tmp_path):
     assert error_line(proc).startswith("error: hydra.run.dir=/proc/nope/run: cannot make folders in /proc (")
 
 
+@pytest.mark.slow
 def test_bad_model_files_are_one_line(tmp_path, tiny_model):
     import shutil
 
@@ -102,6 +107,7 @@ def test_bad_model_files_are_one_line(tmp_path, tiny_model):
         assert error_line(proc) == f"error: {fake} is not a GGUF file (bad header); give a valid .gguf as model.path"
 
 
+@pytest.mark.slow
 def test_server_command_example_of_the_readme_parses(tmp_path):
     proc = run_harness_cli(
         "backend=llamacpp",
@@ -115,11 +121,13 @@ def test_server_command_example_of_the_readme_parses(tmp_path):
     assert "- '{gguf}'" in proc.stdout and "- '{port}'" in proc.stdout
 
 
+@pytest.mark.slow
 def test_missing_model_path_names_the_path(tmp_path):
     proc = run_harness_cli("model.path=/no/such/model", f"output_root={tmp_path}", cwd=tmp_path)
     assert error_line(proc) == "error: model.path /no/such/model does not exist"
 
 
+@pytest.mark.slow
 def test_hub_model_without_network_points_to_model_path(tmp_path):
     env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_ETAG_TIMEOUT": "2"}
     proc = run_harness_cli("model.id=SomeOrg/some-model", f"output_root={tmp_path}", cwd=tmp_path, env=env, timeout=120)
@@ -246,12 +254,12 @@ def test_no_code_outside_the_registry_branches_on_a_backend_name():
 
 @pytest.mark.parametrize(
     "module",
-    [
-        "harness",
-        "harness.compare",
+    [  # the commands that import the harness's config take about 2 s here, each
+        pytest.param("harness", marks=SLOW),
+        pytest.param("harness.compare", marks=SLOW),
         "harness.report",
-        "harness.agree",
-        "harness.ab",
+        pytest.param("harness.agree", marks=SLOW),
+        pytest.param("harness.ab", marks=SLOW),
         "harness.history",
         "harness.reference_server",
         "refserver",

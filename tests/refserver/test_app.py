@@ -231,6 +231,7 @@ def test_exit_after_n_requests(tmp_path):
         assert "exiting at request 3" in srv.log_path.read_text()
 
 
+@pytest.mark.slow
 def test_startup_delay_keeps_health_at_503(tmp_path):
     with reference_server(tmp_path, "--startup-delay-s", "1.5") as srv:
         pass  # wait_healthy returned: health turned 200 after the delay
@@ -255,6 +256,7 @@ def test_port_in_use_fails_in_one_line(tmp_path):
     assert proc.returncode == 1 and "address already in use" in proc.stderr.lower()
 
 
+@pytest.mark.slow
 def test_jitter_moves_tokens_around_an_absolute_schedule(tmp_path, tiny_model):
     """With jitter the gaps vary, but the deadlines do not drift: the last token still comes
     at ttft + (n − 1) · itl ± jitter after arrival."""

@@ -159,6 +159,7 @@ def test_ctrl_c_ends_every_worker_even_pressed_twice(parts, chunks_of_8, childre
     assert no_new_children_within(children_before, 2.0) == []
 
 
+@pytest.mark.slow
 def test_a_killed_parent_takes_its_workers_with_it(real_model, tmp_path):
     script = textwrap.dedent(f"""
         import sys, time

@@ -229,6 +229,7 @@ def test_cli_multi_turn_run_on_llamacpp(tmp_path, records):
     assert workload["compact"] and workload["sha256"] == summary["workload"]["sha256"]
 
 
+@pytest.mark.slow
 def test_cli_missing_file_is_one_line(tmp_path):
     from conftest import run_harness_cli
 

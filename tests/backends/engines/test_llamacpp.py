@@ -182,6 +182,7 @@ def test_batched_synthetic_run_end_to_end(tmp_path):
     assert run_warnings(outcome.summary.warnings) == []
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_folder_without_gguf(tmp_path):
     from conftest import run_harness_cli
 

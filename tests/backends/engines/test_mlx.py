@@ -103,6 +103,7 @@ def test_synthetic_run_end_to_end(tmp_path):
     assert outcome.summary.memory["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 2  # bf16 KV
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_gguf_in_one_line(tmp_path, real_model):
     from conftest import run_harness_cli
 

@@ -29,6 +29,7 @@ def client_for(server, tokenizer, **kwargs):
     return OpenAIClient(server.url_root + "/v1", model_name="reference", tokenizer=tokenizer, **kwargs)
 
 
+@pytest.mark.slow
 def test_timing_matches_the_schedule_at_concurrency_1(tmp_path, tokenizer):
     """Measured TTFT and gaps against the server's schedule; loose bounds for a busy CI box."""
     with reference_server(tmp_path, "--ttft-ms", "40", "--itl-ms", "8") as srv:
@@ -248,6 +249,7 @@ def one_error_line(proc):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_cli_wrong_key_unreachable_url_and_missing_url_are_one_line(tmp_path):
     env = {"OPENAI_TEST_KEY": "right-key", "WRONG_KEY": "wrong-key"}
     with reference_server(tmp_path, "--api-key-env", "OPENAI_TEST_KEY", env=env) as srv:
@@ -274,6 +276,7 @@ def test_cli_wrong_key_unreachable_url_and_missing_url_are_one_line(tmp_path):
     assert not list((tmp_path / "cfg").glob("*"))  # a config error leaves no run folder
 
 
+@pytest.mark.slow
 def test_openai_run_with_a_key_never_writes_the_key(tmp_path):
     secret = "sk-SECRET-7f3a9c2e41d8"
     env = {"OPENAI_TEST_KEY": secret}

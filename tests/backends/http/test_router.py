@@ -54,6 +54,7 @@ async def send_all(router, requests, concurrent=True):
     return [await one(r) for r in requests]
 
 
+@pytest.mark.slow
 def test_round_robin_least_outstanding_and_session_affinity(two_servers, tokenizer):
     urls = [s.url_root + "/v1" for s in two_servers]
     rr = router_for(urls, tokenizer, "round_robin")

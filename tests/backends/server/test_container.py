@@ -226,6 +226,7 @@ def test_stop_removes_the_container(tmp_path, fake_docker):
     assert "clean-up: docker rm -f harness-t1" in server.log_path.read_text()
 
 
+@pytest.mark.slow
 def test_the_watchdog_removes_the_container_after_a_sigkill_of_the_harness(tmp_path, fake_docker):
     code = (
         "import sys, time\n"

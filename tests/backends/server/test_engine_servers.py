@@ -265,6 +265,7 @@ def test_a_missing_program_is_named_before_any_model_loads(tmp_path, monkeypatch
     check_backend_available(engine_config("tgi", container=ContainerConfig(image="x")))
 
 
+@pytest.mark.slow
 def test_reference_backend_speaks_each_engines_dialect(tmp_path, tiny_model):
     """``backend=reference backend.dialect=<engine>``: a whole run against each dialect."""
     for name in ENGINES:

@@ -245,6 +245,7 @@ def test_each_presets_http_path_against_its_dialect(tmp_path, real_model, preset
 # --- the managed process ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_server_that_never_becomes_healthy(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(
@@ -313,6 +314,7 @@ def test_a_server_that_cannot_start_at_all(tmp_path):
 # --- whole runs ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_run_in_server_mode(tmp_path):
     proc = run_harness_cli(
         *REF,
@@ -347,6 +349,7 @@ def test_cli_run_in_server_mode(tmp_path):
     assert "server's own metrics: TTFT mean" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_server_never_healthy_fails_after_the_timeout_with_its_log(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text("import time\nprint('loading weights', flush=True)\ntime.sleep(120)\n")
@@ -369,6 +372,7 @@ def test_cli_server_never_healthy_fails_after_the_timeout_with_its_log(tmp_path)
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])]
 
 
+@pytest.mark.slow
 def test_cli_port_in_use_takes_another(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -389,6 +393,7 @@ def test_cli_port_in_use_takes_another(tmp_path):
     assert not load_summary(run_dir)["backend"]["info"]["server"]["url"].endswith(f":{taken}")
 
 
+@pytest.mark.slow
 def test_server_mode_api_key_never_reaches_a_file(tmp_path):
     secret = "sk-SERVER-MODE-c0ffee99"
     proc = run_harness_cli(

@@ -47,6 +47,7 @@ def agentic_run(tmp_path_factory):
     return out, pd.read_parquet(run_dir / "requests.parquet")
 
 
+@pytest.mark.slow
 def test_sub_agents_wait_for_their_parent_and_the_parent_for_them(agentic_run):
     out, df = agentic_run
     assert out.summary.status == "complete" and df.error.isna().all()

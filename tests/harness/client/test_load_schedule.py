@@ -31,6 +31,7 @@ def _in_flight_max(df: pd.DataFrame, lo: float, hi: float) -> int:
     return max((((df.start_s <= t) & (df.end_s > t)).sum() for t in starts), default=0)
 
 
+@pytest.mark.slow
 def test_a_closed_loop_follows_its_concurrency_stages(tmp_path):
     cfg = make_config(*FAST, "workload.stages=[{duration_s: 1.0, concurrency: 1}, {duration_s: 1.0, concurrency: 3}]")
     out = run_benchmark(cfg, tmp_path / "run")

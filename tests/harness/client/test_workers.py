@@ -203,6 +203,7 @@ def _gone(proc):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_a_signal_keeps_every_record_and_leaves_no_worker(tmp_path, sig):
     args = [
         *REF,

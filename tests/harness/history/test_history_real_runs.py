@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import run_harness_cli
 
 from harness.history.cli import main
 from harness.history.query import runs
 from harness.results.sweep_file import point_run_dirs, read_sweep
+
+pytestmark = pytest.mark.slow  # a sweep and a run of python -m harness, added to a history: 2-5 s each here
 
 ARGS = [
     "model=tiny-random",

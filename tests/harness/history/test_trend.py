@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from browser import screenshot_dir
 from history_runs import FakeRun, fake_run, nightly
 
@@ -21,6 +22,7 @@ def build(tmp_path, itl):
     return write_trend(tmp_path / "trend.html", reports, tmp_path / "h"), reports
 
 
+@pytest.mark.slow
 def test_trend_marks_the_change_point_and_the_alert(tmp_path, chromium):
     path, reports = build(tmp_path, BASE + [0.0116, 0.0115, 0.0117])
     itl = next(r for r in reports if r.figure.name == "itl_s.p90")

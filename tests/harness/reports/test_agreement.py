@@ -146,6 +146,7 @@ def test_agree_command_on_existing_runs(run_dir, tmp_path):
     assert (tmp_path / "out" / "compare" / "agreement.csv").exists()
 
 
+@pytest.mark.slow
 def test_agree_command_refuses_an_unknown_engine():
     proc = subprocess.run(
         [sys.executable, "-m", "harness.agree", "--engines", "transformers-fp32,tensorflow"],

@@ -156,6 +156,7 @@ def test_itl_per_token_and_per_chunk_differ_when_chunks_carry_several_tokens():
     assert sum(record.itl_s) / len(record.itl_s) == pytest.approx(record.tpot_s)
 
 
+@pytest.mark.slow
 def test_a_server_that_sends_three_tokens_an_event(tmp_path):
     """A whole run against the reference server streaming 3 tokens a chunk (usage: 9): ITL per
     token has 8 gaps a request, mean TPOT; ITL per chunk the 2 gaps between the 3 events."""

@@ -204,6 +204,7 @@ def form_6(*overrides: str) -> str:
 # --- one test per version -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_version_1_the_first_form(tmp_path):
     old = config_as_written(1)
     assert config_sha256_at(1, old) == form_6()  # version 7 dropped repeat: older runs are hashed again
@@ -235,6 +236,7 @@ def test_version_2_data_workloads(tmp_path):
     assert_run_compares_equal(tmp_path, 2, ("workload=sharegpt", f"workload.path={data_file}"), plan())
 
 
+@pytest.mark.slow
 def test_version_3_the_gate_leaves_machine_and_history_out(tmp_path):
     now = config_sha256(make_config())
     assert config_sha256_at(3, config_as_written(3)) == config_sha256_at(2, config_as_written(2)) == form_6()

@@ -39,6 +39,7 @@ def run_ab(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_real_slowdown_is_a_regression_with_every_file(tmp_path):
     out = tmp_path / "ab"
     done = run_ab(
@@ -81,6 +82,7 @@ def test_a_real_slowdown_is_a_regression_with_every_file(tmp_path):
     assert sorted(query.decisions(tmp_path / "history").figure) == ["output_tokens_per_s", "tpot_s.p50"]
 
 
+@pytest.mark.slow
 def test_aa_stores_the_noise_floor_and_plans_the_runs(tmp_path):
     out, floors = tmp_path / "aa", tmp_path / "noise"
     done = run_ab(
@@ -127,12 +129,14 @@ def test_bad_input_message(tmp_path, capsys):
     assert err == ["error: --blocks must be >= 2: a paired interval needs two blocks (got 1)"]
 
 
+@pytest.mark.slow
 def test_a_refused_run_ends_the_experiment_in_one_line(tmp_path):
     done = run_ab("--out", str(tmp_path / "ab"), "--b", "backend.itl_ms=5", "--", *COMMON, "workload.input_len=8")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("error: arm ") and "input_len 8 is too short" in done.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_what_was_measured_and_leaves_no_process(tmp_path):
     out = tmp_path / "ab"
     proc = subprocess.Popen(
@@ -172,6 +176,7 @@ def test_sigterm_keeps_what_was_measured_and_leaves_no_process(tmp_path):
     assert not alive, [p.cmdline() for p in alive]
 
 
+@pytest.mark.slow
 def test_a_killed_experiment_takes_its_run_with_it(tmp_path):
     """SIGKILL leaves harness.ab no clean-up: its run gets SIGTERM from the kernel, ends
     interrupted with what it measured, and its server goes with it."""

@@ -15,6 +15,7 @@ def tensors(folder):
     return load_file(str(folder / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow
 def test_store_adapters_are_seeded_with_random_b(tiny_model, tmp_path):
     a0, a1 = store_adapter(tiny_model, 0), store_adapter(tiny_model, 1)
     assert a0.source == "store:adapter-0" and a0.rank == 8 and a0.gguf_file is None  # tiny-random has no GGUF

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import run_harness_cli
 
+pytestmark = pytest.mark.slow  # python -m harness runs onto a disk that fills: 2-5 s each here
+
 RUN = [
     "model=tiny-random",
     "backend=reference",

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from conftest import REPO, as_foreground_job
 
 from harness.gate import noise
@@ -47,6 +48,7 @@ def summary(run_dir) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_each_arm_loads_once_and_a_slowdown_is_still_found(tmp_path):
     out = tmp_path / "ab"
     proc = start_ab(
@@ -82,6 +84,7 @@ def test_each_arm_loads_once_and_a_slowdown_is_still_found(tmp_path):
     assert "**REGRESSION**" in (out / "ab.md").read_text() and "kept loaded" in (out / "ab.md").read_text()
 
 
+@pytest.mark.slow
 def test_an_aa_stores_a_noise_floor_of_held_engines(tmp_path):
     out, floors = tmp_path / "aa", tmp_path / "noise"
     proc = start_ab("--aa", "--blocks", "2", "--out", str(out), "--noise-dir", str(floors), "--", *COMMON)
@@ -95,6 +98,7 @@ def test_an_aa_stores_a_noise_floor_of_held_engines(tmp_path):
     assert noise.load(floors, floor.config_sha256, floor.hardware, "held") is not None
 
 
+@pytest.mark.slow
 def test_a_refused_arm_is_one_line(tmp_path):
     proc = start_ab("--out", str(tmp_path / "ab"), "--b", "workload.input_len=8", "--", *COMMON)
     stdout, stderr = proc.communicate(timeout=300)
@@ -123,6 +127,7 @@ def start_long_experiment(tmp_path) -> tuple[subprocess.Popen, Path, list[psutil
     return proc, out, psutil.Process(proc.pid).children(recursive=True)
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_the_run_and_stops_every_held_engine(tmp_path):
     proc, out, family = start_long_experiment(tmp_path)
     assert any("harness.held" in " ".join(p.cmdline()) for p in family)
@@ -136,6 +141,7 @@ def test_sigterm_keeps_the_run_and_stops_every_held_engine(tmp_path):
     assert not alive, [p.cmdline() for p in alive]
 
 
+@pytest.mark.slow
 def test_a_killed_experiment_leaves_no_engine_loaded(tmp_path):
     proc, out, family = start_long_experiment(tmp_path)
     proc.kill()  # SIGKILL: no handler runs in harness.ab; the held process is told by the kernel

@@ -21,6 +21,7 @@ REF = [
 ]
 
 
+@pytest.mark.slow
 def test_a_run_samples_the_servers_state_and_draws_it(tmp_path):
     cfg = make_config(
         *REF,
@@ -58,6 +59,7 @@ def test_a_run_samples_the_servers_state_and_draws_it(tmp_path):
     assert 'data-plot="server-time"' in (tmp_path / "cmp" / "compare.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_dripping_metrics_does_not_hold_a_short_run(tmp_path):
     """/metrics drips one byte a second (its ~6 KB would take over an hour): every scrape is given
     up at its deadline, so the run ends within a few seconds of its measured phase."""

@@ -72,6 +72,7 @@ def test_open_reads_the_models_context_for_the_workloads(tmp_path):
         assert session.renderer.max_context == 8192 and not session.loaded
 
 
+@pytest.mark.slow
 def test_a_server_is_launched_in_open_and_loads_while_the_tokenizer_is_read(tmp_path):
     session = EngineSession(make_config("backend=reference", *FAST), tmp_path)
     try:

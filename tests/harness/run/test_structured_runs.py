@@ -84,6 +84,7 @@ def test_regex_and_tool_calls_over_http(honest, tmp_path):
     assert df[df["output_check"].isna()]["tool_calls"].tolist() == ["[]"] * 3  # auto: answered in text
 
 
+@pytest.mark.slow
 def test_a_lying_engine_is_caught_and_never_faster(honest, tmp_path, capsys):
     session, honest, liar = honest, tmp_path / "honest", tmp_path / "liar"
     run_point(session, make_config(*REF), honest)  # TTFT 20 ms

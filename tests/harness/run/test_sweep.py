@@ -33,6 +33,7 @@ def read_sweep(root: Path) -> dict:
     return json.loads((sweep_dir(root) / "sweep.json").read_text())
 
 
+@pytest.mark.slow
 def test_points_share_one_engine_and_the_sweep_is_summarised(tmp_path, chromium):
     proc = run_harness_cli("-m", *REF, "workload.concurrency=1,2,4", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -81,6 +82,7 @@ def test_another_engine_setting_loads_again(tmp_path):
     assert [p["engine_reused"] for p in sweep["points"]] == [False, False]
 
 
+@pytest.mark.slow
 def test_a_failing_point_is_one_line_and_the_sweep_goes_on(tmp_path):
     # a prompt longer than the model's context: only the point's plan can tell (the pre-flight cannot)
     proc = run_harness_cli("-m", *REF, "workload.input_len=48,100000,40", f"output_root={tmp_path}", cwd=tmp_path)
@@ -103,6 +105,7 @@ def test_a_value_no_point_accepts_stops_the_sweep_before_it_starts(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing ran, no folder made
 
 
+@pytest.mark.slow
 def test_engine_death_reloads_for_the_next_point(tmp_path):
     """The reference server exits at its 4th request: that point fails, the next one gets a new server."""
     args = [
@@ -134,6 +137,7 @@ def test_engine_death_reloads_for_the_next_point(tmp_path):
     assert (sweep_dir(tmp_path) / "server.log").exists()
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_points(tmp_path):
     args = ["-m", *REF, "workload.concurrency=1,2,3", f"output_root={tmp_path}"]
     assert run_harness_cli(*args, cwd=tmp_path).returncode == 0
@@ -152,6 +156,7 @@ def test_resume_skips_finished_points(tmp_path):
     assert sweep["engine_loads"] == 1
 
 
+@pytest.mark.slow
 def test_repeats_give_mean_and_ci(tmp_path):
     proc = run_harness_cli("-m", *REF, "repeat=3", "workload.concurrency=1", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -163,6 +168,7 @@ def test_repeats_give_mean_and_ci(tmp_path):
     assert "±" in proc.stdout
 
 
+@pytest.mark.slow
 def test_single_run_with_repeats(tmp_path):
     proc = run_harness_cli(*REF, "repeat=2", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -215,6 +221,7 @@ def run_search(tmp_path, *overrides):
     return proc, json.loads((run_dir / "sweep.json").read_text())
 
 
+@pytest.mark.slow
 def test_slo_search_probes_are_points_with_their_runs(tmp_path):
     """Each probe runs at least twice (slo_search.min_runs) into run-K/ of its point; the budget
     of 4 runs ends the search, and the answer says so."""
@@ -263,12 +270,14 @@ def test_slo_search_finds_a_capacity_with_an_interval(tmp_path):
     assert search["wall_s"] < 300  # ~30 s here
 
 
+@pytest.mark.slow
 def test_slo_search_needs_an_slo(tmp_path):
     proc = run_harness_cli(*FAST, "slo_search.enabled=true", f"output_root={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: slo_search needs an SLO: set slo.ttft_s, slo.tpot_s or slo.e2e_s"
 
 
+@pytest.mark.slow
 def test_resume_into_the_same_folders_runs_an_unfinished_point_again(tmp_path):
     """hydra.sweep.dir given again (a requeued batch job): the interrupted point's run is kept
     beside, renamed, and the point runs again in its own folder."""

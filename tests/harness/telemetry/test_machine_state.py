@@ -339,6 +339,7 @@ def start_busy_loop() -> int:
     return int(shell.stdout.strip())
 
 
+@pytest.mark.slow
 def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # The rule's threshold is tested on given readings above; here a lower one, because on a loaded
     # 2-core machine the loop may get less than half a core (the flake hunt saw it once in 30)

@@ -97,6 +97,7 @@ def test_sglangs_acceptance_gauges_are_the_neutral_series(tmp_path):
     assert figures["spec_acceptance_length"]["peak"] == pytest.approx(2.0, abs=0.1)  # 1 + 0.5 × 2 draft tokens
 
 
+@pytest.mark.slow
 def test_a_dripping_metrics_never_holds_the_sampler(tmp_path):
     with reference_server(tmp_path, "--metrics", "--metrics-drip-s", "0.5") as server:
         scraper = sm.DeadlineScrape(_scrape(server.url_root + "/metrics"), 0.5)
