@@ -65,6 +65,7 @@ class Target:
     server_ids: bool = False  # the server sends the reply's token ids (else they are its text re-tokenized)
     notes: dict[str, str] = field(default_factory=dict)  # case → why it does not apply
     needs: Optional[Callable[[], Any]] = None  # skips (fails under CI) where the engine is not installed
+    timeout_s: Optional[int] = None  # its cases' limit, the engine's start in the first one's (else pyproject.toml's)
 
     @property
     def loads_engine(self) -> bool:
@@ -74,6 +75,8 @@ class Target:
     def param(self):
         """The fixture's parameter, marked engine where it loads one (tests/conftest.py)."""
         marks = [pytest.mark.engine] if self.loads_engine else []
+        if self.timeout_s:
+            marks.append(pytest.mark.timeout(self.timeout_s))
         return pytest.param(self, id=self.id, marks=marks)
 
 
@@ -86,9 +89,9 @@ TARGETS = [
         dict(batching="static", max_batch_size=4, batch_wait_s=0.05),
         notes={"prompt_tokens": "the engine is handed the ids and reports no count of its own"},
     ),
-    Target("transformers-server", "transformers", "server", dict(startup_timeout_s=240)),
+    Target("transformers-server", "transformers", "server", dict(startup_timeout_s=240), timeout_s=600),
     Target("vllm-inprocess", "vllm", "inprocess", shared="vllm_inprocess"),
-    Target("vllm-server", "vllm", "server", server_ids=True, shared="vllm_server"),
+    Target("vllm-server", "vllm", "server", server_ids=True, shared="vllm_server", timeout_s=600),
     Target(
         "llamacpp-inprocess",
         "llamacpp",

@@ -178,6 +178,7 @@ def test_flash_attention_on_cpu_is_one_clear_error(real_model):
 
 
 @pytest.mark.engine
+@pytest.mark.timeout(600)  # its server may take backend.startup_timeout_s=300 to start
 def test_server_mode_runs_transformers_serve_with_continuous_batching(tmp_path):
     """backend.mode=server: a real `transformers serve --continuous-batching`, with the cache
     settings, start to stop (its plain server is run by the conformance suite)."""

@@ -69,6 +69,7 @@ def test_chat_run_end_to_end(vllm_inprocess, tmp_path):
 
 
 @pytest.mark.engine
+@pytest.mark.timeout(600)  # the first test on vllm_server waits for its start (up to 300 s)
 def test_server_points_share_one_server_and_scrape_its_metrics(vllm_server, tmp_path):
     """Two load points on one server, as a sweep runs them: its prefix cache emptied before each
     (POST /reset_prefix_cache), vLLM's own /metrics scraped around each."""
