@@ -26,7 +26,7 @@ def loads_engine(fixture: Optional[Callable] = None, *, unless: Optional[Callabl
     none (the conformance targets that the reference server plays)."""
 
     def declare(function: Callable) -> Callable:
-        function.loads_engine = unless or (lambda param: False)  # type: ignore[attr-defined]
+        function.loads_engine = unless or (lambda param: False)
         return function
 
     return declare(fixture) if fixture is not None else declare
