@@ -40,6 +40,7 @@ from backends.base import BackendConfig, GenerationRequest
 from backends.preset import ServerPreset, StructuredDialect
 from backends.server.container import FILES_MOUNT, MODEL_MOUNT, container_run, mount_source
 from backends.server.launch import HOST, resolve_python
+from core.environ import environment_kept
 from core.errors import ConfigError
 from core.lora import max_rank
 from core.model import ModelFiles
@@ -158,7 +159,8 @@ def _eog_from_hf(model: ModelFiles) -> list[int]:
 
 
 def _eog_from_gguf(path: str) -> list[int]:
-    from gguf import GGUFReader
+    with environment_kept():  # gguf's import can set LD_LIBRARY_PATH (through opencv), which the server would inherit
+        from gguf import GGUFReader
 
     reader = GGUFReader(path)
     ids: set[int] = set()

@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from core.environ import environment_kept
 from core.errors import ConfigError, ModelError
 from core.lora import LoraAdapter
 from core.model import ModelFiles, cache_root
@@ -142,8 +143,10 @@ def build_peft_adapter(base_hf: Path, out: Path, seed: int) -> None:
 
 def write_gguf_lora(peft_dir: Path, base_gguf: Path, out: Path) -> None:
     """The PEFT adapter in ``peft_dir`` as a llama.cpp GGUF LoRA for the model ``base_gguf``."""
-    import gguf
     import numpy as np
+
+    with environment_kept():  # gguf's import can set LD_LIBRARY_PATH (through opencv), which engines would inherit
+        import gguf
     from safetensors.numpy import load_file
 
     reader = gguf.GGUFReader(str(base_gguf))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.environ import environment_kept
 from core.errors import ConfigError
 from harness.run.adapter_store import build_peft_adapter, resolve_adapter, store_adapter
 from workloads.lora import AdapterSpec
@@ -45,7 +46,8 @@ def test_paths_and_bad_names(tiny_model, tmp_path):
 
 
 def test_the_gguf_lora_has_llama_cpps_names_and_shapes(real_model):
-    import gguf
+    with environment_kept():  # as the harness imports it: gguf's import can set LD_LIBRARY_PATH
+        import gguf
 
     adapter = store_adapter(real_model, 0)
     reader = gguf.GGUFReader(str(adapter.gguf_file))
