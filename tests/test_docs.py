@@ -49,6 +49,7 @@ def test_every_config_key_has_a_doc():
     )
 
 
+@pytest.mark.slow
 def test_the_generated_pages_are_current():
     stale = [
         str(path.relative_to(REPO))

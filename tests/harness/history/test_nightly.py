@@ -72,6 +72,7 @@ def test_repeats_of_one_night_are_one_value_so_time_judges_the_nightly(tmp_path)
     assert all(v.prediction.source == prediction.HISTORY and v.earlier == len(levels) for v in gate.verdicts)
 
 
+@pytest.mark.slow
 def test_a_slower_night_regresses_then_the_next_confirms_or_clears_it(tmp_path, capsys):
     nightly_history(tmp_path, [0.010 * f for f in (1.00, 1.02, 0.99, 1.01, 0.98, 1.00)])
     slow = new_night(tmp_path, 10, 0.013)  # 30 % slower
@@ -144,6 +145,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "--margin must be in [0, 1)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_trend_page_marks_a_flagged_nightly_and_how_the_next_one_left_it(tmp_path, capsys):
     nightly_history(tmp_path, [0.010 * f for f in (1.00, 1.02, 0.99, 1.01, 0.98, 1.00)])
     for day, level in ((10, 0.013), (11, 0.0101)):  # flagged, then cleared

@@ -275,6 +275,7 @@ def test_version_6_agents_lora_and_structured_output(tmp_path):
     assert_run_compares_equal(tmp_path, 6, ("workload=agentic",), plan(sessions=tree, lora=lora))
 
 
+@pytest.mark.slow
 def test_version_7_repeat_left_out(tmp_path):
     """How many times a point runs is not what a run measures: a repeated point's runs hash as a
     single run's (an A/A floor of single runs is theirs); version 6's hashes covered it, so its
