@@ -56,6 +56,21 @@ def ask(tokenizer_or_renderer, text: str) -> list[int]:
     return renderer.render([{"role": "user", "content": text}])
 
 
+def require_package(name: str) -> None:
+    """An engine's package that a test needs installed but does not load (SGLang's configuration
+    classes, MLX's checks before a refusal). Missing: the test skips (the fast CI job installs no
+    engine), except under CI, where it fails: an engine CI installs must run."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec(name) is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI installs {name}, but it is not installed")
+        pytest.skip(f"{name} is not installed")
+
+
 def require_llama_server() -> str:
     """llama-server's program (scripts/setup.sh all builds it). Missing: the test skips, except
     under CI, where it fails: an engine CI installs must run."""

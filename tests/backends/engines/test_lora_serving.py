@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import make_config
-from engine_helpers import ask, collect, make_backend, request
+from engine_helpers import ask, collect, make_backend, request, require_package
 
 from core.errors import ConfigError
 from harness.results.store import load_requests
@@ -76,6 +76,8 @@ def test_the_reference_server_serves_adapters_by_name(tmp_path):
     ],
 )
 def test_engines_without_lora_refuse_before_any_request(tmp_path, overrides, words):
+    if "backend=mlx" in overrides:
+        require_package("mlx_lm")  # the run checks that the engine is installed before its LoRA support
     with pytest.raises(ConfigError, match=words):
         run_benchmark(make_config(*RUN, ADAPTERS, *overrides), tmp_path)
     assert not (tmp_path / "requests.parquet").exists()
