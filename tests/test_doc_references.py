@@ -87,11 +87,17 @@ def texts(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.body[0].lineno, doc
 
 
+@functools.cache
+def texts_of(path: Path) -> tuple[tuple[int, str], ...]:
+    """:func:`texts`, read once a session: this module's tests and tests/test_docs_agree.py scan every file."""
+    return tuple(texts(path))
+
+
 def citations() -> Iterator[tuple[Path, int, str]]:
     """(citing file, line, cited path) of every citation in the project's files."""
     tops = top_folders()
     for path in project_files():
-        for line, text in texts(path):
+        for line, text in texts_of(path):
             for match in PATH.finditer(text):
                 if match.group(1).split("/")[0] in tops:
                     yield path, line, match.group(1)

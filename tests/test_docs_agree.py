@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from test_doc_references import ROOT, project_files, texts
+from test_doc_references import ROOT, project_files, texts_of
 
 from core.hash_versions import left_out
 from harness.client.pacing import SPIN_S
@@ -53,7 +53,7 @@ def test_the_spin_pacing_early_start_is_spin_s():
     said = [
         (f"{path.relative_to(ROOT)}:{line}", float(match.group(1)))
         for path in project_files()
-        for line, text in texts(path)
+        for line, text in texts_of(path)
         for pattern in EARLY_START
         for match in pattern.finditer(" ".join(text.split()))
     ]
