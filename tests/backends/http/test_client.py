@@ -59,6 +59,7 @@ def test_timing_matches_the_schedule_at_concurrency_1(tmp_path, tokenizer):
         assert done.finish_reason == "length"
 
 
+@pytest.mark.slow
 def test_a_chunk_is_stamped_when_its_bytes_arrive_not_after_parsing(tmp_path, tokenizer, monkeypatch):
     """The stamp is taken in ``data_received`` (backends/http/http1.py), before the SSE parser
     runs: with a parser that takes 20 ms per read, each chunk's stamp comes before the parse of

@@ -288,6 +288,7 @@ def test_version_7_repeat_left_out(tmp_path):
         assert_run_compares_equal(tmp_path / str(version), version, ("repeat=3",), plan())
 
 
+@pytest.mark.slow
 def test_version_8_the_slo_search_budget(tmp_path):
     """The SLO search's new keys are hashed only when set: a config of version 7 hashes as before,
     and a probe's runs (their slo_search section the defaults) hash as a plain run's."""
@@ -297,6 +298,7 @@ def test_version_8_the_slo_search_budget(tmp_path):
     assert_run_compares_equal(tmp_path, 7, (), plan())
 
 
+@pytest.mark.slow
 def test_version_9_the_reference_servers_batch_itl(tmp_path):
     """backend.batch_itl_ms is hashed only when set: the reference runs before it keep their hashes."""
     ref = ("backend=reference",)

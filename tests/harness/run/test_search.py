@@ -26,6 +26,7 @@ REF = (
 SEARCH = ("search.enabled=true", "search.space={backend.max_running: int:0:8, workload.concurrency: int:1:6}")
 
 
+@pytest.mark.slow
 def test_a_bad_space_is_one_line_before_anything_runs(tmp_path):
     proc = run_harness_cli(*REF, "search.enabled=true", "search.space={backend.max_running: int:8:0}", cwd=tmp_path)
     assert proc.returncode == 2

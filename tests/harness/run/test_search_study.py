@@ -20,6 +20,7 @@ IDENTITY = {"objectives": ["a"], "space": {"x": "int:1:8"}, "config_sha256": "0"
 SPACE = {"workload.concurrency": Range("int", 1, 8), "backend.batched": Choices((False, True))}
 
 
+@pytest.mark.slow
 def test_a_study_resumes_fails_its_stale_trials_and_runs_the_defaults_once(tmp_path):
     study, stale = search_study.open_study(tmp_path, OBJECTIVES, IDENTITY, seed=0, planned=6)
     assert stale == [] and (tmp_path / "search.db").is_file()
