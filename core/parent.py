@@ -42,12 +42,18 @@ def die_with(parent_pid: int, sig: signal.Signals = signal.SIGTERM) -> Callable[
     return preexec
 
 
-def follow_the_parent(ignored: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGHUP)) -> None:
-    """In a forked child: die with the parent (even when it is killed outright), leave ``ignored``
-    to the parent (Ctrl-C and a hang-up reach the whole process group; the parent decides when
-    its children stop), and stop writing to the parent's wake-up fd (an asyncio loop's pipe, which
-    the fork shares)."""
+def follow_the_parent(parent_pid: int, ignored: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGHUP)) -> None:
+    """In a forked child of ``parent_pid``: die with the parent (even when it is killed outright),
+    leave ``ignored`` to the parent (Ctrl-C and a hang-up reach the whole process group; the
+    parent decides when its children stop), and stop writing to the parent's wake-up fd (an
+    asyncio loop's pipe, which the fork shares).
+
+    A parent killed between the fork and this call sends no signal (the kernel sends it only to
+    children that asked before the parent died): the child then has another parent already, and
+    ends itself (the flake hunt saw a plan worker outlive its killed parent so, once in 30)."""
     signal_when_parent_dies(signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
     for sig in ignored:
         signal.signal(sig, signal.SIG_IGN)
     try:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
+import os
 import signal
 import warnings
 from array import array
@@ -131,7 +132,7 @@ def _fit_in_workers(job: _Job, chunks: int, workers: int) -> Generator[Chunk, No
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
         # threads use (it tokenizes, on one thread, and returns its chunk)
         warnings.simplefilter("ignore", DeprecationWarning)
-        pool = ctx.Pool(workers, initializer=_start_worker, initargs=(job,))
+        pool = ctx.Pool(workers, initializer=_start_worker, initargs=(job, os.getpid()))
     # at most AHEAD chunks a worker asked for and not yet taken: a pool.imap would fit every chunk
     # as fast as the workers go and keep them all here, however slowly the caller takes them
     asked: deque = deque()
@@ -162,9 +163,9 @@ def _end_workers(pool: Any) -> None:
             continue
 
 
-def _start_worker(job: _Job) -> None:
+def _start_worker(job: _Job, parent_pid: int) -> None:
     global _job
-    follow_the_parent()
+    follow_the_parent(parent_pid)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: Pool.terminate ends a worker at once
     _job = job
 

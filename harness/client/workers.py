@@ -329,7 +329,7 @@ def _fork_each(
             target=_worker_main,
             name=f"harness-client-{index}",
             daemon=True,
-            args=(job, initial[index], share, theirs, inherited),
+            args=(job, initial[index], share, theirs, inherited, os.getpid()),
         )
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
         # threads use (its own loop, the HTTP client, the tokenizer with parallelism off)
@@ -384,13 +384,13 @@ def _reap(workers: list[_Worker], loop: asyncio.AbstractEventLoop) -> None:
 # --- a worker -------------------------------------------------------------------------------
 
 
-def _worker_main(job: _Job, initial: Indices, share: int, conn: Any, inherited: list[Any]) -> None:
+def _worker_main(job: _Job, initial: Indices, share: int, conn: Any, inherited: list[Any], driver_pid: int) -> None:
     for other in inherited:
         other.close()  # else a worker's pipe would not close when the driver dies
     # The forked heap (tokenizer, engine libraries: hundreds of MB) is never collected here:
     # a full GC pass over it would stall this loop for tens of ms and copy every page it touches.
     gc.freeze()
-    follow_the_parent()  # the driver decides when to stop
+    follow_the_parent(driver_pid)  # the driver decides when to stop
     loop = new_loop(job.event_loop)
     try:
         asyncio.set_event_loop(loop)

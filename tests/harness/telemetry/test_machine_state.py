@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import psutil
@@ -336,13 +337,19 @@ def start_busy_loop() -> int:
         timeout=30,
         check=True,
     )
-    return int(shell.stdout.strip())
+    pid = int(shell.stdout.strip())
+    # ahead of whatever else runs here, so it is busy enough and among the busiest (the monitor
+    # names the top ten): the flake hunt, beside other test runs, once saw it left out (where the
+    # suite may not raise a priority, the lower threshold in the test below still holds)
+    with suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, pid, -10)
+    return pid
 
 
 @pytest.mark.slow
 def test_a_run_beside_a_busy_process_is_tainted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # The rule's threshold is tested on given readings above; here a lower one, because on a loaded
-    # 2-core machine the loop may get less than half a core (the flake hunt saw it once in 30)
+    # 2-core machine the loop may get less than half a core
     monkeypatch.setattr("harness.telemetry.machine_state.BUSY_PROCESS_PCT", 20.0)
     busy = start_busy_loop()
     try:
