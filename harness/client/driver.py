@@ -137,6 +137,7 @@ class Driver:
         # over-saturated (one detector per run). ``saturated`` is then the reason, one line.
         self.saturation = saturation
         self.saturated: Optional[str] = None
+        self.cancel_error: Optional[str] = None  # a request cut off in flight: why, where not Ctrl-C's
         self.monitoring = False  # this run's saturation is watched here
         self.sessions_done = 0
         self.spin = spin  # open-loop pacing: spin to the due time (harness/client/pacing.py), or asyncio's timer
@@ -145,6 +146,9 @@ class Driver:
         self.schedule = schedule
         # Agent jobs (workload=agentic): the sub-agents each (session, turn) forks; {} otherwise
         self.forks: Forks = {}
+        # Told of each request as it is sent (request, scheduled_s, expected prompt tokens): a
+        # worker on another host reports it, so its requests in flight are known if it is lost
+        self.on_send: Optional[Callable[[GenerationRequest, Optional[float], Optional[int]], None]] = None
 
     def _constraint_for(self, request_id: int) -> dict[str, Any]:
         """The reply's constraint (workload.response_format, workload.tools) as GenerationRequest
@@ -357,6 +361,8 @@ class Driver:
         """A request cut off in flight: by Ctrl-C, or because the point was stopped as saturated."""
         if self.saturated is not None:
             record.error = SATURATED_ERROR
+        elif self.cancel_error is not None:
+            record.error = self.cancel_error
         self.stamp_stage(record)
         self.on_record(record)
 
@@ -390,13 +396,11 @@ class Driver:
                 **self._constraint_for(first_id + turn_index),
             )
             scheduled = session.arrival_s if open_loop and turn_index == 0 else None
+            expected = len(turn.prompt_token_ids) if turn.prompt_token_ids else None
+            if self.on_send is not None:
+                self.on_send(request, scheduled, expected)
             record, output_ids = await execute(
-                self.backend,
-                request,
-                self.t0,
-                scheduled,
-                expected_prompt_tokens=len(turn.prompt_token_ids) if turn.prompt_token_ids else None,
-                on_cancel=on_cancel,
+                self.backend, request, self.t0, scheduled, expected_prompt_tokens=expected, on_cancel=on_cancel
             )
             if job:
                 tag_job(record, session, parent_request)

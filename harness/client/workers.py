@@ -29,6 +29,8 @@ event loop (``client.event_loop``) and its own connection pool, and assigns them
   A worker whose driver vanished sees its pipe close and exits; on Linux the kernel also
   kills it with the driver (PR_SET_PDEATHSIG).
 
+A worker runs :class:`~harness.client.worker_loop.WorkerLoop` (its messages on the pipe); the same
+loop runs on other hosts as Ray actors (``client.cluster=ray``: harness/client/ray_pool.py).
 Workers are forked, not spawned: they inherit the loaded backend, the tokenizer and the plan
 at no cost (a spawned worker would import transformers again). They stream through the
 backend's ``worker_client()`` (its HTTP client alone), never its server handle.
@@ -54,10 +56,9 @@ from backends.base import RequestStream
 from core.cpus import usable_cores
 from core.errors import ConfigError, HarnessError
 from core.parent import follow_the_parent, tokenizers_single_threaded
-from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver, collector_frozen
 from harness.client.event_loops import new_loop
-from harness.client.pacing import pace_until
+from harness.client.worker_loop import WorkerLoop
 from workloads.base import SessionSpec, WorkloadPlan, arrival_order, first_request_ids
 from workloads.prompts import PromptRenderer
 
@@ -394,7 +395,7 @@ def _worker_main(job: _Job, initial: Indices, share: int, conn: Any, inherited: 
     loop = new_loop(job.event_loop)
     try:
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(_Work(job, initial, share, conn).run())
+        loop.run_until_complete(_run_on_pipe(job, initial, share, conn))
     except BaseException as exc:  # noqa: BLE001 - the driver must hear why
         try:
             conn.send(("error", f"{type(exc).__name__}: {exc}"[:300]))
@@ -404,111 +405,32 @@ def _worker_main(job: _Job, initial: Indices, share: int, conn: Any, inherited: 
         conn.close()
 
 
-class _Work:
-    """One worker's event loop: its sessions, its slots, its end. Its sessions run on a Driver of
-    its own, which streams through the job's client and sends each record to the driver's process
-    (which watches saturation)."""
+def _run_on_pipe(job: _Job, initial: Indices, share: int, conn: Any) -> Any:
+    """The worker loop (harness/client/worker_loop.py) with its messages on the pipe: what comes in is
+    handed to it as it is readable, what it sends is written out at once."""
+    work = WorkerLoop(
+        job.client,
+        job.renderer,
+        job.plan,
+        open_loop=job.open_loop,
+        spin=job.spin,
+        share=share,
+        initial=initial,
+        take=lambda index: (job.sessions[index], int(job.first_ids[index])),
+        send=conn.send,
+    )
 
-    def __init__(self, job: _Job, initial: Indices, share: int, conn: Any):
-        self.job, self.sessions, self.conn, self.open_loop = job, job.sessions, conn, job.open_loop
-        self.driver = Driver(job.client, job.renderer, job.plan, on_record=self._send_record, spin=job.spin)
-        self.initial = initial
-        self.semaphore = asyncio.Semaphore(share) if share else None
-        self.tasks: set[asyncio.Task] = set()
-        self.ended = False
-        self.stopped: Optional[str] = None
-        self.t0: Optional[float] = None
-        self.wake = asyncio.Event()
-
-    async def run(self) -> None:
-        driver = self.driver
-        loop = asyncio.get_running_loop()
-        loop.add_reader(self.conn.fileno(), self._on_control)
-        self.conn.send(("ready",))
-        while self.t0 is None and self.stopped is None:
-            await self._wait()
-        t0 = self.t0
-        if self.stopped is not None or t0 is None:  # (t0 is set when nothing stopped the wait)
-            return self._bye()
-        driver.t0 = t0
-        await pace_until(t0, True)
-        load = ClientLoad()
-        load.start()
-        cpu0 = _cpu_s()
-        if self.open_loop:
-            pacer = asyncio.create_task(self._pace(t0))
-            self.tasks.add(pacer)
-        else:
-            for index in self.initial:
-                self._start(int(index))
-        while self.stopped is None and (self.tasks or not self.ended):
-            await self._wait()
-        if self.stopped is not None:
-            if self.stopped == "saturated":
-                driver.saturated = "saturated"  # marks the cancelled records (SATURATED_ERROR)
-            for task in list(self.tasks):
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-        load.stop()
-        self.conn.send(("load", load.lags, _cpu_s() - cpu0))
-        self._bye()
-
-    def _bye(self) -> None:
+    def on_control() -> None:
         try:
-            self.conn.send(("bye",))
-        except OSError:
-            pass
-
-    async def _wait(self) -> None:
-        await self.wake.wait()
-        self.wake.clear()
-
-    def _on_control(self) -> None:
-        try:
-            while self.conn.poll():
-                msg = self.conn.recv()
-                kind = msg[0]
-                if kind == "go":
-                    self.t0 = msg[1]
-                elif kind == "session":
-                    self._start(msg[1])
-                elif kind == "end":
-                    self.ended = True
-                elif kind == "stop":
-                    self.stopped = msg[1]
+            while conn.poll():
+                work.control(conn.recv())
         except (EOFError, OSError):  # the driver is gone: nobody to send records to
-            asyncio.get_running_loop().remove_reader(self.conn.fileno())
+            asyncio.get_running_loop().remove_reader(conn.fileno())
             os._exit(1)
-        self.wake.set()
 
-    def _start(self, index: int, spec: Optional[SessionSpec] = None) -> None:
-        task = asyncio.create_task(self._session(index, self.sessions[index] if spec is None else spec))
-        self.tasks.add(task)
+    async def run() -> None:
+        asyncio.get_running_loop().add_reader(conn.fileno(), on_control)
+        conn.send(("ready",))
+        await work.run()
 
-    async def _session(self, index: int, spec: SessionSpec) -> None:
-        try:
-            await self.driver.session(spec, int(self.job.first_ids[index]), self.semaphore, self.open_loop)
-        finally:
-            self.tasks.discard(asyncio.current_task())
-            self.wake.set()
-            if self.stopped is None:
-                self.conn.send(("done", index))
-
-    async def _pace(self, t0: float) -> None:
-        try:
-            for index in self.initial:  # in arrival order
-                spec = self.sessions[index]
-                await pace_until(t0 + (spec.arrival_s or 0.0), self.job.spin)
-                self._start(int(index), spec)
-        finally:
-            self.tasks.discard(asyncio.current_task())
-            self.ended = True
-            self.wake.set()
-
-    def _send_record(self, record: Any) -> None:
-        self.conn.send(("record", record))
-
-
-def _cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
+    return run()
