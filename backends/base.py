@@ -284,6 +284,16 @@ class Backend(ABC, Generic[ConfigT]):
         """
         return None
 
+    def remote_client(self) -> Optional[RequestStream]:
+        """What a client process on another host streams this backend's requests through
+        (``client.cluster=ray``), or None when it cannot be driven from another host.
+
+        The object is pickled (Ray's cloudpickle) and sent to each host, so it must hold
+        nothing of this process: no server handle, lock, thread or event loop. In-process
+        engines return None.
+        """
+        return None
+
     def memory(self) -> dict[str, Any]:
         """Engine memory figures: ``weights_bytes``, ``kv_bytes_per_value`` and any others."""
         return {}

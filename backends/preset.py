@@ -124,3 +124,18 @@ class StructuredDialect:
                 f"with backend.server_args"
             )
         return None
+
+
+@dataclass(frozen=True)
+class PresetExtras:
+    """A preset's per-request body fields (its reply-constraint dialect, then its ``extra_body``)
+    as an object of their own: a client on another host (``client.cluster=ray``) gets it pickled."""
+
+    structured: Optional[StructuredDialect]
+    extra_body: Optional[Callable[[GenerationRequest], dict[str, Any]]]
+
+    def __call__(self, request: GenerationRequest) -> dict[str, Any]:
+        body = self.structured.body(request) if self.structured is not None else {}
+        if self.extra_body:
+            body.update(self.extra_body(request))
+        return body

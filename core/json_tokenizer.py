@@ -87,6 +87,16 @@ class JsonTokenizer:
         ids = [backend.token_to_id(t) for t in [*self.special_tokens_map.values(), *extra_texts]]
         self.all_special_ids = list(dict.fromkeys(i for i in ids if i is not None))
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a client on another host renders prompts with it): the template as its text;
+        a compiled jinja2 template does not pickle."""
+        return {**self.__dict__, "_compiled": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.chat_template is not None:
+            self._compiled = _environment().from_string(self.chat_template)
+
     def _id(self, name: str) -> Optional[int]:
         text = self.special_tokens_map.get(name)
         return None if text is None else self.backend_tokenizer.token_to_id(text)

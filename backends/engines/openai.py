@@ -92,6 +92,24 @@ class OpenAIConfig(BackendConfig):
         return body
 
 
+@dataclass(frozen=True)
+class OpenAIExtras:
+    """Each request's extra body fields: its reply constraint, ``backend.extra_body``, and
+    ``ignore_eos`` with ``min_tokens`` for an exact length (``backend.ignore_eos``). An object of
+    its own, so a client on another host gets it pickled (``client.cluster=ray``)."""
+
+    structured: StructuredDialect
+    extra: dict[str, Any]
+    ignore_eos: bool
+
+    def __call__(self, request: GenerationRequest) -> dict[str, Any]:
+        body = self.structured.body(request)
+        body.update(self.extra)
+        if self.ignore_eos and request.exact_output_len:
+            body.update(ignore_eos=True, min_tokens=request.max_new_tokens)
+        return body
+
+
 @backend_registry.register("openai", OpenAIConfig)
 class OpenAIBackend(HTTPBackend[OpenAIConfig]):
     """Any OpenAI-compatible server that is already running (nothing is launched or stopped)."""
@@ -134,12 +152,11 @@ class OpenAIBackend(HTTPBackend[OpenAIConfig]):
     # (``structured_outputs``), the likeliest server behind an OpenAI-compatible URL
     structured = StructuredDialect(regex_field="structured_outputs")
 
+    def request_extras(self) -> OpenAIExtras:
+        return OpenAIExtras(self.structured, self.config.extra_body_dict(), self.config.ignore_eos)
+
     def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
-        body = self.structured.body(request)
-        body.update(self.config.extra_body_dict())
-        if self.config.ignore_eos and request.exact_output_len:
-            body.update(ignore_eos=True, min_tokens=request.max_new_tokens)
-        return body
+        return self.request_extras()(request)
 
     @property
     def engine_name(self) -> str:

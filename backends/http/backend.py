@@ -55,6 +55,20 @@ class HTTPBackend(Backend[ConfigT]):
             return None
         return ClientStream(copy.copy(self.client), self.extra_body)
 
+    def request_extras(self) -> Optional[Callable[[GenerationRequest], dict[str, Any]]]:
+        """:meth:`extra_body` as an object that pickles on its own (a client on another host
+        adds the same extras); None where a subclass's extras need the backend itself."""
+        return no_extras if type(self).extra_body is HTTPBackend.extra_body else None
+
+    def remote_client(self) -> Optional[RequestStream]:
+        """The HTTP client alone (a copy: its connection pool, bound to this process's loop, is
+        left behind) with this backend's extras as an object of their own: what Ray sends to
+        the client hosts (``client.cluster=ray``)."""
+        extras = self.request_extras()
+        if self.client is None or extras is None:
+            return None
+        return ClientStream(copy.copy(self.client), extras)
+
     def engine_process(self) -> Optional[int]:
         return None  # a server elsewhere (backend=openai); ServerBackend knows the one it launched
 
@@ -88,6 +102,11 @@ def scrape_one(url: str, deadline_s: float) -> str:
     return body
 
 
+def no_extras(request: GenerationRequest) -> dict[str, Any]:
+    """No per-request extras (a module-level function: it pickles by name)."""
+    return {}
+
+
 class ClientStream:
     """An OpenAI-compatible server's stream through one client, with a backend's per-request extras."""
 
@@ -97,3 +116,8 @@ class ClientStream:
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[StreamEvent]:
         return self.client.stream(request, self.extra_body(request))
+
+    def urls(self) -> list[str]:
+        """The API roots its requests go to (a client on another host checks it can reach them)."""
+        client = self.client
+        return [c.base_url for c in client.clients] if isinstance(client, Router) else [client.base_url]

@@ -115,6 +115,13 @@ class OpenAIClient:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._closer: Optional[asyncio.Task] = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy or a pickle (a client on another host) leaves the connection pool behind: it is
+        bound to this process's event loop, and the copy opens its own on its loop."""
+        state = dict(self.__dict__)
+        state.update(_pool=None, _loop=None, _closer=None)
+        return state
+
     # --- tokens ---
 
     def server_reply_ids(self, ids: list[int], finish_reason: Optional[str]) -> list[int]:

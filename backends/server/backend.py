@@ -45,7 +45,7 @@ from backends.http.backend import HTTPBackend
 from backends.http.client import OpenAIClient, client_limits
 from backends.http.probe import check_server, http_get
 from backends.http.router import Router
-from backends.preset import ServerPreset
+from backends.preset import PresetExtras, ServerPreset
 from backends.server.launch import choose_port, fill_placeholders, placeholder_values, resolve_python, server_argv
 from backends.server.process import HealthWatch, ManagedServer, ServerStartError
 from core.errors import ConfigError
@@ -294,11 +294,11 @@ class ServerBackend(HTTPBackend[BackendConfig]):
         except (OSError, subprocess.SubprocessError):
             return "unknown"
 
+    def request_extras(self) -> PresetExtras:
+        return PresetExtras(self.preset.structured, self.preset.extra_body)
+
     def extra_body(self, request: GenerationRequest) -> dict[str, Any]:
-        body = self.preset.structured.body(request) if self.preset.structured is not None else {}
-        if self.preset.extra_body:
-            body.update(self.preset.extra_body(request))
-        return body
+        return self.request_extras()(request)
 
     def check_workload(self, plan: Any) -> None:
         """Structured output (workload.response_format, workload.tools): refused in one line,
