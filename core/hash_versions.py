@@ -46,7 +46,8 @@ class Added:
 @dataclass(frozen=True)
 class LeftOut:
     """A config key that changes how a run is shown or stored, not what it measures: never in
-    config_sha256. Left out as it was added, so the older hashes hold."""
+    config_sha256. Left out as it was added, so the older hashes hold. Dotted for a key of a
+    section (``client.ray_address``)."""
 
     key: str
 
@@ -175,6 +176,22 @@ VERSIONS: tuple[Version, ...] = (
         "the search's settings (search.*: which points a search runs, not what one point measures) left out",
         (LeftOut("search"),),
     ),
+    Version(
+        11,
+        "load generation across hosts, 2026-12-06",
+        "the client's workers on a Ray cluster: where they run and on how many hosts (hashed when "
+        "set); the cluster's address, the clock checks and what a lost host does left out (they "
+        "change where and how a run is watched, not what it measures)",
+        (
+            Added(CONFIG, "client.cluster", "local"),
+            Added(CONFIG, "client.hosts"),
+            LeftOut("client.ray_address"),
+            LeftOut("client.on_host_loss"),
+            LeftOut("client.clock_samples"),
+            LeftOut("client.max_clock_drift_ms"),
+            LeftOut("client.host_timeout_s"),
+        ),
+    ),
 )
 
 HASH_VERSION = VERSIONS[-1].number  # what a run made now records
@@ -250,7 +267,9 @@ def hashed_config(body: dict[str, Any]) -> dict[str, Any]:
     """What config_sha256 covers of a resolved config (a plain dict, changed in place): the keys
     left out dropped, and the added keys while they hold their unset value."""
     for key in left_out():
-        body.pop(key, None)
+        parent, last = _parent(body, key)  # a dotted key: under its section
+        if isinstance(parent, dict):
+            parent.pop(last, None)
     for dotted, unset in hashed_when_set(CONFIG).items():
         parent, key = _parent(body, dotted)
         if isinstance(parent, dict) and key in parent and parent[key] == unset:

@@ -211,6 +211,9 @@ class SweepConfig:
 EVENT_LOOPS = ("asyncio", "uvloop")
 PACINGS = ("spin", "sleep")
 HTTP_MODES = ("server", "remote")
+CLUSTERS = ("local", "ray")
+ON_HOST_LOSS = ("continue", "stop")
+MIN_CLOCK_SAMPLES = 20  # round trips of a clock-offset measurement, at least (harness/client/clock.py)
 
 
 @dataclass
@@ -220,13 +223,39 @@ class ClientConfig:
     ``workers``: client processes, each with its own event loop and connection pool
     (harness/client/workers.py); null picks one (:func:`harness.client.workers.auto_workers`). In-process
     engines always run in the harness's own process (1).
+
+    ``cluster=ray``: the workers are Ray actors on ``hosts`` nodes of a Ray cluster, ``workers``
+    on each (harness/client/ray_pool.py; docs/guides/multi-host.md), their clocks measured
+    against this process's before and after the run.
     """
 
-    workers: Optional[int] = None  # client processes; null: 1 up to 32 streams, then min(cores − 1, streams / 32, 8)
+    # client processes (with cluster=ray: on each host, 1 when null); null: 1 up to 32 streams, then
+    # min(cores − 1, streams / 32, 8)
+    workers: Optional[int] = None
     event_loop: str = "asyncio"  # asyncio | uvloop (pip install -e '.[client]')
     # open-loop arrivals: spin (sleep to 1.5 ms before the due time, then yield until it) | sleep
     # (asyncio's timer alone, ~1 ms late)
     pacing: str = "spin"
+    # where the workers run: local (this host) | ray (Ray actors spread over the nodes of a Ray
+    # cluster: docs/guides/multi-host.md)
+    cluster: str = "local"
+    # cluster=ray: the cluster's address, host:port of its head (the GCS); null: the RAY_ADDRESS
+    # environment variable
+    ray_address: Optional[str] = None
+    # cluster=ray: the nodes the workers spread over, one host each; null: every alive node with a
+    # CPU for each of its workers
+    hosts: Optional[int] = None
+    # cluster=ray: a host lost mid-run (its requests in flight are recorded as failed): continue on
+    # the others (its slots and sessions move to them) | stop the run
+    on_host_loss: str = "continue"
+    # cluster=ray: round trips of each clock-offset measurement, before and after the run (the
+    # fastest one's midpoint gives the offset); at least 20
+    clock_samples: int = 32
+    # cluster=ray: a host whose clock offset moved more than this during the run, beyond the
+    # measurements' own uncertainty (half their round trips), is named in the summary's warnings
+    max_clock_drift_ms: float = 1.0
+    # cluster=ray: a host that sends nothing for this long (no record, no heartbeat) is lost
+    host_timeout_s: float = 30.0
 
     def validate(self, backend_mode: Optional[str] = None) -> None:
         if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
@@ -253,6 +282,35 @@ class ClientConfig:
                 f"client.workers={self.workers} needs an HTTP backend (backend.mode=server or "
                 "backend=openai): an in-process engine runs in the harness's own process"
             )
+        self._validate_cluster(backend_mode)
+
+    def _validate_cluster(self, backend_mode: Optional[str]) -> None:
+        if self.cluster not in CLUSTERS:
+            raise ConfigError(f"client.cluster must be local or ray (got {self.cluster!r})")
+        if self.on_host_loss not in ON_HOST_LOSS:
+            raise ConfigError(f"client.on_host_loss must be continue or stop (got {self.on_host_loss!r})")
+        if self.hosts is not None and (isinstance(self.hosts, bool) or self.hosts < 1):
+            raise ConfigError(f"client.hosts must be >= 1, or null for every node (got {self.hosts})")
+        if isinstance(self.clock_samples, bool) or self.clock_samples < MIN_CLOCK_SAMPLES:
+            raise ConfigError(f"client.clock_samples must be >= {MIN_CLOCK_SAMPLES} (got {self.clock_samples})")
+        _number("client.max_clock_drift_ms", self.max_clock_drift_ms, "> 0", lambda v: 0 < v < math.inf)
+        _number("client.host_timeout_s", self.host_timeout_s, "> 0 seconds", lambda v: 0 < v < math.inf)
+        if self.ray_address is not None and "://" in self.ray_address:
+            raise ConfigError(
+                f"client.ray_address must be the cluster's host:port (got {self.ray_address!r}): "
+                "Ray Client addresses (ray://) are not supported"
+            )
+        if self.cluster != "ray":
+            return
+        if backend_mode is not None and backend_mode not in HTTP_MODES:
+            raise ConfigError(
+                "client.cluster=ray needs an HTTP backend (backend.mode=server or backend=openai): "
+                "an in-process engine runs in the harness's own process"
+            )
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("client.cluster=ray needs Ray, which is not installed: pip install -e '.[ray]'")
 
 
 SEARCH_OVER = ("rate", "concurrency")

@@ -34,8 +34,8 @@ PROCESS_SINGLETONS = ("multiprocessing.resource_tracker", "multiprocessing.forks
 PYTEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
 # variables a library sets once, when it is first imported, and then relies on: not a leak of
 # the test that happened to import it first (transformers' model classes import torch's inductor,
-# which sets its cache folder)
-SET_BY_FIRST_IMPORT = ("TORCHINDUCTOR_CACHE_DIR",)
+# which sets its cache folder; Ray says whether it is a Ray Client)
+SET_BY_FIRST_IMPORT = ("TORCHINDUCTOR_CACHE_DIR", "RAY_CLIENT_MODE")
 
 
 @dataclass

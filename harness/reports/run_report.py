@@ -401,7 +401,42 @@ def _client_html(summary: RunSummary) -> str:
         f"Warning beyond an event-loop lag p99 of {LOOP_LAG_WARN_S * 1000:.0f} ms, or "
         f"{CLIENT_CPU_WARN_CORES:.0%} of a core while the loop lags."
     )
-    return html.section("The client", html.cards(items) + verdict, note)
+    return html.section("The client", html.cards(items) + verdict + hosts_html(summary), note)
+
+
+def hosts_html(summary: RunSummary) -> str:
+    """One row per client host (``client.cluster=ray``): the summary's ``hosts`` figures, its
+    clock's offset, drift and round trip, and whether it was lost; nothing for a local client."""
+    if not summary.hosts:
+        return ""
+    rows = []
+    for index, h in summary.hosts.items():
+        clock = h.get("clock") or {}
+        lag = h.get("loop_lag_s") or {}
+        drift = clock.get("drift_s")
+        rows.append(
+            {
+                "host": index,
+                "name": f"{h.get('hostname') or '?'} ({h.get('ip') or '?'})",
+                "workers": str(h.get("workers", 0)),
+                "ok / sent": f"{h.get('completed', 0)} / {h.get('requests', 0)}",
+                "failed": str(h.get("failed", 0)),
+                "client CPU %": fmt(h.get("cpu_cores"), 0, 100),
+                "loop lag p99 ms": fmt(lag.get("p99"), 1, 1000),
+                "peak RSS": html.fmt_bytes(h["rss_peak_bytes"]) if h.get("rss_peak_bytes") else "–",
+                "clock offset ms": fmt(clock.get("offset_s"), 3, 1000),
+                "± ms": fmt(clock.get("uncertainty_s"), 3, 1000),
+                "drift ms": (fmt(drift, 3, 1000) + (" (beyond the bound)" if clock.get("drifted") else ""))
+                if drift is not None
+                else "–",
+                "status": f"lost: {h['lost']}" if h.get("lost") else "ok",
+            }
+        )
+    return html.note(
+        "Per client host (client.cluster=ray): its requests, its workers' CPU (% of a core, all of them "
+        "together) and event-loop lag, and its clock's offset to this host's (its stamps are corrected by it; "
+        "± half the fastest round trip), measured before the run and again after it (drift):"
+    ) + html.table(rows, list(rows[0]), text_columns=["name", "drift ms", "status"])
 
 
 # --- figures: each returns (div id, title, figure, note) or None when there is nothing to draw

@@ -15,6 +15,8 @@ This module alone names the files of a run folder:
   format (``t_s``, ``name``, ``labels``, ``kind``, ``value``; harness/telemetry/server_metrics.py);
   absent without a ``/metrics`` or with ``server_metrics.enabled=false``
 - ``metrics_before.txt``, ``metrics_after.txt`` — the raw scrapes around the measured phase
+- ``hosts.json`` — ``client.cluster=ray``: each client worker, the host it ran on and both
+  measurements of its clock's offset, with their round trips (harness/client/ray_pool.py)
 - ``machine.json`` — the machine's state before and during the run (CPU frequency and governor,
   load, other busy processes; GPU clocks, clocks-event reasons, temperature, modes, other GPU
   processes) and why the run is tainted (harness/telemetry/machine_state.py); absent with
@@ -49,7 +51,8 @@ SUMMARY = "summary.json"
 # written before the version was recorded reads as UNVERSIONED_SCHEMA.
 #   1.0  the layout before versions were recorded
 #   1.1  schema_version, and hash_version (the form of its hashes: core/hash_versions.py)
-SCHEMA_VERSION = "1.1"
+#   1.2  hosts (client.cluster=ray: each client host's requests, CPU, loop lag and clock)
+SCHEMA_VERSION = "1.2"
 UNVERSIONED_SCHEMA = "1.0"
 
 REQUESTS_PARQUET = "requests.parquet"
@@ -61,6 +64,8 @@ CONFIG = "config.yaml"
 ENV = "env.json"
 
 MACHINE = "machine.json"
+
+HOSTS = "hosts.json"
 
 WORKLOAD = "workload.json"
 
@@ -222,6 +227,11 @@ class RunSummary:
     # jobs), jobs_per_s, job_goodput_share, job_goodput_per_s, by_depth} (harness/results/jobs.py).
     # Absent without agent jobs.
     jobs: Optional[dict[str, Any]] = None
+    # The client's hosts on a Ray cluster (client.cluster=ray): {index: {hostname, ip, node_id,
+    # workers, requests, completed, failed, cpu_cores, loop_lag_s, rss_peak_bytes, clock
+    # {offset_s, rtt_s, offset_after_s, drift_s, drifted…}, delivery_s, lost}}
+    # (harness/client/ray_pool.py). Absent with a local client.
+    hosts: Optional[dict[str, dict[str, Any]]] = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -235,6 +245,7 @@ class RunSummary:
             "adapters",
             "structured",
             "jobs",
+            "hosts",
         ):
             if out[key] is None:
                 del out[key]

@@ -39,6 +39,8 @@ from core.interrupts import interrupts_held
 from core.structured import describe_constraint
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver
+from harness.client.ray_hosts import RayHosts
+from harness.client.ray_pool import RayPool
 from harness.client.saturation import SaturationDetector
 from harness.client.workers import WorkerPool, resolve_workers
 from harness.config import RunConfig, config_sha256
@@ -49,6 +51,7 @@ from harness.results.record import RequestRecord
 from harness.results.schema import (
     COMPLETE,
     FAILED,
+    HOSTS,
     INTERRUPTED,
     INTERRUPTED_ERROR,
     MACHINE,
@@ -60,6 +63,7 @@ from harness.results.schema import (
 )
 from harness.results.store import RunWriter, check_run_dir_free
 from harness.results.summary import run_warnings, summarize, time_windows
+from harness.run.cluster import connect_cluster, start_hosts
 from harness.run.session import EngineSession
 from harness.telemetry import memory as mem
 from harness.telemetry import prometheus
@@ -110,6 +114,8 @@ def run_point(
     cfg.validate()
     check_run_dir_free(run_dir)
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
+    cluster = connect_cluster(cfg)  # client.cluster=ray: reached now, or refused in seconds
+    hosts: Optional[RayHosts] = None
     # from before open(): a server launched there loads while the tokenizer is read
     sampler = mem.MemorySampler(cfg.memory.sample_interval_s, engine_process=lambda: session.engine_process()).start()
     reused = session.loaded
@@ -131,6 +137,8 @@ def run_point(
         warn_of_a_long_span(plan)
         session.backend.check_workload(plan)
         load_s = session.ensure_loaded()
+        if cluster is not None:
+            hosts = start_hosts(cluster, cfg, session, plan)
     except BaseException:
         sampler.stop()
         raise
@@ -138,49 +146,55 @@ def run_point(
         on_loaded()
     session.points_served += 1
 
-    # The engine is up: from here on the run folder fills, and is finished even on error.
-    writer = RunWriter(run_dir, save_output_text=cfg.save_output_text, tokenize=session.renderer.encode_batch)
-    writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    writer.write_text("overrides.yaml", OmegaConf.to_yaml(list(overrides)))
-    # streamed a session at a time: a long run's plan is never one JSON document in memory
-    hashes = plan.hashes()
-    writer.write_chunks("workload.json", plan.json_chunks(hashes))
-    writer.write_json("env.json", capture_environment())
-    detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
-    on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
-    driver = Driver(
-        session.backend,
-        session.renderer,
-        plan,
-        on_record=on_record,
-        saturation=detector,
-        spin=cfg.client.pacing == "spin",
-        schedule=plan.schedule,
-    )
-    point = PointRun(
-        session=session,
-        cfg=cfg,
-        plan=plan,
-        workload_hashes=hashes,
-        writer=writer,
-        sampler=sampler,
-        driver=driver,
-        load_s=load_s,
-        plan_s=plan_s,
-        repeat=repeat,
-        engine={
-            "reused": reused,
-            "session_load_s": session.load_s,
-            "import_s": session.import_s,
-            "points_served": session.points_served,
-            "prefix_cache_reset": prefix_cache_reset,
-        },
-    )
-    point.scraper = server_series.DeadlineScrape(
-        lambda deadline_s: session.backend.scrape_metrics(deadline_s) if session.backend is not None else None,
-        cfg.server_metrics.timeout_s,
-    )
-    measurement = _measurement(driver, session, cfg, plan)
+    try:  # the client hosts (client.cluster=ray) end with the point, however it ends
+        # The engine is up: from here on the run folder fills, and is finished even on error.
+        writer = RunWriter(run_dir, save_output_text=cfg.save_output_text, tokenize=session.renderer.encode_batch)
+        writer.write_text("config.yaml", OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        writer.write_text("overrides.yaml", OmegaConf.to_yaml(list(overrides)))
+        # streamed a session at a time: a long run's plan is never one JSON document in memory
+        hashes = plan.hashes()
+        writer.write_chunks("workload.json", plan.json_chunks(hashes))
+        writer.write_json("env.json", capture_environment())
+        detector = SaturationDetector(cfg.saturation) if plan.open_loop and cfg.saturation.enabled else None
+        on_record, close_progress = _with_progress(writer.append, plan, progress, cfg.progress)
+        driver = Driver(
+            session.backend,
+            session.renderer,
+            plan,
+            on_record=on_record,
+            saturation=detector,
+            spin=cfg.client.pacing == "spin",
+            schedule=plan.schedule,
+        )
+        point = PointRun(
+            session=session,
+            cfg=cfg,
+            plan=plan,
+            workload_hashes=hashes,
+            writer=writer,
+            sampler=sampler,
+            driver=driver,
+            load_s=load_s,
+            plan_s=plan_s,
+            repeat=repeat,
+            engine={
+                "reused": reused,
+                "session_load_s": session.load_s,
+                "import_s": session.import_s,
+                "points_served": session.points_served,
+                "prefix_cache_reset": prefix_cache_reset,
+            },
+        )
+        point.scraper = server_series.DeadlineScrape(
+            lambda deadline_s: session.backend.scrape_metrics(deadline_s) if session.backend is not None else None,
+            cfg.server_metrics.timeout_s,
+        )
+        measurement = _measurement(driver, session, cfg, plan, hosts)
+        point.hosts = measurement if isinstance(measurement, RayPool) else None
+    except BaseException:
+        if hosts is not None:
+            hosts.close()
+        raise
     try:
         try:
             point.duration_s = session.run(_warm_up_then_measure(point, measurement))
@@ -198,12 +212,16 @@ def run_point(
         point.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        with _interrupts_deferred():  # a second Ctrl-C must not cut the writing short
-            summary = _write_results(point, run_dir)
+        try:
+            with _interrupts_deferred():  # a second Ctrl-C must not cut the writing short
+                summary = _write_results(point, run_dir)
+        finally:
+            if hosts is not None:
+                hosts.close()
     return RunOutcome(run_dir, summary, writer.records)
 
 
-Measurement = Union[Driver, WorkerPool]
+Measurement = Union[Driver, WorkerPool, RayPool]
 LONG_SPAN_S = 3600.0
 
 
@@ -222,10 +240,17 @@ def warn_of_a_long_span(plan: WorkloadPlan) -> None:
         )
 
 
-def _measurement(driver: Driver, session: EngineSession, cfg: RunConfig, plan: WorkloadPlan) -> Measurement:
-    """The measured phase in this process, or in ``client.workers`` client processes where the
-    backend can be driven from them and the point has sessions and slots for more than one."""
+def _measurement(
+    driver: Driver, session: EngineSession, cfg: RunConfig, plan: WorkloadPlan, hosts: Optional[RayHosts] = None
+) -> Measurement:
+    """The measured phase on the client hosts of a Ray cluster (``client.cluster=ray``); else in
+    this process, or in ``client.workers`` client processes where the backend can be driven from
+    them and the point has sessions and slots for more than one."""
     assert session.backend is not None
+    if hosts is not None:
+        remote = session.backend.remote_client()
+        assert remote is not None and session.renderer is not None  # start_hosts checked it
+        return RayPool(driver, hosts, remote, session.renderer, cfg.client)
     client = session.backend.worker_client()
     in_flight = driver.cap(plan.open_loop)
     workers = resolve_workers(cfg.client.workers, client is not None, in_flight)
@@ -266,7 +291,7 @@ async def _warm_up_then_measure(point: PointRun, measurement: Measurement) -> fl
         if point.server_sampler is not None:
             point.server_sampler.request_stop()  # joined off the loop, with the summary
         point.stop_machine_monitor()
-        point.worker_loads = measurement.worker_loads if isinstance(measurement, WorkerPool) else []
+        point.worker_loads = measurement.worker_loads if isinstance(measurement, (WorkerPool, RayPool)) else []
         point.client_load.stop(point.worker_loads)
 
 
@@ -303,6 +328,7 @@ class PointRun:
     scraper: Optional[server_series.DeadlineScrape] = None  # every /metrics scrape, with its deadline
     scrape_status: dict[str, str] = field(default_factory=dict)  # before/after: ok | failed | slow | skipped | none
     server_sampler: Optional[server_series.ServerMetricsSampler] = None  # /metrics during the measured phase
+    hosts: Optional[RayPool] = None  # client.cluster=ray: the client hosts (the summary's hosts, hosts.json)
 
     async def scrape_off_loop(self, when: str) -> Optional[str]:
         """One bounded scrape (before the phase) on a thread: the event loop goes on meanwhile."""
@@ -409,6 +435,9 @@ class PointRun:
             taint=self.taint(),
         )
         summary.harness.update(self.client_load.figures())
+        if self.hosts is not None:
+            summary.hosts = self.hosts.figures()
+            summary.warnings = self.hosts.warnings + self.hosts.clock_warnings() + summary.warnings
         sampled = records.sampling()
         if sampled is not None:  # a long run: its pooled ITL gaps were thinned to a budget
             summary.harness["itl_sampled"] = sampled
@@ -617,6 +646,9 @@ def _write_results(point: PointRun, run_dir: Path) -> RunSummary:
     series = point.server_sampler
     if series is not None and series.rows:
         _guarded(SERVER_METRICS, lambda: writer.write_server_metrics(series.frame(t0)), run_dir)
+    hosts = point.hosts
+    if hosts is not None:
+        _guarded(HOSTS, lambda: writer.write_json(HOSTS, hosts.hosts_json()), run_dir)
     _guarded("summary.json", lambda: writer.write_summary(summary), run_dir)
     if point.cfg.report:
         _write_report(run_dir)

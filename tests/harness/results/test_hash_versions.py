@@ -58,6 +58,9 @@ SLO_SEARCH_KEYS_HASHED_WHEN_SET = {
     "alpha": 0.05,
     "noise_dir": None,
 }
+# ...and, from version 11, these client keys while unset, and these left out
+CLIENT_KEYS_HASHED_WHEN_SET = {"cluster": "local", "hosts": None}
+CLIENT_KEYS_LEFT_OUT = ("ray_address", "on_host_loss", "clock_samples", "max_clock_drift_ms", "host_timeout_s")
 CONFIG_KEYS_SINCE = {
     3: ("machine", "history"),
     4: ("server_metrics",),
@@ -65,6 +68,7 @@ CONFIG_KEYS_SINCE = {
     8: tuple(f"slo_search.{k}" for k in SLO_SEARCH_KEYS_HASHED_WHEN_SET),
     9: ("backend.batch_itl_ms",),
     10: ("search",),
+    11: tuple(f"client.{k}" for k in (*CLIENT_KEYS_HASHED_WHEN_SET, *CLIENT_KEYS_LEFT_OUT)),
 }
 # ...and, from version 9, these backend keys while unset (where the backend has them)
 BACKEND_KEYS_HASHED_WHEN_SET = {"batch_itl_ms": 0.0}
@@ -108,6 +112,13 @@ def config_sha256_at(version: int, body: dict) -> str:
         for key, unset in BACKEND_KEYS_HASHED_WHEN_SET.items():
             if key in backend and backend[key] == unset:
                 del backend[key]
+    if version >= 11:
+        client = body["client"]
+        for key, unset in CLIENT_KEYS_HASHED_WHEN_SET.items():
+            if key in client and client[key] == unset:
+                del client[key]
+        for key in CLIENT_KEYS_LEFT_OUT:
+            client.pop(key, None)
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -318,6 +329,19 @@ def test_version_10_the_search_left_out(tmp_path):
     assert config_sha256_at(9, config_as_written(9)) == now
     assert hash_versions.keeps_hashes(9)
     assert_run_compares_equal(tmp_path, 10, ("search.trials=7",), plan())
+
+
+def test_version_11_client_hosts_on_a_ray_cluster(tmp_path):
+    """Where the client runs is hashed once set (cluster=ray, hosts); the cluster's address and the
+    clock and loss settings never are: a config of version 10 hashes as before."""
+    now = config_sha256(make_config())
+    assert config_sha256_at(11, config_as_written(11)) == config_sha256_at(10, config_as_written(10)) == now
+    watched = ("client.ray_address=10.0.0.1:6379", "client.on_host_loss=stop", "client.clock_samples=64")
+    assert config_sha256(make_config(*watched, "client.max_clock_drift_ms=5", "client.host_timeout_s=9")) == now
+    served = config_sha256(make_config("backend=reference"))
+    assert config_sha256(make_config("backend=reference", "client.cluster=ray")) != served
+    assert config_sha256(make_config("client.hosts=2")) != now
+    assert_run_compares_equal(tmp_path, 10, (), plan())
 
 
 def test_every_version_has_its_test():
