@@ -13,7 +13,11 @@ report, also after an error or Ctrl-C. Every scrape runs off the event loop with
 
 The measured phase runs in this process (:class:`harness.client.driver.Driver`), or in
 client worker processes (:class:`harness.client.workers.WorkerPool`, ``client.workers``) where
-the backend can be driven from them (``Backend.worker_client()``): the point chooses.
+the backend can be driven from them (``Backend.worker_client()``): the point chooses. With
+``client.cluster=ray`` it runs on the hosts of a Ray cluster (:class:`harness.client.ray_pool.RayPool`):
+the cluster is reached first of all (refused in seconds, before any folder or server), the
+hosts are started and their clocks measured once the engine is up (harness/run/cluster.py), and
+they end with the point.
 
 ``run_benchmark(cfg, run_dir)`` is one point on its own session, opened and closed for it.
 """
@@ -112,9 +116,9 @@ def run_point(
     ``.hydra/`` copy is off: it is written before the run claims its folder, so a second run
     given the same folder would overwrite it.)"""
     cfg.validate()
+    cluster = connect_cluster(cfg)  # client.cluster=ray: reached now, or refused in seconds
     check_run_dir_free(run_dir)
     workload = workload_registry.create(cfg.workload.name, cfg.workload)
-    cluster = connect_cluster(cfg)  # client.cluster=ray: reached now, or refused in seconds
     hosts: Optional[RayHosts] = None
     # from before open(): a server launched there loads while the tokenizer is read
     sampler = mem.MemorySampler(cfg.memory.sample_interval_s, engine_process=lambda: session.engine_process()).start()

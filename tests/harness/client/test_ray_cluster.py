@@ -62,7 +62,7 @@ def peak_in_flight(df: pd.DataFrame) -> int:
 # --- no cluster: refused in seconds, in one line ------------------------------------------------
 
 
-def test_a_cluster_that_cannot_be_reached_is_refused_in_one_line_at_once(monkeypatch):
+def test_a_cluster_that_cannot_be_reached_is_refused_in_one_line_at_once(monkeypatch, tmp_path):
     pytest.importorskip("ray")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for key, value in FAST_FAIL_ENV.items():  # set by connect(); the fixture's cluster starts without them
@@ -81,6 +81,10 @@ def test_a_cluster_that_cannot_be_reached_is_refused_in_one_line_at_once(monkeyp
     assert time.perf_counter() - t < 5 and "\n" not in str(info.value)
     with pytest.raises(ClusterUnreachable, match="is not a Ray cluster's HOST:PORT"):
         connect("somewhere")
+    cfg = make_config(*REF, *SYNTH, "report=false", "client.cluster=ray", f"client.ray_address=127.0.0.1:{port}")
+    with pytest.raises(ClusterUnreachable):  # before anything starts: no server, no run folder
+        run_benchmark(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_cluster_settings_are_checked_in_one_line():
