@@ -294,7 +294,12 @@ class ClientConfig:
         if isinstance(self.clock_samples, bool) or self.clock_samples < MIN_CLOCK_SAMPLES:
             raise ConfigError(f"client.clock_samples must be >= {MIN_CLOCK_SAMPLES} (got {self.clock_samples})")
         _number("client.max_clock_drift_ms", self.max_clock_drift_ms, "> 0", lambda v: 0 < v < math.inf)
-        _number("client.host_timeout_s", self.host_timeout_s, "> 0 seconds", lambda v: 0 < v < math.inf)
+        _number(
+            "client.host_timeout_s",
+            self.host_timeout_s,
+            ">= 2 seconds (a host's heartbeat comes every second)",
+            lambda v: 2 <= v < math.inf,
+        )
         if self.ray_address is not None and "://" in self.ray_address:
             raise ConfigError(
                 f"client.ray_address must be the cluster's host:port (got {self.ray_address!r}): "

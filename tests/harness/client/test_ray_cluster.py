@@ -93,6 +93,7 @@ def test_cluster_settings_are_checked_in_one_line():
         ("client.on_host_loss=retry", "client.on_host_loss must be continue or stop"),
         ("client.clock_samples=5", "client.clock_samples must be >= 20"),
         ("client.hosts=0", "client.hosts must be >= 1"),
+        ("client.host_timeout_s=0.5", "client.host_timeout_s must be >= 2 seconds"),
         ("client.ray_address=ray://head:10001", "Ray Client addresses"),
     ):
         with pytest.raises(HarnessError, match=message) as info:
