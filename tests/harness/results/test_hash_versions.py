@@ -331,6 +331,7 @@ def test_version_10_the_search_left_out(tmp_path):
     assert_run_compares_equal(tmp_path, 10, ("search.trials=7",), plan())
 
 
+@pytest.mark.slow
 def test_version_11_client_hosts_on_a_ray_cluster(tmp_path):
     """Where the client runs is hashed once set (cluster=ray, hosts); the cluster's address and the
     clock and loss settings never are: a config of version 10 hashes as before."""
