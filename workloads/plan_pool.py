@@ -31,7 +31,6 @@ import os
 import signal
 import warnings
 from array import array
-from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -63,9 +62,6 @@ class _Job:
     make_messages: Callable[[str], Messages]
     overhead: int
     streams: list[np.random.Generator]  # one per chunk, chunk 0's a copy of the caller's generator
-
-
-_job: Optional[_Job] = None  # set in each worker by _start_worker (the pool's initializer)
 
 
 def chunk_streams(rng: np.random.Generator, chunks: int) -> list[np.random.Generator]:
@@ -126,56 +122,119 @@ def _fit_serially(job: _Job, chunks: int) -> Generator[Chunk, None, None]:
     return (_fit_chunk_of(job, k) for k in range(chunks))
 
 
+@dataclass
+class _Worker:
+    process: Any  # a forked multiprocessing Process
+    conn: Any  # this process's end of the worker's own pipe
+
+
 def _fit_in_workers(job: _Job, chunks: int, workers: int) -> Generator[Chunk, None, None]:
+    """Chunk k is fitted by worker k mod n, each worker's chunks in order, so the parent reads
+    chunk k from that worker's own pipe; a worker is asked for at most AHEAD chunks not yet taken
+    (an imap over a pool would fit every chunk as fast as the workers go and keep them all here,
+    however slowly the caller takes them)."""
+    started: list[_Worker] = []
+    try:
+        _start_workers(job, workers, started)
+        n = len(started)
+        for k in range(min(chunks, AHEAD * n)):
+            started[k % n].conn.send(k)
+        for k in range(chunks):
+            yield _take(started[k % n], k)
+            if k + AHEAD * n < chunks:
+                started[k % n].conn.send(k + AHEAD * n)
+    except BaseException:  # GeneratorExit included: a caller that stops taking chunks
+        _end_workers(started)  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
+        raise
+    for worker in started:
+        worker.conn.send(None)
+    for worker in started:
+        worker.process.join()
+        worker.conn.close()
+
+
+def _start_workers(job: _Job, workers: int, started: list[_Worker]) -> None:
+    """Fork the workers, each with a pipe of its own. Not multiprocessing.Pool: its workers share
+    the locks of its queues, and one ended while it held the results' lock (an error, Ctrl-C)
+    left Pool.terminate waiting on that lock for ever (the flake hunt: once in 30 tries of
+    test_an_error_in_a_worker_is_raised_and_ends_every_worker, then 1 in 9); nothing is shared
+    here, so a worker killed at any moment leaves nothing held."""
     ctx = multiprocessing.get_context("fork")
     with tokenizers_single_threaded(), warnings.catch_warnings():
         # Python >= 3.12 warns of any fork with threads running; a worker takes no lock those
         # threads use (it tokenizes, on one thread, and returns its chunk)
         warnings.simplefilter("ignore", DeprecationWarning)
-        pool = ctx.Pool(workers, initializer=_start_worker, initargs=(job, os.getpid()))
-    # at most AHEAD chunks a worker asked for and not yet taken: a pool.imap would fit every chunk
-    # as fast as the workers go and keep them all here, however slowly the caller takes them
-    asked: deque = deque()
+        for index in range(workers):
+            mine, theirs = ctx.Pipe(duplex=True)
+            inherited = [w.conn for w in started] + [mine]  # the parent's ends a worker must not hold
+            process = ctx.Process(
+                target=_serve, name=f"plan-worker-{index}", daemon=True, args=(job, theirs, inherited, os.getpid())
+            )
+            try:
+                process.start()
+            except BaseException:
+                mine.close()
+                raise
+            finally:
+                theirs.close()
+            started.append(_Worker(process, mine))
+
+
+def _take(worker: _Worker, k: int) -> Chunk:
+    """Chunk ``k`` from its worker, or the error the worker met (raised here)."""
     try:
-        for k in range(chunks):
-            if len(asked) >= AHEAD * workers:
-                yield asked.popleft().get()
-            asked.append(pool.apply_async(_fit_chunk, (k,)))
-        while asked:
-            yield asked.popleft().get()
-    except BaseException:  # GeneratorExit included: a caller that stops taking chunks
-        _end_workers(pool)  # an error in a worker, Ctrl-C, SIGTERM: no worker fits on
-        raise
-    pool.close()
-    pool.join()
+        kind, value = worker.conn.recv()
+    except EOFError:
+        worker.process.join(1.0)
+        raise RuntimeError(
+            f"a plan worker ended (exit code {worker.process.exitcode}) while it fitted chunk {k}"
+        ) from None
+    if kind == "error":
+        raise value
+    return value
 
 
-def _end_workers(pool: Any) -> None:
-    """Terminate and join the pool's workers, whatever Ctrl-C does meanwhile: a second press cut
-    into Pool.terminate would leave them waiting for work (the parent lives on after a plan)."""
+def _end_workers(started: list[_Worker]) -> None:
+    """Kill and reap every worker, whatever Ctrl-C does meanwhile: a second press cut into the
+    ending would leave workers alive (the parent lives on after a plan)."""
     while True:
         try:
             with interrupts_held():  # held from here on; a press before it began is caught below
-                pool.terminate()
-                pool.join()
+                for worker in started:
+                    worker.process.kill()
+                for worker in started:
+                    worker.process.join()
+                    worker.conn.close()
             return
         except KeyboardInterrupt:
             continue
 
 
-def _start_worker(job: _Job, parent_pid: int) -> None:
-    global _job
+def _serve(job: _Job, conn: Any, inherited: list[Any], parent_pid: int) -> None:
+    """A worker: the chunks asked for, in order, until None or the pipe's end."""
+    for other in inherited:
+        other.close()
     follow_the_parent(parent_pid)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: Pool.terminate ends a worker at once
-    _job = job
-
-
-def _fit_chunk(k: int) -> Chunk:
-    """Chunk ``k`` in a worker, its ids packed (4 bytes an id through the pipe, not an int object
-    each in the parent)."""
-    assert _job is not None, "a plan worker runs only in a pool started by _fit_in_workers"
-    fits, state = _fit_chunk_of(_job, k)
-    return [(text, array("i", ids)) for text, ids in fits], state
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: the parent decides
+    while True:
+        try:
+            k = conn.recv()
+        except EOFError:
+            return
+        if k is None:
+            return
+        try:
+            fits, state = _fit_chunk_of(job, k)
+            # ids packed: 4 bytes an id through the pipe, not an int object each in the parent
+            reply: tuple[str, Any] = ("chunk", ([(text, array("i", ids)) for text, ids in fits], state))
+        except Exception as exc:  # noqa: BLE001 - the parent raises it
+            reply = ("error", exc)
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the parent is gone
+        except Exception as exc:  # noqa: BLE001 - an error that cannot be pickled goes as its text
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
 
 
 def _fit_chunk_of(job: _Job, k: int) -> tuple[list[Fit], Mapping[str, Any]]:
