@@ -19,6 +19,9 @@ Keys:
 - ``config_sha256``, ``workload_sha256``, ``prompts_sha256``, ``model``, ``backend``,
   ``backend_mode``, ``engine``, ``engine_version``, ``git_commit``, ``git_dirty``,
   ``started_at`` (UTC timestamp) and ``date`` (its day, the partition);
+- ``client`` — who measured: ``harness``, or the tool an imported run came from (``vllm-bench``,
+  ``guidellm``, ``aiperf``; harness/formats/), with ``client_version``; a tool's runs are points
+  of their own (the client is in ``point`` when it is not the harness, so existing points keep their ids);
 - ``taint`` — why the run's machine state makes its figures suspect (summary.json's list,
   written by the machine-state guard), and ``tainted`` (the list is not empty);
 - ``batch`` — the runs made together, one after another: a sweep's runs (all its points and
@@ -41,6 +44,7 @@ from harness.results.store import load_run, load_summary
 from harness.telemetry.environment import hardware_fingerprint
 
 STATS = ("mean", "p50", "p90", "p99")  # of each request metric's distribution
+HARNESS_CLIENT = "harness"  # the client of the harness's own runs; an imported run names its tool
 
 
 def short_hash(*parts: Any, length: int = 16) -> str:
@@ -65,7 +69,7 @@ def started_at_utc(text: Optional[str]) -> Optional[datetime]:
 
 def point_key(row: dict[str, Any]) -> tuple[str, str]:
     """(point id, label) of a row holding the key columns."""
-    parts = (
+    parts: tuple[Any, ...] = (
         row["backend"],
         row["backend_mode"],
         row["model"],
@@ -75,10 +79,13 @@ def point_key(row: dict[str, Any]) -> tuple[str, str]:
         row["open_loop"],
         row["hardware"],
     )
+    if row.get("client") not in (None, HARNESS_CLIENT):  # another tool measured it: another point
+        parts = (*parts, row["client"])
     load = f"rate {row['rate']}/s" if row["open_loop"] else f"concurrency {row['concurrency'] or 1}"
     prompts = (row["prompts_sha256"] or "")[:8]
+    client = f" · by {row['client']}" if row.get("client") not in (None, HARNESS_CLIENT) else ""
     label = (
-        f"{row['backend']}/{row['backend_mode']} · {row['model']} · {row['workload']} {prompts} · {load} · "
+        f"{row['backend']}/{row['backend_mode']}{client} · {row['model']} · {row['workload']} {prompts} · {load} · "
         f"hw {row['hardware'][:6]}"
     )
     return short_hash(*parts, length=12), label
@@ -113,6 +120,8 @@ def row_of(run: RunResult, batch: Optional[str] = None) -> dict[str, Any]:
         "rate": summary.workload.get("rate"),
         "open_loop": bool(summary.workload.get("open_loop")),
         "model": summary.model.get("name"),
+        "client": (summary.source or {}).get("tool") or HARNESS_CLIENT,
+        "client_version": (summary.source or {}).get("tool_version"),
         "backend": summary.backend.get("name"),
         "backend_mode": summary.backend.get("mode"),
         "engine": summary.backend.get("engine") or summary.backend.get("name"),

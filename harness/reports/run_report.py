@@ -39,6 +39,7 @@ from harness.reports import figures, html
 from harness.reports.describe import backend_text, engine_text, hardware_text, model_text, run_date, workload_text
 from harness.reports.html import esc, fmt
 from harness.reports.part_figures import part_cells
+from harness.reports.source import figures_html, header_item
 from harness.results import metrics
 from harness.results.jobs import job_table
 from harness.results.schema import REPORT, RunResult, RunSummary
@@ -91,6 +92,8 @@ def build_report(run: RunResult) -> tuple[str, list[str]]:
             charts.append(made)
 
     sections = [html.section("Summary", _summary_html(summary)), _client_html(summary)]
+    if summary.source:  # a run another tool measured: its own figures and what it means by them
+        sections.append(html.section(f"Measured by {summary.source.get('title')}", figures_html(summary)))
     plot_ids = []
     for div_id, title, fig, note in charts:
         if fig is None:  # a panel that is absent: the line that says why
@@ -138,6 +141,9 @@ def _header_items(run: RunResult) -> list[tuple[str, str]]:
     ]
     if s.repeat:
         items.insert(4, ("repeat", f"{s.repeat.get('index')} of {s.repeat.get('of')}"))
+    measured_by = header_item(s)
+    if measured_by is not None:
+        items.insert(0, measured_by)
     if s.error:
         items.insert(0, ("error", f"{s.status}: {s.error}"))
     return items

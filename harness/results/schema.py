@@ -23,6 +23,8 @@ This module alone names the files of a run folder:
   ``machine.enabled=false``
 - ``report.html`` — written by harness/reports/run_report.py from the loaded :class:`RunResult`
 - ``.claimed`` — the id of the process that claimed the folder for its run
+- ``imported/`` — a run imported from another tool's files (``python -m harness.import``,
+  harness/formats/): a copy of those files, as read; ``summary.json``'s ``source`` names the tool
 
 Writing and reading them is :mod:`harness.results.store`'s job; report and compare render a
 loaded :class:`RunResult` and never recompute what the summary holds.
@@ -52,9 +54,9 @@ SUMMARY = "summary.json"
 #   1.0  the layout before versions were recorded
 #   1.1  schema_version, and hash_version (the form of its hashes: core/hash_versions.py)
 #   1.2  hosts (client.cluster=ray: each client host's requests, CPU, loop lag and clock)
-SCHEMA_VERSION = "1.2"
+#   1.3  source: a run imported from another benchmark tool's files (harness/formats/imported.py)
+SCHEMA_VERSION = "1.3"
 UNVERSIONED_SCHEMA = "1.0"
-
 REQUESTS_PARQUET = "requests.parquet"
 
 REQUESTS_JSONL = "requests.jsonl"
@@ -90,6 +92,8 @@ SERVER_METRICS_COLUMNS = ("t_s", "name", "labels", "kind", "value")
 METRICS_BEFORE, METRICS_AFTER = "metrics_before.txt", "metrics_after.txt"
 
 REPORT = "report.html"
+
+IMPORTED = "imported"  # a folder: the files an imported run was read from
 
 REQUEST_COLUMNS = (
     "request_id",
@@ -232,6 +236,11 @@ class RunSummary:
     # {offset_s, rtt_s, offset_after_s, drift_s, drifted…}, delivery_s, lost}}
     # (harness/client/ray_pool.py). Absent with a local client.
     hosts: Optional[dict[str, dict[str, Any]]] = None
+    # A run another tool measured, imported from its files (python -m harness.import): {tool, title,
+    # tool_version, format, label, files, imported_at, per_request, figures (its own, in its units),
+    # definitions (its own, by name), absent (harness figures it lacks), native (its configuration)}.
+    # Absent for the harness's own runs.
+    source: Optional[dict[str, Any]] = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -246,6 +255,7 @@ class RunSummary:
             "structured",
             "jobs",
             "hosts",
+            "source",
         ):
             if out[key] is None:
                 del out[key]

@@ -17,6 +17,7 @@ import pandas as pd
 from harness.reports import html
 from harness.reports.describe import backend_text, engine_text, load_text, model_text
 from harness.reports.html import fmt
+from harness.reports.source import client_short, client_text
 from harness.reports.tables import header_lines, text_table, wrap
 from harness.results import metrics
 from harness.results.schema import CONFIG, REQUESTS_JSONL, WORKLOAD_PARTS, RunResult, RunSummary
@@ -118,6 +119,7 @@ def describe(run: Run) -> dict[str, str]:
     wl = s.workload
     info = b.get("info") or {}
     out = {
+        "client": client_text(s),  # who measured: the harness, or a tool whose files were imported
         "backend": str(b.get("name")),
         "mode": str(b.get("mode")),
         "engine": engine_text(s),
@@ -228,9 +230,9 @@ def fit_label(parts: Sequence[str], limit: int = LABEL_MAX) -> str:
 
 
 def label_parts(runs: Sequence[Run], leave_out: Sequence[str] = ()) -> list[list[str]]:
-    """Per run: its backend and the settings of :func:`label_keys` (less ``leave_out``); runs
-    those do not tell apart get their folder name too."""
-    backends = [str(r.summary.backend.get("name")) for r in runs]
+    """Per run: its backend (for a run imported from another tool: the tool) and the settings of
+    :func:`label_keys` (less ``leave_out``); runs those do not tell apart get their folder name too."""
+    backends = [client_short(r.summary) if r.summary.source else str(r.summary.backend.get("name")) for r in runs]
     settings = [{k: v for k, v in short_settings(r).items() if k not in leave_out} for r in runs]
     parts = [
         [clip(b, PART_MAX), *(s[k] for k in label_keys(backends, settings, i))]
@@ -246,7 +248,9 @@ def label_parts(runs: Sequence[Run], leave_out: Sequence[str] = ()) -> list[list
 def assign_labels(runs: list[Run]) -> None:
     """Short labels: the run's index (from 1), its backend and the settings that differ
     (``2 vllm c=8``), at most LABEL_MAX characters. The runs table has the full description."""
-    for i, (run, parts) in enumerate(zip(runs, label_parts(runs)), start=1):
+    # runs imported from other tools each name their own prompts: the tool in the label says it
+    leave_out = ("workload",) if any(r.summary.source for r in runs) else ()
+    for i, (run, parts) in enumerate(zip(runs, label_parts(runs, leave_out)), start=1):
         run.label = fit_label([str(i), *parts])
 
 
@@ -271,7 +275,11 @@ def _differs(runs: Sequence[Run], value) -> Optional[str]:
 def check_comparable(runs: Sequence[Run]) -> Comparability:
     """Same model, workload and hardware → comparable; backend/engine/load differences are notes."""
     result = Comparability()
-    model = _differs(runs, lambda r: f"{r.summary.model.get('name')} ({r.summary.model.get('source')})")
+    # a run imported from another tool knows the model's name, not where its weights came from
+    sourced = [r for r in runs if r.summary.model.get("source") is not None]
+    model = _differs(runs, lambda r: str(r.summary.model.get("name"))) or _differs(
+        sourced, lambda r: f"{r.summary.model.get('name')} ({r.summary.model.get('source')})"
+    )
     if model:
         result.problems.append(f"different model: {model}")
     sha = _differs(runs, lambda r: (r.summary.workload.get("sha256") or "?")[:12])
@@ -421,7 +429,7 @@ def run_description(run: Run) -> dict[str, str]:
     """What a run was, in full: the label's long form."""
     s = run.summary
     return {
-        "backend": backend_text(s),
+        "backend": backend_text(s) + (f" · measured by {client_text(s)}" if s.source else ""),
         "engine": engine_text(s),
         "model": model_text(s),
         "workload": str(s.workload.get("name")),

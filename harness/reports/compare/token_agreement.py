@@ -38,10 +38,12 @@ AGREEMENT_CONSOLE_HEADS = [
 
 
 def token_agreement(runs: Sequence[Run]) -> list[agreement.Agreement]:
-    """Each run against the baseline, when the runs recorded output ids (else none)."""
-    if len(runs) < 2 or not any(agreement.any_ids(r.data) for r in runs):
+    """Each run against the baseline, when the runs recorded output ids (else none). Runs imported
+    from another tool are left out: they sent that tool's prompts and kept no token ids."""
+    own = [r for r in runs if not r.summary.source]
+    if len(own) < 2 or runs[0].summary.source or not any(agreement.any_ids(r.data) for r in own):
         return []
-    return agreement.against_baseline([r.data for r in runs], [r.label for r in runs])
+    return agreement.against_baseline([r.data for r in own], [r.label for r in own])
 
 
 def _numerics_text(value: Optional[str]) -> str:
