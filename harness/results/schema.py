@@ -57,6 +57,11 @@ SUMMARY = "summary.json"
 #   1.3  source: a run imported from another benchmark tool's files (harness/formats/imported.py)
 SCHEMA_VERSION = "1.3"
 UNVERSIONED_SCHEMA = "1.0"
+
+# The llm-d benchmark report version that ``python -m harness.export --format llmd`` writes, kept
+# beside the harness's own: its published JSON schema is harness/formats/schemas/ (harness/formats/llmd.py).
+LLMD_REPORT_VERSION = "0.2"
+
 REQUESTS_PARQUET = "requests.parquet"
 
 REQUESTS_JSONL = "requests.jsonl"
