@@ -33,7 +33,9 @@ Faults (``--error-kind``, on a share ``--error-rate`` of the requests, seeded) i
 server that misbehaves, one way each (see :data:`FAULTS`); the fault-injection suite
 (tests/test_faults.py) runs the harness against every one of them.
 ``GET /reference/requests`` lists what the server received (path, Host, whether an
-Authorization header came), never a key.
+Authorization header came), never a key; ``GET /reference/schedule`` says the schedule it keeps
+(ttft, itl, jitter, tokens per chunk, dialect): the truth a client's figures are checked against
+(``python -m harness.crosscheck``).
 
 ``--metrics`` serves ``/metrics`` in Prometheus text with vLLM-style histograms of what it
 served (``sglang:`` names for ``--dialect sglang``), plus
@@ -132,6 +134,7 @@ class ReferenceServer:
         routes: dict[str, tuple[str, Any]] = {
             "/v1/models": ("GET", self.models),
             "/reference/requests": ("GET", self.requests_received),
+            "/reference/schedule": ("GET", self.schedule),
             "/v1/chat/completions": ("POST", self.chat),
             "/v1/completions": ("POST", self.completions),
         }
@@ -176,6 +179,23 @@ class ReferenceServer:
 
     async def requests_received(self, request: Request) -> Response:
         return json_response(self.received)
+
+    async def schedule(self, request: Request) -> Response:
+        """The schedule its tokens keep (the truth a client's figures are checked against)."""
+        s = self.s
+        return json_response(
+            {
+                "ttft_ms": s.ttft_ms,
+                "itl_ms": s.itl_ms,
+                "jitter_ms": s.jitter_ms,
+                "chunk_tokens": s.chunk_tokens,
+                "tokens": s.tokens,
+                "dialect": s.dialect,
+                "role_chunk": self.dialect.role_chunk,
+                "max_running": s.max_running,
+                "model_name": s.model_name,
+            }
+        )
 
     def _log(self, request: Request) -> None:
         self.received.append(
@@ -315,7 +335,7 @@ class ReferenceServer:
     def _count_prompt(self, body: dict, chat: bool) -> int:
         tok = self._tokenizer
         if chat:
-            messages = body["messages"]
+            messages = [_text_message(m) for m in body["messages"]]
             if tok is not None:
                 text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
                 return len(tok(text, add_special_tokens=False)["input_ids"])
@@ -395,3 +415,12 @@ class ReferenceServer:
         if self._expected_key is None:
             return True
         return request.headers.get("Authorization", "") == f"Bearer {self._expected_key}"
+
+
+def _text_message(message: Any) -> Any:
+    """A chat message whose content is OpenAI's list of parts (``[{"type": "text", "text": …}]``, as
+    vllm bench serve and GuideLLM send) with its text parts joined: chat templates take a string."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    parts = [p.get("text", "") for p in message["content"] if isinstance(p, dict) and p.get("type") == "text"]
+    return {**message, "content": "".join(str(p) for p in parts)}

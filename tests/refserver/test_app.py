@@ -189,9 +189,22 @@ def test_prompt_tokens_counted_with_the_chat_template(tmp_path, real_model, real
         {"role": "user", "content": "What is the capital of France?"},
     ]
     expected = len(PromptRenderer(real_tokenizer).render(messages))
+    # the same messages as OpenAI's content parts, as vllm bench serve and GuideLLM send them
+    parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in messages]
     with reference_server(tmp_path, "--ttft-ms", "1", "--itl-ms", "1", "--tokenizer", str(real_model.hf_dir)) as srv:
-        text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "messages": messages, "max_tokens": 1})[1]
-    assert json.loads(data_events(text)[-2])["usage"]["prompt_tokens"] == expected
+        for sent in (messages, parts):
+            text = post(srv.url_root + "/v1/chat/completions", {**CHAT, "messages": sent, "max_tokens": 1})[1]
+            assert json.loads(data_events(text)[-2])["usage"]["prompt_tokens"] == expected
+
+
+def test_the_schedule_is_told(tmp_path):
+    """GET /reference/schedule: the truth a client's figures are checked against (python -m harness.crosscheck)."""
+    with reference_server(tmp_path, "--ttft-ms", "40", "--itl-ms", "7", "--chunk-tokens", "2") as srv:
+        status, text = get(srv.url_root + "/reference/schedule")
+    schedule = json.loads(text)
+    assert status == 200
+    assert schedule["ttft_ms"] == 40 and schedule["itl_ms"] == 7 and schedule["chunk_tokens"] == 2
+    assert schedule["dialect"] == "openai" and schedule["role_chunk"] == "empty"
 
 
 def test_injected_errors_and_dropped_connections(tmp_path):
