@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from core.structured import ANY_OBJECT, JSON_OBJECT
 from core.types import GenerationRequest
 
 
@@ -70,6 +71,10 @@ class StructuredDialect:
     - a JSON schema: ``response_format`` ``{"type": "json_schema", "json_schema": {"name", "schema"}}``
       (OpenAI's form), or with ``json_object`` ``{"type": "json_object", "schema": ...}``
       (llama-cpp-python's server);
+    - JSON mode (any JSON object): ``response_format`` ``{"type": "json_object"}``, OpenAI's form,
+      which vLLM, SGLang, llama-server, llama_cpp.server, trtllm-serve and Ollama take as it is; a
+      server whose ``regex_field`` is ``response_format`` (TGI's grammar) gets ``{"type": "json",
+      "value": {"type": "object"}}``, its JSON grammar with the schema of any object;
     - a regex: the field named by ``regex_field`` (:data:`REGEX_FIELDS`); None: refused;
     - tools: ``tools`` and ``tool_choice`` as OpenAI's API has them, where ``tools`` is True.
     """
@@ -85,7 +90,13 @@ class StructuredDialect:
         """The body fields of one request's constraint ({} without one)."""
         body: dict[str, Any] = {}
         fmt = request.response_format
-        if fmt is not None and fmt["type"] == "json_schema":
+        if fmt is not None and fmt["type"] == JSON_OBJECT:
+            body["response_format"] = (
+                {"type": "json", "value": dict(ANY_OBJECT)}
+                if self.regex_field == "response_format"
+                else {"type": JSON_OBJECT}
+            )
+        elif fmt is not None and fmt["type"] == "json_schema":
             if self.json_object:
                 body["response_format"] = {"type": "json_object", "schema": fmt["schema"]}
             else:

@@ -5,6 +5,9 @@ A constraint is one of:
 
 - ``response_format`` ``{"type": "json_schema", "schema": {...}}``: the reply is a JSON value
   valid under the schema;
+- ``response_format`` ``{"type": "json_object"}`` (OpenAI's JSON mode): the reply parses as a
+  JSON object — any object: no schema says which keys (engines constrain decoding to the grammar
+  of a JSON object, :data:`ANY_OBJECT`);
 - ``response_format`` ``{"type": "regex", "pattern": "..."}``: the whole reply matches the
   pattern (Python ``re.fullmatch``);
 - ``tools`` (OpenAI tool definitions) with ``tool_choice`` ``"required"``: the reply is at least
@@ -38,8 +41,9 @@ from typing import Any, Optional
 
 from core.errors import ConfigError
 
-JSON_SCHEMA, REGEX, TOOL_CALL = "json_schema", "regex", "tool_call"
-KINDS = (JSON_SCHEMA, REGEX, TOOL_CALL)  # what a reply is checked as
+JSON_SCHEMA, JSON_OBJECT, REGEX, TOOL_CALL = "json_schema", "json_object", "regex", "tool_call"
+KINDS = (JSON_SCHEMA, JSON_OBJECT, REGEX, TOOL_CALL)  # what a reply is checked as
+ANY_OBJECT: dict[str, Any] = {"type": "object"}  # JSON mode as a schema, for an engine that takes only schemas
 REQUIRED, AUTO = "required", "auto"  # tool_choice
 REASON_CHARS = 200  # a reason longer than this is cut
 
@@ -56,7 +60,7 @@ class OutputCheck:
 # --- the workload's configuration -----------------------------------------------------------
 
 
-FORMAT_KEYS = {JSON_SCHEMA: ("type", "schema", "name"), REGEX: ("type", "pattern")}
+FORMAT_KEYS = {JSON_SCHEMA: ("type", "schema", "name"), JSON_OBJECT: ("type",), REGEX: ("type", "pattern")}
 
 
 def normalize_response_format(value: Any, key: str = "workload.response_format") -> Optional[dict[str, Any]]:
@@ -65,7 +69,7 @@ def normalize_response_format(value: Any, key: str = "workload.response_format")
         return None
     if not isinstance(value, Mapping):
         raise ConfigError(
-            f"{key} must be a mapping {{type: json_schema, schema: {{...}}}} or "
+            f"{key} must be a mapping {{type: json_schema, schema: {{...}}}}, {{type: json_object}} or "
             f"{{type: regex, pattern: '...'}} (got {value!r})"
         )
     kind = value.get("type")
@@ -90,6 +94,8 @@ def normalize_response_format(value: Any, key: str = "workload.response_format")
         if value.get("name") is not None:
             out["name"] = str(value["name"])
         return out
+    if kind == JSON_OBJECT:  # JSON mode: any object; a schema or pattern merged from a default is unused
+        return {"type": JSON_OBJECT}
     if kind == REGEX:
         pattern = value.get("pattern")
         if not isinstance(pattern, str) or not pattern:
@@ -99,7 +105,7 @@ def normalize_response_format(value: Any, key: str = "workload.response_format")
         except re.error as exc:
             raise ConfigError(f"{key}.pattern is not a valid regular expression ({exc})") from None
         return {"type": REGEX, "pattern": pattern}
-    raise ConfigError(f"{key}.type must be json_schema or regex (got {kind!r})")
+    raise ConfigError(f"{key}.type must be json_schema, json_object or regex (got {kind!r})")
 
 
 def normalize_tools(value: Any, key: str = "workload.tools") -> Optional[list[dict[str, Any]]]:
@@ -191,16 +197,19 @@ def tool_call_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def decoding_constraint(
     response_format: Optional[dict[str, Any]], tools: Optional[Sequence[dict[str, Any]]], tool_choice: Optional[str]
 ) -> Optional[tuple[str, Any]]:
-    """What an in-process engine constrains decoding to: ("json_schema", schema) or
-    ("regex", pattern); a required tool call is a JSON schema (:func:`tool_call_schema`). None:
-    free text (no constraint, or tools with ``auto``, which an engine without a tool parser
-    answers in text)."""
+    """What an in-process engine constrains decoding to: ("json_schema", schema),
+    ("json_object", :data:`ANY_OBJECT`) — an engine with a JSON mode of its own uses that, any
+    other the schema — or ("regex", pattern); a required tool call is a JSON schema
+    (:func:`tool_call_schema`). None: free text (no constraint, or tools with ``auto``, which an
+    engine without a tool parser answers in text)."""
     if tool_choice == REQUIRED and tools:
         return JSON_SCHEMA, tool_call_schema(tools)
     if response_format is None:
         return None
     if response_format["type"] == JSON_SCHEMA:
         return JSON_SCHEMA, response_format["schema"]
+    if response_format["type"] == JSON_OBJECT:
+        return JSON_OBJECT, dict(ANY_OBJECT)
     return REGEX, response_format["pattern"]
 
 
@@ -263,7 +272,11 @@ def check_reply(
     try:
         value = json.loads(text)
     except ValueError as exc:
-        return OutputCheck(JSON_SCHEMA, False, _short(f"not JSON{cut}: {exc}"))
+        return OutputCheck(kind, False, _short(f"not JSON{cut}: {exc}"))
+    if kind == JSON_OBJECT:  # JSON mode: valid when it is a JSON object, whatever its keys
+        if not isinstance(value, dict):
+            return OutputCheck(JSON_OBJECT, False, _short(f"JSON, but not an object: {type(value).__name__}{cut}"))
+        return OutputCheck(JSON_OBJECT, True)
     reason = schema_error(value, response_format["schema"])
     return OutputCheck(JSON_SCHEMA, reason is None, _short(reason) if reason else None)
 

@@ -2,7 +2,8 @@
 
 A request constrains its reply by ``response_format`` (``{"type": "json_schema", "json_schema":
 {"schema": ...}}``, OpenAI's form; ``{"type": "json_object", "schema": ...}``, llama-cpp-python's;
-``{"type": "regex", "value": ...}``, TGI's), by a regex in ``structured_outputs.regex`` (vLLM)
+``{"type": "regex", "value": ...}``, TGI's; ``{"type": "json_object"}`` alone, OpenAI's JSON
+mode: any JSON object, here ``{"answer": <a word>}``), by a regex in ``structured_outputs.regex`` (vLLM)
 or ``regex`` (SGLang), or by ``tools`` with ``tool_choice`` ``"required"`` (or naming one
 function). The server then replies with a value that satisfies it, from a simple generator:
 

@@ -70,7 +70,8 @@ class WorkloadConfig:
     # LoRA traffic (workloads/lora.py): adapters and their shares; empty: the base model alone
     lora: LoraSettings = field(default_factory=LoraSettings)
     # Structured output and tool calls (core/structured.py; every reply is checked):
-    # {type: json_schema, schema: {...}} | {type: regex, pattern: "..."}; null: free text
+    # {type: json_schema, schema: {...}} | {type: json_object} (JSON mode: any JSON object) |
+    # {type: regex, pattern: "..."}; null: free text
     response_format: Optional[Any] = None
     tools: Optional[list[Any]] = None  # OpenAI tool definitions [{type: function, function: {name, parameters}}]
     tool_choice_share: float = 0.0  # share of requests sent with tool_choice "required" (the rest "auto")

@@ -43,7 +43,7 @@ from backends.threaded import Job, ThreadedBackend
 from core.errors import ConfigError, ModelError
 from core.model import gguf_quantization
 from core.sequences import common_prefix
-from core.structured import JSON_SCHEMA, REGEX, decoding_constraint
+from core.structured import JSON_OBJECT, JSON_SCHEMA, REGEX, decoding_constraint
 from core.types import GenerationRequest, RequestDone, SamplingParams, TokenChunk
 
 
@@ -507,13 +507,14 @@ class _PlainEngine:
 
 
 def request_grammar(request: GenerationRequest) -> Optional[str]:
-    """The GBNF grammar a request's reply is constrained to (a JSON schema, or a required tool
-    call as {name, arguments}: core/structured.py), or None for free text."""
+    """The GBNF grammar a request's reply is constrained to (a JSON schema; JSON mode: the
+    schema of any object, whose grammar is any JSON object; a required tool call as {name,
+    arguments}: core/structured.py), or None for free text."""
     constraint = decoding_constraint(request.response_format, request.tools, request.tool_choice)
     if constraint is None:
         return None
     kind, value = constraint
-    if kind != JSON_SCHEMA:
+    if kind not in (JSON_SCHEMA, JSON_OBJECT):
         raise ValueError("llama.cpp takes no regular expression here (check_workload refuses it)")
     return schema_grammar(json.dumps(value, sort_keys=True))
 

@@ -23,7 +23,7 @@ from backends.registry import backend_registry
 from backends.server.presets import sglang_preset
 from core.environ import environment_kept
 from core.errors import ConfigError
-from core.structured import JSON_SCHEMA, decoding_constraint
+from core.structured import JSON_OBJECT, JSON_SCHEMA, decoding_constraint
 from core.types import RequestDone, TokenChunk
 
 CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
@@ -227,7 +227,7 @@ class SGLangBackend(Backend[SGLangConfig]):
         constraint = decoding_constraint(request.response_format, request.tools, request.tool_choice)
         if constraint is not None:  # SGLang's own grammar backend: a JSON schema (as text) or a regex
             kind, value = constraint
-            if kind == JSON_SCHEMA:
+            if kind in (JSON_SCHEMA, JSON_OBJECT):  # JSON mode: the schema of any object
                 sampling["json_schema"] = json.dumps(value)
             else:
                 sampling["regex"] = value

@@ -40,7 +40,7 @@ from backends.server.presets import vllm_preset
 from core import shm
 from core.errors import ConfigError, ModelError
 from core.lora import max_rank
-from core.structured import JSON_SCHEMA, decoding_constraint
+from core.structured import JSON_OBJECT, JSON_SCHEMA, decoding_constraint
 from core.types import RequestDone, TokenChunk
 
 log = logging.getLogger("harness")
@@ -375,13 +375,18 @@ class VLLMBackend(Backend[VLLMConfig]):
 
 def structured_outputs(request: GenerationRequest) -> dict[str, Any]:
     """SamplingParams keywords of a request's reply constraint (core/structured.py): vLLM's
-    structured outputs (xgrammar on CPU too) with a JSON schema, a regex, or a required tool call
-    as the schema {name, arguments}; {} for free text."""
+    structured outputs (xgrammar on CPU too) with a JSON schema, any JSON object (JSON mode:
+    ``json_object``), a regex, or a required tool call as the schema {name, arguments}; {} for free text."""
     constraint = decoding_constraint(request.response_format, request.tools, request.tool_choice)
     if constraint is None:
         return {}
     from vllm.sampling_params import StructuredOutputsParams
 
     kind, value = constraint
-    params = StructuredOutputsParams(json=value) if kind == JSON_SCHEMA else StructuredOutputsParams(regex=value)
+    if kind == JSON_OBJECT:  # vLLM's own JSON mode: any JSON object
+        params = StructuredOutputsParams(json_object=True)
+    elif kind == JSON_SCHEMA:
+        params = StructuredOutputsParams(json=value)
+    else:
+        params = StructuredOutputsParams(regex=value)
     return {"structured_outputs": params}

@@ -97,7 +97,7 @@ class RequestRecord(RequestOutcome):
     endpoint: Optional[int] = None
     adapter: Optional[str] = None  # the LoRA adapter that served it (workload.lora.adapters); None: the base model
     # Structured output (workload.response_format, workload.tools; core/structured.py): what the
-    # reply was checked as (json_schema, regex, tool_call), whether it was valid and why not;
+    # reply was checked as (json_schema, json_object, regex, tool_call), whether it was valid and why not;
     # None for a request without a constraint or one that failed
     output_check: Optional[str] = None
     output_valid: Optional[bool] = None

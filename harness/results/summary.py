@@ -241,7 +241,7 @@ def adapters(
 def structured(records: RequestTable | Sequence[RequestRecord]) -> Optional[dict[str, Any]]:
     """The checks of constrained replies (workload.response_format, workload.tools; core/structured.py):
     ``checked`` (completed requests whose reply was checked), ``valid``, ``valid_share`` = valid /
-    checked, the same ``by_kind`` (json_schema, regex, tool_call), up to three ``examples`` of why
+    checked, the same ``by_kind`` (json_schema, json_object, regex, tool_call), up to three ``examples`` of why
     replies were invalid, and the JSON schema ``validator`` that ran. None when nothing was checked."""
     table = as_table(records, metrics.ENGINE_STAGES)
     valid = table.column("output_valid")

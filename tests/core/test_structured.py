@@ -126,6 +126,20 @@ def test_a_reply_is_checked_against_its_response_format():
     assert check_reply("free text", None, None, None, None) is None  # nothing to check
 
 
+def test_json_mode_is_any_json_object():
+    """response_format {type: json_object}: valid when the reply parses as a JSON object."""
+    mode = normalize_response_format({"type": "json_object", "schema": {"type": "string"}, "pattern": None})
+    assert mode == {"type": "json_object"}  # a default's schema or pattern merged in is not part of it
+    assert check_reply('{"any": ["keys", 1]}', None, mode, None, None) == OutputCheck("json_object", True)
+    assert check_reply("{}", None, mode, None, None).valid
+    array = check_reply("[1, 2]", None, mode, None, None)
+    assert array.kind == "json_object" and not array.valid and "not an object: list" in array.reason
+    cut = check_reply('{"a": ', None, mode, None, None, finish_reason="length")
+    assert not cut.valid and "not JSON (cut at the output limit)" in cut.reason
+    assert decoding_constraint(mode, None, None) == ("json_object", {"type": "object"})
+    assert describe_constraint({"response_format": mode, "tools": None}).startswith("json_object ")
+
+
 def test_tool_calls_are_checked_by_name_and_arguments():
     ok = [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     assert check_reply("", ok, None, TOOLS, "required") == OutputCheck("tool_call", True)
@@ -173,7 +187,7 @@ def test_the_required_share_is_spread_evenly():
 @pytest.mark.parametrize(
     "value,words",
     [
-        ({"type": "xml"}, "json_schema or regex"),
+        ({"type": "xml"}, "json_schema, json_object or regex"),
         ({"type": "json_schema"}, "schema"),
         ({"type": "regex", "pattern": "("}, "not a valid regular expression"),
         ("json", "mapping"),

@@ -1,6 +1,7 @@
 """Real engines decode under a reply constraint on the real SmolLM2 model: llama.cpp in-process
-(a GBNF grammar from the JSON schema), llama.cpp's llama-server (response_format over HTTP) and
-vLLM in-process (its structured outputs); engines without constrained decoding refuse in one line."""
+(a GBNF grammar from the JSON schema; JSON mode: the grammar of any object), llama.cpp's
+llama-server (response_format over HTTP, JSON mode passed through) and vLLM in-process (its
+structured outputs, json_object for JSON mode); engines without constrained decoding refuse in one line."""
 
 import json
 
@@ -26,6 +27,7 @@ SCHEMA = {
     "additionalProperties": False,
 }
 FORMAT = {"type": "json_schema", "schema": SCHEMA}
+JSON_MODE = {"type": "json_object"}  # OpenAI's JSON mode: any JSON object
 TOOLS = normalize_tools(
     [
         {
@@ -58,6 +60,25 @@ def constrained(i: int, renderer: PromptRenderer, **kw) -> GenerationRequest:
     )
 
 
+JSON_MODE_PROMPT = "Give a JSON object with two keys: city and country, for the capital of France."
+
+
+def json_mode(i: int, renderer: PromptRenderer) -> GenerationRequest:
+    """A request in JSON mode: any object, so no schema bounds its length, and the small model loops
+    under some prompts (the animal's above: "Lion-Lion-…" in a string, in vLLM, until the limit);
+    this prompt's object closes (19 tokens in vLLM, greedy)."""
+    messages = [{"role": "user", "content": JSON_MODE_PROMPT}]
+    return GenerationRequest(
+        request_id=i,
+        prompt_token_ids=renderer.render(messages),
+        max_new_tokens=200,
+        exact_output_len=False,
+        sampling=SamplingParams(),
+        messages=messages,
+        response_format=JSON_MODE,
+    )
+
+
 def check(done, chunks, renderer: PromptRenderer, request: GenerationRequest):
     ids = [t for c in chunks for t in c.token_ids]
     text = done.text if done.text is not None else renderer.decode(ids)
@@ -78,11 +99,12 @@ def test_llamacpp_inprocess_replies_valid_json_and_tool_calls(real_model, render
     with loaded_backend(backend) as run:
         schema_request = constrained(0, renderer, response_format=FORMAT)
         tool_request = constrained(1, renderer, tools=TOOLS, tool_choice="required")
-        for request in (schema_request, tool_request):
+        for request in (schema_request, tool_request, json_mode(3, renderer)):
             chunks, done = run(collect(backend, request))
             result, text = check(done, chunks, renderer, request)
             assert result.valid, (result, text)
             assert done.finish_reason == "stop"  # the grammar ended the reply, not the limit
+        assert isinstance(json.loads(text), dict)
         free_chunks, _ = run(collect(backend, constrained(2, renderer)))  # the next request is free again
         assert free_chunks
 
@@ -116,6 +138,10 @@ def test_llama_server_replies_valid_json_over_http(real_model, renderer, tmp_pat
         result, text = check(done, chunks, renderer, request)
         assert result.valid, (result, text)
         assert done.engine_stats["output_tokens"] >= len(chunks) > 5  # usage counts the constrained reply
+        request = json_mode(1, renderer)  # passed through as it is
+        chunks, done = run(collect(backend, request))
+        result, text = check(done, chunks, renderer, request)
+        assert result.valid and result.kind == "json_object", (result, text)
 
 
 @pytest.mark.engine
@@ -125,6 +151,7 @@ def test_vllm_inprocess_replies_valid_json_and_regex(vllm_inprocess, renderer):
     for request in (
         constrained(0, renderer, response_format=FORMAT),
         constrained(1, renderer, response_format={"type": "regex", "pattern": "(yes|no), [a-z]{3,10}"}),
+        json_mode(3, renderer),
         constrained(2, renderer, tools=TOOLS, tool_choice="required"),
     ):
         chunks, done = run(collect(backend, request))

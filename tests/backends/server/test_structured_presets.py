@@ -31,6 +31,7 @@ SCHEMA = {
 }
 FORMAT = {"type": "json_schema", "schema": SCHEMA}
 REGEX = {"type": "regex", "pattern": "(yes|no)-[0-9]{2}"}
+JSON_MODE = {"type": "json_object"}
 TOOLS = normalize_tools([{"type": "function", "function": {"name": "lookup", "parameters": SCHEMA}}])
 
 
@@ -77,6 +78,12 @@ def test_each_preset_builds_its_engines_body(tiny_model):
     ] == {"type": "json_object", "schema": SCHEMA}
     server = ServerBackend(cfg, tiny_model, llama_server_preset(cfg, tiny_model, binary="llama-server"))
     assert server.extra_body(constrained(response_format=FORMAT))["response_format"] == schema_body
+    # JSON mode: OpenAI's form, passed through; TGI's grammar of any object
+    for backend in (vllm, sglang, server, ServerBackend(cfg, tiny_model, python_server)):
+        assert backend.extra_body(constrained(response_format=JSON_MODE))["response_format"] == JSON_MODE
+    assert ServerBackend(tgi, tiny_model, tgi_preset(tgi, tiny_model)).extra_body(
+        constrained(response_format=JSON_MODE)
+    )["response_format"] == {"type": "json", "value": {"type": "object"}}
 
 
 def test_servers_refuse_what_they_cannot_constrain_in_one_line(tiny_model):
@@ -106,9 +113,21 @@ def test_servers_refuse_what_they_cannot_constrain_in_one_line(tiny_model):
         (vllm_preset, "openai", {"tools": TOOLS, "tool_choice": "required"}),
         (tgi_preset, "tgi", {"response_format": REGEX}),
         (llamacpp_preset, "llamacpp", {"response_format": FORMAT}),
+        (llamacpp_preset, "llamacpp", {"response_format": JSON_MODE}),
+        (llama_server_preset, "llama-server", {"response_format": JSON_MODE}),
+        (tgi_preset, "tgi", {"response_format": JSON_MODE}),
         (llama_server_preset, "llama-server", {"tools": TOOLS, "tool_choice": "required"}),
     ],
-    ids=["vllm-regex", "vllm-tools", "tgi-regex", "llama-cpp-python-json", "llama-server-tools"],
+    ids=[
+        "vllm-regex",
+        "vllm-tools",
+        "tgi-regex",
+        "llama-cpp-python-json",
+        "llama-cpp-python-json-mode",
+        "llama-server-json-mode",
+        "tgi-json-mode",
+        "llama-server-tools",
+    ],
 )
 def test_each_dialects_constrained_reply_is_valid(tmp_path, tiny_model, preset_fn, dialect, request_kw):
     tiny_model = with_gguf(tiny_model)

@@ -84,6 +84,17 @@ def test_regex_and_tool_calls_over_http(honest, tmp_path):
     assert df[df["output_check"].isna()]["tool_calls"].tolist() == ["[]"] * 3  # auto: answered in text
 
 
+def test_json_mode_replies_are_checked_as_json_objects(honest, tmp_path):
+    """workload.response_format.type=json_object: OpenAI's JSON mode; any JSON object is valid."""
+    run_point(honest, make_config(*REF, "workload.response_format.type=json_object"), tmp_path / "json")
+    s = summary_of(tmp_path / "json")
+    assert s["structured"]["by_kind"] == {"json_object": {"checked": 6, "valid": 6, "valid_share": 1.0}}
+    assert s["workload"]["constraint"].startswith("json_object ")
+    assert json.loads((tmp_path / "json" / "workload.json").read_text())["structured"]["response_format"] == {
+        "type": "json_object"
+    }
+
+
 @pytest.mark.slow
 def test_a_lying_engine_is_caught_and_never_faster(honest, tmp_path, capsys):
     session, honest, liar = honest, tmp_path / "honest", tmp_path / "liar"
