@@ -425,6 +425,21 @@ def commands() -> list[tuple[str, str, Callable[[], Any]]]:
         ("python -m harness.agree", "harness/run/agree.py", call("harness.run.agree", "parse_args", [])),
         ("python -m harness.history", "harness/history/cli.py", call("harness.history.cli", "parse_args", [])),
         (
+            "python -m harness.import",
+            "harness/interop/import_cli.py",
+            call("harness.interop.import_cli", "parse_args", []),
+        ),
+        (
+            "python -m harness.export",
+            "harness/interop/export_cli.py",
+            call("harness.interop.export_cli", "parse_args", []),
+        ),
+        (
+            "python -m harness.crosscheck",
+            "harness/interop/crosscheck_cli.py",
+            call("harness.interop.crosscheck_cli", "parse_args", []),
+        ),
+        (
             "python -m harness.reference_server",
             "refserver/cli.py (also python -m refserver)",
             call("refserver.cli", "parse_args", [], "python -m harness.reference_server"),

@@ -85,7 +85,6 @@ def empty_row(request_id: int) -> dict[str, Any]:
     """A request's row with every column absent but its id (the importers fill what their tool has)."""
     row: dict[str, Any] = {f.name: None for f in dataclasses.fields(RequestRecord) if f.name != "ids_text"}
     row.update(request_id=request_id, session_id=request_id, turn=0, exact_output_len=False, engine_stats={})
-    row["itl_s"], row["itl_chunk_s"] = None, None
     return row
 
 

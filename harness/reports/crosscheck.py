@@ -217,7 +217,7 @@ def by_name(measured: Sequence[Measured]) -> list[dict[str, str]]:
                 continue
             if m.tool == HARNESS:
                 dist = m.run.summary.latency.get(str(meaning.concept)) or {}
-                p50, mean = (_shown("x", dist.get(k)) if _finite(dist.get(k)) else None for k in ("p50", "mean"))
+                p50, mean = (v * 1000.0 if _finite(v := dist.get(k)) else None for k in ("p50", "mean"))
             else:
                 figure = ((m.run.summary.source or {}).get("figures") or {}).get(name) or {}
                 scale = {"ms": 1.0, "s": 1000.0, "sec": 1000.0}.get(str(figure.get("unit")), 1.0)

@@ -187,3 +187,17 @@ def test_imported_runs_read_like_the_harnesss_own(tmp_path):
     assert not result.agreements
     assert (tmp_path / "compare" / "compare.html").is_file()
     assert any("client differs" in n for n in result.comparability.notes)
+
+
+def test_every_definition_names_a_figure_the_pages_show():
+    for meaning in definitions.TABLE:
+        assert meaning.concept is None or meaning.concept in definitions.CONCEPTS or meaning.concept == "ttst_s"
+    for tool in definitions.TOOLS:
+        names = {m.name for m in definitions.of_tool(tool)}
+        assert "TTFT" in names, tool
+        assert definitions.for_concept(tool, "ttft_s") is not None
+    # the same name, different figures: what the tools call ITL
+    assert {definitions.named(t, "ITL").concept for t in ("vllm-bench", "guidellm", "aiperf")} == {
+        "itl_chunk_s",
+        "tpot_s",
+    }
