@@ -51,6 +51,7 @@ def test_the_schema_is_the_published_one():
     assert llmd.schema()["title"] == f"Benchmark Report v{LLMD_REPORT_VERSION}"
 
 
+@pytest.mark.slow  # the harness's own run (python -m harness) against the reference server
 def test_an_exported_real_run_validates(real_run):
     report = llmd.report_of(load_run(real_run))
     llmd.validate(report)
@@ -78,6 +79,7 @@ def test_an_imported_run_validates_with_its_tool_as_the_load(tmp_path, path):
     assert report["scenario"]["load"]["standardized"]["tool"] == llmd.LOAD_TOOLS[run.tool]
 
 
+@pytest.mark.slow  # the harness's own run (python -m harness) against the reference server
 def test_a_broken_report_is_refused(real_run):
     report = llmd.report_of(load_run(real_run))
     broken = json.loads(json.dumps(report))
@@ -94,6 +96,7 @@ def test_a_broken_report_is_refused(real_run):
         llmd.validate(extra)
 
 
+@pytest.mark.slow  # the harness's own run (python -m harness) against the reference server
 def test_the_command_exports_a_run_and_a_sweep(tmp_path, real_run, capsys):
     assert export_cli.main([str(real_run), "--format", "llmd", "--out", str(tmp_path / "one.json")]) == 0
     llmd.validate(json.loads((tmp_path / "one.json").read_text()))

@@ -77,6 +77,7 @@ def test_disagreements_are_explained_by_definitions(measured):
     assert "= ITL per chunk" in names["ITL"][vllm]
 
 
+@pytest.mark.slow  # headless Chromium
 def test_the_page_opens_with_its_plots(measured, tmp_path, chromium):
     context = crosscheck.Context("http://127.0.0.1:1", "m", 6, 2, 32, 8, skipped=["AIPerf: not found"])
     page = crosscheck.write(tmp_path, measured, TRUTH, context)
