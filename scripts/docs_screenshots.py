@@ -1,7 +1,8 @@
-"""The screenshots in docs/images/, made from real runs: report.png and compare.png.
+"""The screenshots in docs/images/, made from real runs: report.png, compare.png and import-compare.png.
 
     .venv/bin/python scripts/docs_screenshots.py [--out docs/images] [--keep DIR | --reuse DIR] [--run 'OVERRIDES' …]
         [--size WIDTHxHEIGHT] [-- OVERRIDE…]
+    .venv/bin/python scripts/docs_screenshots.py --compare RUN RUN … [--out docs/images] [--size WIDTHxHEIGHT]
 
 Two runs of ``python -m harness`` on SmolLM2-135M (``model=smollm2-135m``), in-process, the same
 small chat workload: llama.cpp, then transformers (each ``--run`` replaces these with a run of
@@ -13,6 +14,11 @@ in the window's lower half: OUT/report.png, OUT/compare.png. The window's size k
 small (~200-400 KB) without an optimiser. The runs go to a temporary folder, removed at the end
 unless ``--keep DIR`` names one; ``--reuse DIR`` takes the runs kept there instead of running
 them again (new pictures of the same runs after a change to the pages).
+
+``--compare RUN …`` makes no runs: it compares the run folders given — a harness run and runs
+imported from other tools (``python -m harness.import``, or the folders ``python -m
+harness.crosscheck`` writes) — and saves the top of that compare.html as OUT/import-compare.png
+(docs/guides/other-tools.md shows it).
 
 On a machine that other work keeps busy the runs are tainted (docs/machine-state.md) and both
 pages open with that warning; ``-- machine.enabled=false`` leaves the check out, as the images
@@ -66,9 +72,6 @@ def screenshots(
 ) -> list[Path]:
     """Make the runs in ``work`` (or, with ``reuse``, take those there), compare them, and save
     the top of the first report and of compare.html as ``out``/report.png and ``out``/compare.png."""
-    binary = chromium_binary()
-    if binary is None:
-        sys.exit("chromium is not installed (apt-get install -y chromium)")
     if reuse:
         folders = sorted(p for p in (work / "runs").iterdir() if (p / "summary.json").is_file())  # by start time
     else:
@@ -77,6 +80,26 @@ def screenshots(
         print(f"run: {folder}")
     harness("harness.compare", *map(str, folders), "--out", str(work / "compare"))
     pages = {"report.png": folders[0] / "report.html", "compare.png": work / "compare" / "compare.html"}
+    return shoot(pages, out, size)
+
+
+def compare_screenshot(folders: Sequence[Path], out: Path, work: Path, size: tuple[int, int] = (WIDTH, HEIGHT)) -> Path:
+    """compare.html of run folders made elsewhere (a harness run and imported ones), its top saved
+    as ``out``/import-compare.png."""
+    for folder in folders:
+        if not (folder / "summary.json").is_file():
+            sys.exit(f"{folder} is not a run folder (no summary.json)")
+        print(f"run: {folder}")
+    harness("harness.compare", *map(str, folders), "--out", str(work / "compare"))
+    (shot,) = shoot({"import-compare.png": work / "compare" / "compare.html"}, out, size)
+    return shot
+
+
+def shoot(pages: dict[str, Path], out: Path, size: tuple[int, int]) -> list[Path]:
+    """Each page's top, down to its last section heading in the window's lower half, as ``out``/name."""
+    binary = chromium_binary()
+    if binary is None:
+        sys.exit("chromium is not installed (apt-get install -y chromium)")
     browser = Chromium(binary)
     shots = []
     try:
@@ -97,15 +120,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     kept.add_argument("--keep", type=Path, default=None, help="keep the runs and the comparison in this folder")
     kept.add_argument("--reuse", type=Path, default=None, help="take the runs kept in this folder by --keep")
     parser.add_argument("--run", action="append", default=None, help="one run's overrides, quoted (repeat it)")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="make no runs: compare these run folders (a harness run, imported runs) into import-compare.png",
+    )
     parser.add_argument("--size", default=f"{WIDTH}x{HEIGHT}", help="the window, WIDTHxHEIGHT in CSS pixels")
     parser.add_argument("overrides", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args(argv)
+    if args.compare and (args.reuse or args.run or args.overrides):
+        parser.error("--compare takes run folders made elsewhere: not with --reuse, --run or overrides")
     runs = [shlex.split(r) for r in args.run] if args.run else RUNS
     runs = [[*r, *args.overrides] for r in runs]
     width, height = (int(v) for v in args.size.split("x"))
     work = args.keep or args.reuse or Path(tempfile.mkdtemp(prefix="docs-screenshots-"))
     try:
-        for shot in screenshots(runs, args.out, work, (width, height), reuse=args.reuse is not None):
+        if args.compare:
+            shots = [compare_screenshot(args.compare, args.out, work, (width, height))]
+        else:
+            shots = screenshots(runs, args.out, work, (width, height), reuse=args.reuse is not None)
+        for shot in shots:
             print(f"{shot}: {shot.stat().st_size / 1024:.0f} KiB")
     finally:
         if args.keep is None and args.reuse is None:

@@ -1,6 +1,7 @@
 """scripts/docs_screenshots.py, the maker of docs/images/report.png and compare.png, on two tiny
 runs against the reference server: both PNGs written, as wide as the window and at most as
-high; then again from the kept runs (``--reuse``)."""
+high; then again from the kept runs (``--reuse``); then import-compare.png (``--compare``) of one
+of those runs and GuideLLM's real file imported (tests/fixtures/peers/)."""
 
 import os
 import struct
@@ -13,6 +14,7 @@ from conftest import REPO
 
 REF = "backend=reference backend.ttft_ms=5 backend.itl_ms={itl} model=tiny-random workload=synthetic"
 TINY = "workload.input_len=48 workload.output_len=8 workload.num_requests=4"
+PEERS = REPO / "tests" / "fixtures" / "peers"  # files the peer tools wrote (scripts/peer_fixtures.py)
 
 
 @pytest.mark.slow
@@ -28,13 +30,24 @@ def test_the_screenshots_are_made_from_real_runs(tmp_path):
     assert len(list((work / "runs").iterdir())) == 2 and (work / "compare" / "compare.html").is_file()
     assert screenshots(tmp_path / "again", "--reuse", str(work)).keys() == made.keys()  # the same runs, shot again
     assert (work / "runs").is_dir()  # kept
-
-
-def screenshots(out, *args):
-    """Run the script with ``args``; the PNGs it wrote: name → (width, height)."""
+    imported = tmp_path / "imported"
     proc = subprocess.run(
-        [sys.executable, "scripts/docs_screenshots.py", "--out", str(out), "--size", "800x600", *args]
-        + ["--", "machine.enabled=false"],
+        [sys.executable, "-m", "harness.import", str(PEERS / "guidellm" / "benchmarks.json"), "--out", str(imported)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = sorted((work / "runs").iterdir())[0]
+    assert screenshots(tmp_path / "import", "--compare", str(first), str(imported), names=("import-compare.png",))
+
+
+def screenshots(out, *args, names=("report.png", "compare.png")):
+    """Run the script with ``args``; the PNGs it wrote: name → (width, height)."""
+    overrides = [] if "--compare" in args else ["--", "machine.enabled=false"]  # --compare makes no runs
+    proc = subprocess.run(
+        [sys.executable, "scripts/docs_screenshots.py", "--out", str(out), "--size", "800x600", *args, *overrides],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -42,7 +55,7 @@ def screenshots(out, *args):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sizes = {}
-    for name in ("report.png", "compare.png"):
+    for name in names:
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and f"{out / name}: " in proc.stdout
         sizes[name] = struct.unpack(">II", data[16:24])  # IHDR: one device pixel per CSS pixel
