@@ -1,9 +1,5 @@
 """JSON mode (response_format {"type": "json_object"}) against free text, per engine: the share of valid replies and the speed
 
-    .venv/bin/python benchmarks/json_mode.py                          # llama.cpp, llama-server, vLLM
-    .venv/bin/python benchmarks/json_mode.py --engines llamacpp --requests 16 --concurrency 2 \
-        [--page docs/measurements/json-mode.md]
-
 The same prompts twice per engine, each arm one ``python -m harness`` run of
 ``workload=structured`` (conf/workload/structured.yaml: each prompt asks for a JSON object):
 **JSON mode** (``workload.response_format.type=json_object``: every engine constrains decoding to
@@ -17,8 +13,14 @@ JSON object unasked for.
 Speed: output tokens/s over the run (Σ output tokens / T), TPOT p50 (decode time per token, first
 excluded), TTFT p50 and the mean reply length; "× free" is JSON mode's output tokens/s and TPOT
 over the free arm's. A reply cut at the output limit is not a whole object: it counts as invalid.
-Each arm loads its engine (load time is not in the figures). Figures depend on the machine and
+Each arm loads its engine (load time is not in the figures); ``ENGINE:json`` runs JSON mode
+only, one load (vLLM takes minutes to start on a CPU). The last command below wrote
+docs/measurements/json-mode.md (PAGE), vLLM in JSON mode only. Figures depend on the machine and
 what else runs on it: rerun on a quiet one, and compare arms of one engine, run one after the other.
+
+    .venv/bin/python benchmarks/json_mode.py                          # llama.cpp, llama-server, vLLM
+    .venv/bin/python benchmarks/json_mode.py --engines llamacpp --requests 16 --concurrency 2
+    .venv/bin/python benchmarks/json_mode.py --engines llamacpp,llama-server,vllm:json --requests 8 --page PAGE
 """
 
 from __future__ import annotations
@@ -73,7 +75,11 @@ def row(engine: str, arm: str, s: dict[str, Any], run_dir: Path) -> dict[str, An
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated: {', '.join(ENGINES)}")
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated: {', '.join(ENGINES)}; ENGINE:json runs JSON mode only (no free-text arm)",
+    )
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--concurrency", type=int, default=2)
@@ -84,8 +90,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = a.out or Path(tempfile.mkdtemp(prefix="json-mode-"))
     with recording(a.page, __doc__):
         rows = []
-        for engine in a.engines.split(","):
+        for spec in a.engines.split(","):
+            engine, _, only = spec.partition(":")
+            if engine not in ENGINES or only not in ("", "json"):
+                p.error(f"--engines: {spec!r} is not one of {', '.join(ENGINES)} (with :json at most)")
             for arm, extra in ARMS.items():
+                if only == "json" and arm != "JSON mode":
+                    continue
                 args = [
                     *ENGINES[engine],
                     f"model={a.model}",
