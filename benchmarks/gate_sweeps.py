@@ -192,8 +192,9 @@ def judge_all(out: Path, normal: list[Path], slow: list[Path], metric: str, pct:
             r, _, unsure, _ = now_rule(base, s, metric, pct, floors, work / "now")
             now_power.judged, now_power.regressions = now_power.judged + 1, now_power.regressions + (r > 0)
             now_power.inconclusive += unsure > 0
-        before = [n for n in normal if order(n) < order(s)] or normal
-        r, n, unsure = history_rule(before, s, metric, pct, floors)
+        # every identical sweep as its history: the slower ones are made between them (the same
+        # machine over the same hours), and the history path needs at least 5 nightlies
+        r, n, unsure = history_rule(normal, s, metric, pct, floors)
         hist_power.judged, hist_power.regressions = hist_power.judged + 1, hist_power.regressions + (r > 0)
         hist_power.inconclusive += unsure == n
     lines = [
