@@ -24,12 +24,12 @@ from typing import Any, Optional
 import psutil
 import pytest
 
+from core.processes import is_interpreter_helper
+
 # signals whose handler can be read and set (SIGKILL and SIGSTOP cannot be caught)
 SIGNALS = sorted(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
 # how long a child the test has just ended may take to exit before it counts as left alive
 CHILD_EXIT_GRACE_S = 5.0
-# processes a library starts once for the whole interpreter and keeps (not owned by any test)
-PROCESS_SINGLETONS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 # variables pytest itself sets for each phase of a test
 PYTEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
 # variables a library sets once, when it is first imported, and then relies on: not a leak of
@@ -83,7 +83,7 @@ def _alive_children() -> dict[int, str]:
             command = " ".join(child.cmdline())[:160]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if not any(name in command for name in PROCESS_SINGLETONS):
+        if not is_interpreter_helper(command):  # kept for the whole interpreter, not owned by any test
             found[child.pid] = command
     return found
 

@@ -278,7 +278,7 @@ def test_an_interrupted_slo_search_gives_no_answer(tmp_path):
         "backend.itl_ms=10",
         *FAST,
         "workload.output_len=20",
-        "workload.num_requests=30",
+        "workload.num_requests=10",  # a probe is 2 runs of 2 s; the next probe, stopped, would be as long
         "slo_search.enabled=true",
         "slo_search.over=concurrency",
         "slo_search.low=1",
@@ -354,7 +354,7 @@ def test_a_sweep_stopped_by_sigterm_lists_the_interrupted_point_with_its_figures
             *FAST,
             "workload.output_len=20",
             "workload.num_requests=100",
-            "workload.concurrency=4,1",
+            "workload.concurrency=25,1",  # the first point done in 4 waves (2 s); the second would take 40 s
             f"hydra.sweep.dir={sweep}",
         ],
         cwd=tmp_path,

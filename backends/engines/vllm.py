@@ -37,7 +37,7 @@ from backends.base import Backend, BackendConfig, GenerationRequest, StreamEvent
 from backends.http.engine_timings import vllm_speculative_stats
 from backends.registry import backend_registry
 from backends.server.presets import vllm_preset
-from core import shm
+from core import processes, shm
 from core.errors import ConfigError, ModelError
 from core.lora import max_rank
 from core.structured import JSON_OBJECT, JSON_SCHEMA, decoding_constraint
@@ -244,7 +244,7 @@ class VLLMBackend(Backend[VLLMConfig]):
             args.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=max_rank(adapters))
         args.update(cfg.engine_args)
         self._shm_before = shm.segments()
-        ours_before = {p.pid for p in psutil.Process().children(recursive=True)}
+        ours_before = processes.descendants()
         self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         self._processes_before_engine = ours_before
         self._model_config = self._engine.model_config
@@ -359,9 +359,9 @@ class VLLMBackend(Backend[VLLMConfig]):
         engine = getattr(self, "_engine", None)
         if engine is not None:
             # the engine core and its workers, as they are now (a worker may start after the engine
-            # was made): waited for after the shutdown, before their shared memory is swept
-            before: set[int] = getattr(self, "_processes_before_engine", set())
-            engine_processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            # was made): waited for after the shutdown, before their shared memory is swept; not the
+            # resource tracker the engine's first spawn started, which lives as long as we do
+            engine_processes = processes.started_since(getattr(self, "_processes_before_engine", set()))
             engine.shutdown(timeout=self.config.shutdown_timeout_s)
             del self._engine
             # a worker killed at the timeout maps its queue until it is gone, and is no child of ours

@@ -396,34 +396,9 @@ def _bars(measured: Sequence[Measured], table: Sequence[dict[str, Any]]):
 
 
 def _cdfs(measured: Sequence[Measured]):
-    panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
-    fig = figures.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=380)
-    drawn = False
-    for i, m in enumerate(measured):
-        for j, (key, label) in enumerate(panels, start=1):
-            x, y = figures.cdf_points(m.run.values(key) * 1000)
-            if x.size == 0:
-                continue
-            drawn = True
-            fig.add_trace(
-                figures.trace(
-                    "scatter",
-                    x=x,
-                    y=y,
-                    mode="lines",
-                    line=dict(color=figures.color(i), shape="hv"),
-                    name=esc(m.title),
-                    legendgroup=m.tool,
-                    showlegend=j == 1,
-                    hovertemplate=f"{esc(m.title)}<br>{label} %{{x:.1f}} ms, fraction ≤ %{{y:.3f}}<extra></extra>",
-                ),
-                1,
-                j,
-            )
-            fig.update_xaxes(title_text="ms", row=1, col=j)
-    if not drawn:
+    fig = figures.latency_cdfs([(esc(m.title), m.run.values) for m in measured])
+    if fig is None:
         return None
-    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
     return (
         "cdfs",
         "Per-request distributions",

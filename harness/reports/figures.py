@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Optional
 
 import numpy as np
@@ -365,6 +365,44 @@ def figure(
 ) -> Figure:
     """A figure with the pages' look; subplots when rows × cols > 1 (see :class:`Figure`)."""
     return Figure(rows, cols, titles or (), height, **kwargs)
+
+
+# the latency panels every page draws as CDFs: (column of the requests table, its label)
+LATENCY_PANELS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
+
+
+def latency_cdfs(lines: Sequence[tuple[str, Callable[[str], np.ndarray]]], height: int = 380) -> Optional[Figure]:
+    """TTFT, TPOT and E2E side by side (ms), one empirical CDF per ``(name, values_of)`` in each
+    panel, colored by its place in ``lines``; ``values_of(column)`` gives the line's values in
+    seconds and ``name`` is already escaped. None when no line has a value to draw."""
+    fig = figure(1, 3, [f"{label} (ms)" for _, label in LATENCY_PANELS], height=height)
+    drawn = False
+    for i, (name, values_of) in enumerate(lines):
+        for j, (column, label) in enumerate(LATENCY_PANELS, start=1):
+            x, y = cdf_points(values_of(column) * 1000)
+            if x.size == 0:
+                continue
+            drawn = True
+            fig.add_trace(
+                trace(
+                    "scatter",
+                    x=x,
+                    y=y,
+                    mode="lines",
+                    line=dict(color=color(i), shape="hv"),
+                    name=name,
+                    legendgroup=f"line{i}",
+                    showlegend=j == 1,
+                    hovertemplate=f"{name}<br>{label} %{{x:.1f}} ms, fraction ≤ %{{y:.3f}}<extra></extra>",
+                ),
+                1,
+                j,
+            )
+            fig.update_xaxes(title_text="ms", row=1, col=j)
+    if not drawn:
+        return None
+    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
+    return fig
 
 
 def figure_div(fig: Figure, div_id: str) -> str:

@@ -144,26 +144,29 @@ def _panel(
     xy = [(float(getattr(p, x_key)), float(getattr(p, y_key))) for p in pts]
     on_front = set(pareto_front(xy, [max_x, max_y]))
     hover = [_hover(p) for p in pts]
+
+    def markers(idx: list[int], name: str, marker: dict) -> None:
+        if idx:
+            fig.add_trace(
+                figures.trace(
+                    "scatter",
+                    x=[xy[i][0] for i in idx],
+                    y=[xy[i][1] for i in idx],
+                    mode="markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=legend,
+                    marker=marker,
+                    hovertext=[hover[i] for i in idx],
+                    hovertemplate=_template(x_key, y_key),
+                ),
+                1,
+                col,
+            )
+
     for front, name, colr, size in ((False, "dominated", OTHER_COLOR, 9), (True, "on the front", FRONT_COLOR, 11)):
         idx = [i for i in range(len(pts)) if (i in on_front) == front]
-        if not idx:
-            continue
-        fig.add_trace(
-            figures.trace(
-                "scatter",
-                x=[xy[i][0] for i in idx],
-                y=[xy[i][1] for i in idx],
-                mode="markers",
-                name=name,
-                legendgroup=name,
-                showlegend=legend,
-                marker=dict(color=colr, size=size, line=dict(color="#ffffff", width=1)),
-                hovertext=[hover[i] for i in idx],
-                hovertemplate=_template(x_key, y_key),
-            ),
-            1,
-            col,
-        )
+        markers(idx, name, dict(color=colr, size=size, line=dict(color="#ffffff", width=1)))
     xs, ys = staircase([xy[i] for i in sorted(on_front)], max_x, max_y)
     fig.add_trace(
         figures.trace(
@@ -182,23 +185,7 @@ def _panel(
     )
     for mark, symbol in (("defaults", "diamond-open"), ("best", "star-open")):
         idx = [i for i, p in enumerate(pts) if p.mark == mark]
-        if idx:
-            fig.add_trace(
-                figures.trace(
-                    "scatter",
-                    x=[xy[i][0] for i in idx],
-                    y=[xy[i][1] for i in idx],
-                    mode="markers",
-                    name=mark,
-                    legendgroup=mark,
-                    showlegend=legend,
-                    marker=dict(color=MARK_COLOR, size=20, symbol=symbol, line=dict(width=2)),
-                    hovertext=[hover[i] for i in idx],
-                    hovertemplate=_template(x_key, y_key),
-                ),
-                1,
-                col,
-            )
+        markers(idx, mark, dict(color=MARK_COLOR, size=20, symbol=symbol, line=dict(width=2)))
 
 
 def _template(x_key: str, y_key: str) -> str:

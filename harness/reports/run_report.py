@@ -449,28 +449,9 @@ def hosts_html(summary: RunSummary) -> str:
 
 
 def _latency_cdfs(run: RunResult):
-    panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
-    data = {k: run.values(k) for k, _ in panels}
-    if not any(v.size for v in data.values()):
+    fig = figures.latency_cdfs([("completed requests", run.values)], height=340)
+    if fig is None:
         return None
-    fig = figures.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=340)
-    for i, (key, label) in enumerate(panels, start=1):
-        x, y = figures.cdf_points(data[key] * 1000)
-        fig.add_trace(
-            figures.trace(
-                "scatter",
-                x=x,
-                y=y,
-                mode="lines",
-                line=dict(color=figures.color(i - 1), shape="hv"),
-                name=label,
-                hovertemplate=f"{label} %{{x:.1f}} ms<br>fraction ≤ %{{y:.3f}}<extra></extra>",
-            ),
-            1,
-            i,
-        )
-        fig.update_xaxes(title_text="ms", row=1, col=i)
-    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
     fig.update_layout(showlegend=False)
     return (
         "latency-cdf",

@@ -58,16 +58,12 @@ from harness.reports.compare.comparison import CompareOptions
 from harness.reports.compare.outputs import compare_runs
 from harness.reports.compare.runs import CompareError
 from harness.reports.gate_text import decision_lines, decision_table_markdown
-from harness.run.held import HeldEngine, stop_as_ctrl_c
+from harness.run.held import HeldEngine, Interrupted, raise_interrupted, stop_as_ctrl_c
 
 EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_RUNS_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
 DEFAULT_FIGURES = "ttft_s.p50,tpot_s.p50,output_tokens_per_s"
 REPO = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 30.0
-
-
-class Interrupted(Exception):
-    """SIGTERM or SIGHUP: stop the current run as Ctrl-C would, keep what was measured."""
 
 
 @dataclass
@@ -327,14 +323,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.keep_loaded
         else {}
     )
-    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     start = time.perf_counter()
     try:
         code = run_blocks(exp, arms, figures, args, out, current, random.Random(seed), start, held)
-    except (KeyboardInterrupt, Interrupted) as exc:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or Interrupted: SIGTERM or SIGHUP to this process alone
         procs: list[RunProcess | HeldEngine] = [*current, *held.values()]
         for proc in procs:
-            proc.stop(signalled=isinstance(exc, KeyboardInterrupt))
+            proc.stop(signalled=not isinstance(exc, Interrupted))
         exp.runs += [proc.record() for proc in current]  # the interrupted run, with what it kept
         exp.status = "interrupted"
         print(f"\ninterrupted: the runs so far and ab.json are in {out}", file=sys.stderr)
@@ -348,10 +344,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         exp.wall_s = time.perf_counter() - start
         exp.save(out)
     return code
-
-
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
 
 
 def run_blocks(

@@ -43,7 +43,7 @@ from harness.reports.compare.token_agreement import format_agreement  # renderin
 from harness.reports.tables import text_table, wrap
 from harness.results.schema import RunResult
 from harness.results.store import load_run
-from harness.run.held import EXIT_INTERRUPTED, stop_as_ctrl_c
+from harness.run.held import EXIT_INTERRUPTED, Interrupted, raise_interrupted, stop_as_ctrl_c
 
 # engine label → the backend and the settings that make it that engine
 ENGINES: dict[str, list[str]] = {
@@ -124,8 +124,8 @@ def run_engine(label: str, out: Path, common: Sequence[str], timeout_s: float) -
         except subprocess.TimeoutExpired:
             stop_as_ctrl_c(proc, STOP_GRACE_S)
             return None, f"timed out after {timeout_s:g} s (what it measured is in {run_dir})"
-        except KeyboardInterrupt:
-            stop_as_ctrl_c(proc, STOP_GRACE_S, signalled=True)
+        except KeyboardInterrupt as exc:  # the run had the terminal's Ctrl-C too, not SIGTERM or SIGHUP
+            stop_as_ctrl_c(proc, STOP_GRACE_S, signalled=not isinstance(exc, Interrupted))
             raise
     took = f"{time.perf_counter() - start:.0f} s"
     if code != 0:
@@ -202,10 +202,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     previous = {
-        sig: signal.signal(sig, signal.default_int_handler)
+        sig: signal.signal(sig, raise_interrupted)
         for sig in (signal.SIGTERM, signal.SIGHUP)
         if signal.getsignal(sig) is not signal.SIG_IGN
-    }  # both end it as Ctrl-C does
+    }  # both end it as Ctrl-C does; the engine's run is told at once, since the signal was ours alone
     try:
         return agree(args)
     except KeyboardInterrupt:

@@ -193,6 +193,16 @@ class HeldEngine:
                 self.proc.stdin.close()
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: the run ends as at Ctrl-C, but the signal came to this process alone (a
+    terminal's Ctrl-C reaches the whole foreground group, so a child run has it already)."""
+
+
+def raise_interrupted(signum: int, frame: Any) -> None:
+    """The handler of SIGTERM and SIGHUP in the entry points that drive harness runs (ab, agree)."""
+    raise Interrupted(signal.Signals(signum).name)
+
+
 def stop_as_ctrl_c(proc: subprocess.Popen, grace_s: float, signalled: bool = False) -> None:
     """Stop a harness process as Ctrl-C would (it keeps what it measured): SIGINT, then SIGKILL
     after ``grace_s``. ``signalled``: the terminal's Ctrl-C reached it too; it is given a third

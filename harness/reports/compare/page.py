@@ -257,34 +257,9 @@ def _diffs_html(diffs: Sequence[dict[str, Any]]) -> str:
 
 
 def _cdf_overlay(runs: Sequence[Run]):
-    panels = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")]
-    fig = figures.figure(1, 3, [f"{label} (ms)" for _, label in panels], height=380)
-    drawn = False
-    for i, run in enumerate(runs):
-        for j, (key, label) in enumerate(panels, start=1):
-            x, y = figures.cdf_points(run.data.values(key) * 1000)
-            if x.size == 0:
-                continue
-            drawn = True
-            fig.add_trace(
-                figures.trace(
-                    "scatter",
-                    x=x,
-                    y=y,
-                    mode="lines",
-                    line=dict(color=figures.color(i), shape="hv"),
-                    name=esc(run.label),
-                    legendgroup=f"run{i}",
-                    showlegend=j == 1,
-                    hovertemplate=f"{esc(run.label)}<br>{label} %{{x:.1f}} ms, fraction ≤ %{{y:.3f}}<extra></extra>",
-                ),
-                1,
-                j,
-            )
-            fig.update_xaxes(title_text="ms", row=1, col=j)
-    if not drawn:
+    fig = figures.latency_cdfs([(esc(run.label), run.data.values) for run in runs])
+    if fig is None:
         return None
-    fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02], row=1, col=1)
     return (
         "cdf",
         "Latency distributions (CDFs overlaid)",
