@@ -42,6 +42,27 @@ def reference_server(
         server.stop()
 
 
+# the peers' result files in tests/fixtures/peers were made of this run: the reference server at
+# 50 ms to the first token and 10 ms a token after, its model named "m"
+PEER_SERVER_ARGS = ("--ttft-ms", "50", "--itl-ms", "10", "--model-name", "m")
+
+
+def peer_run_overrides(server: ManagedServer) -> list[str]:
+    """The harness's overrides for that run against ``server`` (started with PEER_SERVER_ARGS)."""
+    return [
+        "backend=openai",
+        f"backend.url={server.url_root}/v1",
+        "backend.model_name=m",
+        "model=smollm2-135m",
+        "workload=synthetic",
+        "workload.num_requests=6",
+        "workload.concurrency=2",
+        "workload.output_len=8",
+        "backend.ignore_eos=true",
+        "report=false",
+    ]
+
+
 def chat_request(
     i: int, n: int, exact: bool = True, text: str = "hello there", prompt_ids: Optional[list[int]] = None
 ) -> GenerationRequest:

@@ -29,6 +29,7 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import as_foreground_job, make_config
+from records import peak_in_flight
 
 from backends.server.launch import free_port
 from core.errors import HarnessError
@@ -48,15 +49,6 @@ REF = [
     "machine.enabled=false",
 ]
 SYNTH = ["workload=synthetic", "workload.input_len=48", "workload.output_len=16", "workload.warmup_requests=0"]
-
-
-def peak_in_flight(df: pd.DataFrame) -> int:
-    events = sorted([(s, 1) for s in df.start_s] + [(e, -1) for e in df.end_s], key=lambda e: (e[0], e[1]))
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
 
 
 # --- no cluster: refused in seconds, in one line ------------------------------------------------

@@ -14,6 +14,7 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import as_foreground_job, make_config
+from records import peak_in_flight
 
 import workloads.base
 from core.errors import ConfigError
@@ -31,16 +32,6 @@ REF = [
     "report=false",
 ]
 SYNTH = ["workload=synthetic", "workload.input_len=48", "workload.output_len=8", "workload.warmup_requests=0"]
-
-
-def peak_in_flight(df: pd.DataFrame) -> int:
-    """The most requests in flight at once, from the records' send and end times."""
-    events = sorted([(s, 1) for s in df.start_s] + [(e, -1) for e in df.end_s], key=lambda e: (e[0], e[1]))
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
 
 
 # --- settings --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_harness_cli
-from reference_fixtures import reference_server
+from reference_fixtures import PEER_SERVER_ARGS, peer_run_overrides, reference_server
 
 from harness.formats import llmd
 from harness.formats.detect import read_results
@@ -26,18 +26,9 @@ PEERS = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
 def real_run(tmp_path_factory, real_model):
     """A real run of the harness against the reference server (its figures known: 50 ms, then 10 ms a token)."""
     tmp = tmp_path_factory.mktemp("llmd-run")
-    with reference_server(tmp, "--ttft-ms", "50", "--itl-ms", "10", "--model-name", "m") as server:
+    with reference_server(tmp, *PEER_SERVER_ARGS) as server:
         proc = run_harness_cli(
-            "backend=openai",
-            f"backend.url={server.url_root}/v1",
-            "backend.model_name=m",
-            "model=smollm2-135m",
-            "workload=synthetic",
-            "workload.num_requests=6",
-            "workload.concurrency=2",
-            "workload.output_len=8",
-            "backend.ignore_eos=true",
-            "report=false",
+            *peer_run_overrides(server),
             "progress=false",
             f"hydra.run.dir={tmp / 'run'}",
             cwd=tmp,

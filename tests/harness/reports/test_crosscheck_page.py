@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from browser import screenshot_dir
 from conftest import make_config
-from reference_fixtures import reference_server
+from reference_fixtures import PEER_SERVER_ARGS, peer_run_overrides, reference_server
 
 from harness.formats import definitions
 from harness.formats.detect import read_results
@@ -25,20 +25,8 @@ TRUTH = crosscheck.Truth(ttft_s=0.050, itl_s=0.010, output_tokens=8, role_chunk=
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("crosscheck")
-    with reference_server(tmp, "--ttft-ms", "50", "--itl-ms", "10", "--model-name", "m") as server:
-        cfg = make_config(
-            "backend=openai",
-            f"backend.url={server.url_root}/v1",
-            "backend.model_name=m",
-            "model=smollm2-135m",
-            "workload=synthetic",
-            "workload.num_requests=6",
-            "workload.concurrency=2",
-            "workload.output_len=8",
-            "backend.ignore_eos=true",
-            "machine.enabled=false",
-            "report=false",
-        )
+    with reference_server(tmp, *PEER_SERVER_ARGS) as server:
+        cfg = make_config(*peer_run_overrides(server), "machine.enabled=false")
         run_benchmark(cfg, tmp / "harness")
     out = [crosscheck.Measured(definitions.HARNESS, load_run(tmp / "harness"))]
     for path in ("vllm-bench/vllm-bench.json", "guidellm/benchmarks.json", "aiperf"):
