@@ -17,7 +17,7 @@ its tries and passes, and the first error of a failure.
     .venv/bin/python benchmarks/flake_hunt.py --tries 30 -k plan_pool --tree /tmp/old   # another checkout
 
 ``--tree`` hunts in another checkout with this environment (its packages come first on the path):
-before-and-after tables from one script. Results: ``--out`` (JSON, one entry per test).
+before-and-after tables from one script. Results: ``--out`` (JSON, one entry per test, each failure's report in full).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ RACE_WORDS = re.compile(
     r"send_signal|os\.kill|killpg|\bSIG(INT|TERM|HUP|KILL|ALRM|USR1)\b|\.kill\(|\.terminate\(|os\.fork|"
     r"[\"']fork[\"']|Popen|threading\.Timer|wait_procs"
 )
+FAILURE_CHARS = 20_000  # of each failure's text kept in --out (its end: the traceback's last frames)
 # files hunted whole: every test in them waits on other processes (drills, launchers, CI's scripts)
 WHOLE_FILES = (
     "tests/test_faults.py",
@@ -58,6 +59,9 @@ class Tally:
     passes: int = 0
     skips: int = 0
     errors: list[str] = field(default_factory=list)  # the first line of each failure, in order
+    # each failure in full (pytest's report of it: the assertion, the captured output), for --out:
+    # a failure seen once in 30 is read from here, not run again until it recurs
+    failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -141,6 +145,7 @@ def hunt_file(tree: Path, ids: list[str], tries: int, env: dict[str, str], foreg
             if case.find("skipped") is not None:
                 tally.skips += 1
             elif failure is not None:
+                tally.failures.append(f"{failure.get('message') or ''}\n{failure.text or ''}"[-FAILURE_CHARS:])
                 tally.errors.append(
                     (failure.get("message") or failure.text or "").strip().splitlines()[0][:200]
                     if (failure.get("message") or failure.text)
