@@ -112,6 +112,12 @@ VLLM = (
     "backend.max_model_len=1024",
     "backend.cpu_kvcache_space_gib=1",
     "backend.enable_prefix_caching=true",
+    # fp32, not the model's bf16: vLLM's CPU kernels are not batch-invariant, and in bf16 "Why is the
+    # sky blue?" ties at its second token (two logits of 17.625; 0.066 apart in fp32), so its reply
+    # changed when its decode met another's prefill (test_batched_equals_serial failed once in a
+    # fresh-clone CI run). benchmarks/batch_invariance.py: bf16 changed a reply in 13 of 36 staggered
+    # batches, fp32 in 0 of 36; fp32 costs ~1.7x per generated token here.
+    "backend.dtype=float32",
 )
 
 

@@ -259,7 +259,7 @@ class Stream:
         return [t for c in self.chunks for t in c.token_ids]
 
 
-async def read(backend, req: GenerationRequest) -> Stream:
+async def read(backend, req: GenerationRequest, first_token: Optional[asyncio.Event] = None) -> Stream:
     send_t = time.perf_counter()
     chunks, done, after = [], None, 0
     async for event in backend.stream(req):
@@ -267,9 +267,13 @@ async def read(backend, req: GenerationRequest) -> Stream:
             after += 1
         if isinstance(event, TokenChunk):
             chunks.extend(event.split())  # one per server chunk
+            if first_token is not None:
+                first_token.set()
         else:
             assert isinstance(event, RequestDone)
             done = event if done is None else done
+    if first_token is not None:
+        first_token.set()  # a reply without a token does not hold up the one waiting on it
     if done is not None and done.token_ids is None and done.token_ids_text is not None:
         done.token_ids = reply_ids(done, backend.get_tokenizer())  # left to count after the run
     return Stream(send_t, chunks, done, after)
@@ -311,9 +315,19 @@ def test_batched_equals_serial(engine):
     async def together():
         return await asyncio.gather(*(read(engine.backend, r) for r in reqs))
 
-    batched = engine.run(together())
-    assert [s.ids for s in batched] == [s.ids for s in serial]
-    assert all(s.output_tokens == n for s in batched)
+    async def each_joining_at_the_first_token_of_the_last():
+        """Continuous batching's other shape: a prefill beside another reply's decode, on an event,
+        not on the timing that decided it in the gather above."""
+        joined = []
+        for req in reqs:
+            first = asyncio.Event()
+            joined.append(asyncio.ensure_future(read(engine.backend, req, first)))
+            await first.wait()
+        return await asyncio.gather(*joined)
+
+    for batched in (engine.run(together()), engine.run(each_joining_at_the_first_token_of_the_last())):
+        assert [s.ids for s in batched] == [s.ids for s in serial]
+        assert all(s.output_tokens == n for s in batched)
 
 
 def test_cancellation_frees_the_engine(engine):
