@@ -13,6 +13,7 @@ vLLM's CPU kernels are not batch-invariant, and in bf16 "Why is the sky blue?" t
 second token (two logits of 17.625; 0.066 apart in fp32): the engine's own numerics, not a request
 mixed up by the backend. Here, SmolLM2-135M, 2 cores, vLLM 6 tries per gap: bf16 changed a reply in
 13 of 36 tries (6/6 at gaps of 30 and 60 ms), fp32 in 0 of 36, at ~1.7x the time per token.
+llama.cpp batched (Q4_1, ``backend.batched=true backend.max_batch_size=4``): 0 of 36; MLX (bf16): 0 of 18.
 The suite's vLLM sessions run in fp32 (tests/conftest.py).
 """
 
