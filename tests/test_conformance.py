@@ -262,18 +262,20 @@ class Stream:
 async def read(backend, req: GenerationRequest, first_token: Optional[asyncio.Event] = None) -> Stream:
     send_t = time.perf_counter()
     chunks, done, after = [], None, 0
-    async for event in backend.stream(req):
-        if done is not None:
-            after += 1
-        if isinstance(event, TokenChunk):
-            chunks.extend(event.split())  # one per server chunk
-            if first_token is not None:
-                first_token.set()
-        else:
-            assert isinstance(event, RequestDone)
-            done = event if done is None else done
-    if first_token is not None:
-        first_token.set()  # a reply without a token does not hold up the one waiting on it
+    try:
+        async for event in backend.stream(req):
+            if done is not None:
+                after += 1
+            if isinstance(event, TokenChunk):
+                chunks.extend(event.split())  # one per server chunk
+                if first_token is not None:
+                    first_token.set()
+            else:
+                assert isinstance(event, RequestDone)
+                done = event if done is None else done
+    finally:
+        if first_token is not None:
+            first_token.set()  # a reply that ended without a token, or failed, holds up no one waiting on it
     if done is not None and done.token_ids is None and done.token_ids_text is not None:
         done.token_ids = reply_ids(done, backend.get_tokenizer())  # left to count after the run
     return Stream(send_t, chunks, done, after)
