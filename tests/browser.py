@@ -49,6 +49,16 @@ Array.from(document.querySelectorAll('[data-plot]')).map(w => {
 })
 """
 
+# the page settled: its fonts loaded, then one more turn of the event loop for what they queued
+SETTLED_JS = "document.fonts.ready.then(() => new Promise(resolve => setTimeout(resolve, 0))).then(() => true)"
+
+# every plot laid out again at the window's new size: plotly's own resize, awaited, instead of the
+# window's resize event that its responsive handler answers a frame or more later
+RESIZED_JS = """
+Promise.all(window.Plotly ? Array.from(document.querySelectorAll('.js-plotly-plot'), gd => Plotly.Plots.resize(gd)) : [])
+  .then(() => new Promise(resolve => setTimeout(resolve, 0))).then(() => true)
+"""
+
 
 def chromium_binary() -> Optional[str]:
     for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
@@ -114,7 +124,6 @@ class Chromium:
         screenshot: Optional[Path] = None,
         evaluate: Optional[dict[str, str]] = None,
         timeout: float = 60,
-        settle_s: float = 0.5,
         viewport: Optional[tuple[int, int]] = None,
         cut_at: Optional[str] = None,
     ) -> PageResult:
@@ -147,7 +156,7 @@ class Chromium:
                 if all(p["plotly"] and p["svg"] and p["traces"] for p in result.plots) or time.time() > deadline:
                     break
                 time.sleep(0.2)
-            time.sleep(settle_s)  # late console errors (resize handlers, fonts)
+            page.evaluate(SETTLED_JS)  # late console errors (fonts, what the plots queued)
             page.drain()
             result.title = page.evaluate("document.title")
             result.values = {name: page.evaluate(expr) for name, expr in (evaluate or {}).items()}
@@ -165,7 +174,7 @@ class Chromium:
     def _screenshot(self, page: _Session, out: Path) -> Path:
         size = page.call("Page.getLayoutMetrics")["cssContentSize"]
         _set_size(page, 1400, min(int(size["height"]) + 1, 16000))
-        time.sleep(0.8)  # plotly's responsive resize
+        page.evaluate(RESIZED_JS)
         return _save(page.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}), out)
 
     def _top_screenshot(self, page: _Session, out: Path, viewport: tuple[int, int], cut_at: Optional[str]) -> Path:

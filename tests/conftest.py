@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -135,23 +136,61 @@ def shared_session(tmp_path_factory, *overrides: str):
         session.close()
 
 
+VLLM_SERVER = (*VLLM, "backend.mode=server", "backend.startup_timeout_s=300")
+
+
+def uses_fixture(item, name: str) -> bool:
+    """A collected test that asks for the fixture ``name``: by argument, or as the engine its
+    conformance target shares (``Target.shared``, fetched with ``request.getfixturevalue``)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return name in item.fixturenames or any(getattr(p, "shared", None) == name for p in params.values())
+
+
 @pytest.fixture(scope="session")
 @loads_engine
-def vllm_inprocess(tmp_path_factory):
-    """vLLM in-process on the real model: the conformance cases and vLLM's own run checks."""
+def vllm_sessions(request, tmp_path_factory):
+    """vLLM in-process and vLLM's own server, each on the real model and loaded at most once.
+
+    A vLLM load here is a chain of three processes, each importing vLLM on one core before it
+    starts the next (~30 s in all), so the server, where a selected test needs it, is launched
+    first and starts on the other core while the in-process engine loads."""
     from core import shm
+    from harness.run.session import EngineSession
 
     before = shm.segments()
-    yield from shared_session(tmp_path_factory, *VLLM)
-    # the engine core, killed at its shutdown timeout, left its workers' queue: removed at close
+    inprocess = EngineSession(make_config(*VLLM), tmp_path_factory.mktemp("vllm-inprocess"))
+    server = EngineSession(make_config(*VLLM_SERVER), tmp_path_factory.mktemp("vllm-server"))
+    try:
+        if any(uses_fixture(item, "vllm_server") for item in request.session.items):
+            # launched: its health is waited for where a test first needs it; a launch that failed
+            # is tried again, and fails, there (ensure_loaded opens a closed session), not here
+            with contextlib.suppress(Exception):
+                server.open()
+        yield {"inprocess": inprocess, "server": server}
+    finally:
+        # the server first: the in-process close waits for the processes started since its load began
+        server.close()
+        inprocess.close()
+    # an engine core killed at its shutdown timeout left its workers' queue: removed at close
     assert shm.segments() - before == set(), "vLLM's shared memory outlived the engine"
 
 
 @pytest.fixture(scope="session")
 @loads_engine
-def vllm_server(tmp_path_factory):
+def vllm_inprocess(vllm_sessions):
+    """vLLM in-process on the real model: the conformance cases and vLLM's own run checks."""
+    session = vllm_sessions["inprocess"]
+    session.ensure_loaded()
+    return session
+
+
+@pytest.fixture(scope="session")
+@loads_engine
+def vllm_server(vllm_sessions):
     """vLLM's own server on the real model: the conformance cases and vLLM's server-mode checks."""
-    yield from shared_session(tmp_path_factory, *VLLM, "backend.mode=server", "backend.startup_timeout_s=300")
+    session = vllm_sessions["server"]
+    session.ensure_loaded()
+    return session
 
 
 def pytest_configure(config) -> None:

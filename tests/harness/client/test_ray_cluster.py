@@ -289,7 +289,7 @@ def test_a_node_lost_mid_run_loses_nothing_measured_and_the_run_goes_on(tmp_path
         seen["t"] = time.perf_counter()
         cluster.cluster.remove_node(cluster.node_b, allow_graceful=False)
 
-    load = ["workload.num_requests=60", "workload.concurrency=4", "backend.itl_ms=20", "workload.output_len=30"]
+    load = ["workload.num_requests=60", "workload.concurrency=4", "backend.itl_ms=10", "workload.output_len=30"]
     watcher = _when(tmp_path, 8, kill_node)
     run_benchmark(ray_config(cluster, *load, report=True), tmp_path)
     watcher.join(5)

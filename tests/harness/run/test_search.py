@@ -18,8 +18,8 @@ REF = (
     "backend.batch_itl_ms=1",
     "workload=synthetic",
     "workload.input_len=32",
-    "workload.output_len=24",
-    "workload.num_requests=12",
+    "workload.output_len=16",
+    "workload.num_requests=8",
     "progress=false",
     "machine.enabled=false",  # the search's own working, not the machine's: a busy one taints the check's runs
 )
