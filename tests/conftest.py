@@ -175,22 +175,24 @@ def vllm_sessions(request, tmp_path_factory):
     assert shm.segments() - before == set(), "vLLM's shared memory outlived the engine"
 
 
+def loaded(session):
+    """The session with its engine loaded: by the first test that asks, once."""
+    session.ensure_loaded()
+    return session
+
+
 @pytest.fixture(scope="session")
 @loads_engine
 def vllm_inprocess(vllm_sessions):
     """vLLM in-process on the real model: the conformance cases and vLLM's own run checks."""
-    session = vllm_sessions["inprocess"]
-    session.ensure_loaded()
-    return session
+    return loaded(vllm_sessions["inprocess"])
 
 
 @pytest.fixture(scope="session")
 @loads_engine
 def vllm_server(vllm_sessions):
     """vLLM's own server on the real model: the conformance cases and vLLM's server-mode checks."""
-    session = vllm_sessions["server"]
-    session.ensure_loaded()
-    return session
+    return loaded(vllm_sessions["server"])
 
 
 def pytest_configure(config) -> None:
