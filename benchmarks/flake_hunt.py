@@ -17,7 +17,14 @@ its tries and passes, and the first error of a failure.
     .venv/bin/python benchmarks/flake_hunt.py --tries 30 -k plan_pool --tree /tmp/old   # another checkout
 
 ``--tree`` hunts in another checkout with this environment (its packages come first on the path):
-before-and-after tables from one script. Results: ``--out`` (JSON, one entry per test, each failure's report in full).
+before-and-after tables from one script.
+
+``--beside engine`` (or ``rest``) hunts as the suite runs in CI (scripts/pytest_halves.py): the
+other half of the suite runs meanwhile in a pytest of its own, again and again until the hunt
+ends, so the hunted tests share the machine as they do there. Its rounds are listed at the end
+(a failure there is a flake too).
+
+    .venv/bin/python benchmarks/flake_hunt.py --all --tries 5 --beside engine -k "schedule or timing" Results: ``--out`` (JSON, one entry per test, each failure's report in full).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -65,10 +73,12 @@ class Tally:
     seconds: float = 0.0
 
 
-def collect(tree: Path, expression: str | None, env: dict[str, str]) -> list[str]:
+def collect(tree: Path, expression: str | None, env: dict[str, str], marker: str | None = None) -> list[str]:
     args = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     if expression:
         args += ["-k", expression]
+    if marker:
+        args += ["-m", marker]
     done = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
     ids = [line for line in done.stdout.splitlines() if "::" in line]
     if not ids:
@@ -156,6 +166,38 @@ def hunt_file(tree: Path, ids: list[str], tries: int, env: dict[str, str], foreg
         return tallies
 
 
+class OtherHalf:
+    """The suite's other half (``-m engine`` or ``-m "not engine"``), run again and again in a pytest
+    of its own while the hunt goes on; :meth:`stop` ends the round in progress (Ctrl-C to its group)."""
+
+    def __init__(self, half: str, tree: Path, env: dict[str, str]) -> None:
+        marker = "engine" if half == "engine" else "not engine"
+        self.args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker]
+        self.tree, self.env = tree, env
+        self.rounds: list[str] = []  # each finished round's last line
+        self.stopping = threading.Event()
+        self.proc: subprocess.Popen[str] | None = None
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            self.proc = subprocess.Popen(
+                self.args, cwd=self.tree, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, start_new_session=True,
+            )  # fmt: skip
+            out, _ = self.proc.communicate()
+            if not self.stopping.is_set():
+                lines = out.strip().splitlines()
+                self.rounds.append(f"exit {self.proc.returncode}: {lines[-1] if lines else 'no output'}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        self.thread.join()
+
+
 def table(tallies: list[Tally]) -> str:
     lines = ["| test | tries | passes | first failure |", "|---|---:|---:|---|"]
     for t in tallies:
@@ -173,10 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the racing tests and stop")
     parser.add_argument("--all", action="store_true", help="every collected test, not only the racing ones")
     parser.add_argument("--out", type=Path, help="JSON of the tallies")
+    parser.add_argument(
+        "--beside", choices=("engine", "rest"), help="the suite's other half runs meanwhile, again and again (as in CI)"
+    )
     args = parser.parse_args(argv)
     tree = args.tree.resolve()
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    ids = collect(tree, args.expression, env)
+    # beside one half, the other half's tests: never two engines at once, as in CI
+    hunted_half = {"engine": "not engine", "rest": "engine"}.get(args.beside or "")
+    ids = collect(tree, args.expression, env, hunted_half)
     chosen = ids if args.all else racing(tree, ids)
     print(f"{len(chosen)} of {len(ids)} tests race something in {tree}", file=sys.stderr)
     if args.list:
@@ -187,31 +234,45 @@ def main(argv: list[str] | None = None) -> int:
     by_file: dict[str, list[str]] = defaultdict(list)
     for node_id in dict.fromkeys(i.split("[")[0] for i in chosen):
         by_file[node_id.split("::")[0]].append(node_id)
-    results: list[Tally] = []
     started = time.monotonic()
-    for file, file_ids in by_file.items():
-        t0 = time.monotonic()
-        got = hunt_file(tree, file_ids, args.tries, env, args.foreground)
-        if not got:
-            got = {i: Tally(i, errors=["no test ran (not collected?)"]) for i in file_ids}
-        results.extend(sorted(got.values(), key=lambda t: t.test))
-        bad = [t for t in got.values() if t.passes + t.skips < t.tries or t.tries < args.tries]
-        print(
-            f"{file}: {len(file_ids)} tests × {args.tries} in {time.monotonic() - t0:.0f} s"
-            + (f", {len(bad)} with failures" if bad else ""),
-            file=sys.stderr,
-            flush=True,
-        )
+    other = OtherHalf(args.beside, tree, env) if args.beside else None
+    try:
+        results = hunt(tree, by_file, args.tries, env, args.foreground)
+    finally:
+        if other is not None:
+            other.stop()
     print(table(results))
     flaky = [t for t in results if t.passes + t.skips < args.tries]
     print(
         f"\n{len(results)} tests, {len(flaky)} failed at least once; {time.monotonic() - started:.0f} s "
         f"({'foreground' if args.foreground else 'as a background job: SIGINT ignored'})"
     )
+    if other is not None:
+        print(f"beside them, {len(other.rounds)} whole round(s) of the {args.beside} tests:")
+        print("\n".join(f"- {line}" for line in other.rounds) or "- none finished")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps([asdict(t) for t in results], indent=1) + "\n")
-    return 1 if flaky else 0
+    return 1 if flaky or (other is not None and any(not r.startswith("exit 0") for r in other.rounds)) else 0
+
+
+def hunt(tree: Path, by_file: dict[str, list[str]], tries: int, env: dict[str, str], foreground: bool) -> list[Tally]:
+    """Each file's tests, ``tries`` times each, one pytest per file; a line per file on stderr."""
+    results: list[Tally] = []
+    for file, file_ids in by_file.items():
+        t0 = time.monotonic()
+        got = hunt_file(tree, file_ids, tries, env, foreground)
+        if not got:
+            got = {i: Tally(i, errors=["no test ran (not collected?)"]) for i in file_ids}
+        results.extend(sorted(got.values(), key=lambda t: t.test))
+        bad = [t for t in got.values() if t.passes + t.skips < t.tries or t.tries < tries]
+        print(
+            f"{file}: {len(file_ids)} tests × {tries} in {time.monotonic() - t0:.0f} s"
+            + (f", {len(bad)} with failures" if bad else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+    return results
 
 
 if __name__ == "__main__":

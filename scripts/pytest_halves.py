@@ -6,7 +6,8 @@ the edit loop's fast tier stays one plain pytest (``-m "not engine and not slow"
 
 Why two processes: one pytest keeps about one of this machine's two cores busy (880 s of CPU in
 1,026 s of wall time: docs/internals/testing.md). The engine tests took 414 s of it, the rest
-525 s; side by side the whole suite took 661 s of wall time, not 1,028 s.
+525 s. In a fresh clone's ``.ci/run`` the halves took 579 s side by side, where one pytest had
+taken 947 s.
 
 Why split on the engine marker rather than with pytest-xdist's scheduling: two engines at once
 each run threads that spin waiting for one another (a llama-server run of 1.6 s took 106 s when
