@@ -13,12 +13,15 @@ Why split on the engine marker rather than with pytest-xdist's scheduling: two e
 each run threads that spin waiting for one another (a llama-server run of 1.6 s took 106 s when
 two xdist workers each ran an engine). Here every engine test stays in one process, one engine at
 a time as in a single pytest run, and an engine load the tests share (vLLM's two) is made once.
-Where a test's verdict depends on the machine being quiet, it already says so
-(``machine.enabled=false`` in the gate, search and report tests: a busy machine taints runs).
+The rest's runs already leave the machine's state out where the verdict is the run's own
+(``machine.enabled=false`` in the gate, search and report tests: a busy machine taints a run), and
+its tests with the tightest timing passed 30 of 30 each beside the engine half
+(``benchmarks/flake_hunt.py --beside engine``).
 
 Each half has its own temporary folders (pytest numbers and locks them: two sessions never share
 one) and its own cache (``.pytest_cache`` and ``.pytest_cache/engine``: ``--lf`` of one half
-never overwrites the other's). A ``-m`` given here narrows both halves; a half that the
+never overwrites the other's); a ``--basetemp`` or ``--junitxml`` given is split the same way
+(``DIR/engine``, ``report.engine.xml``). A ``-m`` given here narrows both halves; a half that the
 selection leaves empty counts as passed (pytest's status 5).
 
 The rest prints as it runs; the engine half writes to a file named at the start, printed (and
@@ -52,6 +55,7 @@ from core.parent import die_with  # noqa: E402 - after the path line above
 NO_TESTS_COLLECTED = 5  # pytest's exit status when the selection is empty
 HALVES = (("rest", "not engine"), ("engine", "engine"))  # the rest prints as it runs
 OWN_CACHE = {"engine": ".pytest_cache/engine"}
+PATH_OPTIONS = ("--basetemp", "--junitxml", "--junit-xml")  # a folder or file each half needs of its own
 SUMMARY_LINE = re.compile(r"^=+ (.* in [0-9.]+s.*?) =+$")
 
 
@@ -70,11 +74,28 @@ def split_marker(args: Sequence[str]) -> tuple[Optional[str], list[str]]:
     return expression, others
 
 
+def own_paths(name: str, args: Sequence[str]) -> list[str]:
+    """The arguments with each path that two pytests cannot share made the half's own:
+    ``--basetemp DIR`` → ``DIR/<half>`` (pytest empties it first), ``--junitxml F.xml`` → ``F.<half>.xml``."""
+    out: list[str] = []
+    items = iter(args)
+    for arg in items:
+        option, sep, value = arg.partition("=")
+        if option in PATH_OPTIONS:
+            value = value if sep else next(items, "")
+            path = Path(value)
+            mine = path / name if option == "--basetemp" else path.with_name(f"{path.stem}.{name}{path.suffix}")
+            out.append(f"{option}={mine}")
+        else:
+            out.append(arg)
+    return out
+
+
 def half_command(name: str, own: str, expression: Optional[str], others: Sequence[str]) -> list[str]:
-    """One half's pytest: its marker joined with the one given, its cache, the other arguments."""
+    """One half's pytest: its marker joined with the one given, its cache and paths, the other arguments."""
     marker = f"({expression}) and ({own})" if expression else own
     cache = ["-o", f"cache_dir={OWN_CACHE[name]}"] if name in OWN_CACHE else []
-    return [sys.executable, "-m", "pytest", "-m", marker, *cache, *others]
+    return [sys.executable, "-m", "pytest", "-m", marker, *cache, *own_paths(name, others)]
 
 
 def status(codes: dict[str, int]) -> int:

@@ -58,6 +58,12 @@ def test_a_marker_given_narrows_both_halves():
     assert pytest_halves.half_command("rest", "not engine", None, [])[3:] == ["-m", "not engine"]
 
 
+def test_a_folder_or_report_given_is_split_between_the_halves():
+    args = ["--basetemp", "/t/b", "--junitxml=out/r.xml", "-x"]
+    assert pytest_halves.own_paths("engine", args) == ["--basetemp=/t/b/engine", "--junitxml=out/r.engine.xml", "-x"]
+    assert pytest_halves.own_paths("rest", ["--junit-xml", "r.xml"]) == ["--junit-xml=r.rest.xml"]
+
+
 def test_the_status_is_the_first_failing_halfs_and_an_empty_half_passes():
     assert pytest_halves.status({"rest": 0, "engine": 0}) == 0
     assert pytest_halves.status({"rest": 0, "engine": 5}) == 0  # the selection left the engine half empty
