@@ -157,7 +157,9 @@ def test_chat_sessions_keep_their_history_in_one_worker(tmp_path):
     cfg = make_config(
         "backend=reference",
         "backend.ttft_ms=2",
-        "backend.itl_ms=2",
+        # each request ~0.12 s, each worker's two sessions ~0.7 s: the three overlap even when one
+        # worker starts late on a busy machine (at 2 ms a token, ~0.1 s late was enough to miss)
+        "backend.itl_ms=20",
         "model=tiny-random",
         "report=false",
         "workload=chat",
