@@ -8,9 +8,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import NoReturn, TypeVar
+
+T = TypeVar("T")
+# how often the waiting thread wakes: the longest a Ctrl-C waits to be raised there
+WAIT_STEP_S = 0.1
 
 
 @contextmanager
@@ -27,6 +31,41 @@ def interrupts_held() -> Iterator[list[int]]:
         yield pressed
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def interruptible(build: Callable[[], T], on_interrupt: Callable[[], None], name: str) -> T:
+    """``build()`` run in a thread of its own while this thread waits for it, so that Ctrl-C is
+    raised here within :data:`WAIT_STEP_S`.
+
+    A call that blocks in C on another process's answer never sees Ctrl-C: vLLM's engine
+    constructor polls a ZeroMQ socket for its engine core's "ready" for up to 600 s
+    (``VLLM_ENGINE_READY_TIMEOUT_S``), and a Ctrl-C during a load left ``python -m harness
+    backend=vllm`` waiting there, its engine core already dead (seen: still waiting 60 s after
+    the press). On KeyboardInterrupt, ``on_interrupt()`` ends what the call waits on (the
+    engine's processes) and the interrupt goes on; the thread, a daemon, is left to its wait.
+    An exception of ``build()`` is raised here."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(build())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which raises it
+            failure.append(exc)
+        finally:
+            done.set()
+
+    try:  # Thread.start waits for the thread to run: a Ctrl-C may come there too
+        threading.Thread(target=run, name=name, daemon=True).start()
+        while not done.wait(WAIT_STEP_S):
+            pass
+    except KeyboardInterrupt:
+        on_interrupt()
+        raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 # how long the re-sent SIGINT waits, so that it lands after the swallowing callback has returned

@@ -8,6 +8,8 @@ for the tracker before this was known (one close: 31.0 s, 0.4 s for the server, 
 
 from __future__ import annotations
 
+import contextlib
+
 import psutil
 
 # the command lines of the helpers multiprocessing starts once for the interpreter and keeps
@@ -36,3 +38,15 @@ def started_since(before: set[int]) -> list[psutil.Process]:
         if not is_interpreter_helper(command):
             started.append(proc)
     return started
+
+
+def end_processes(procs: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM to each, then SIGKILL to those still alive ``grace_s`` later (gone ones skipped)."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)

@@ -39,6 +39,7 @@ from backends.registry import backend_registry
 from backends.server.presets import vllm_preset
 from core import processes, shm
 from core.errors import ConfigError, ModelError
+from core.interrupts import interruptible
 from core.lora import max_rank
 from core.structured import JSON_OBJECT, JSON_SCHEMA, decoding_constraint
 from core.types import RequestDone, TokenChunk
@@ -245,7 +246,11 @@ class VLLMBackend(Backend[VLLMConfig]):
         args.update(cfg.engine_args)
         self._shm_before = shm.segments()
         ours_before = processes.descendants()
-        self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        self._engine = interruptible(
+            lambda: AsyncLLM.from_engine_args(AsyncEngineArgs(**args)),
+            on_interrupt=lambda: processes.end_processes(processes.started_since(ours_before), ENGINE_EXIT_TIMEOUT_S),
+            name="vllm-load",
+        )
         self._processes_before_engine = ours_before
         self._model_config = self._engine.model_config
         eos = self._engine.tokenizer.eos_token_id if self._engine.tokenizer is not None else None

@@ -4,9 +4,10 @@ import os
 import signal
 import threading
 
+import pytest
 from conftest import as_foreground_job
 
-from core.interrupts import interrupts_held
+from core.interrupts import interruptible, interrupts_held
 
 
 def test_a_press_is_recorded_not_raised_and_the_handler_comes_back():
@@ -19,6 +20,39 @@ def test_a_press_is_recorded_not_raised_and_the_handler_comes_back():
     assert done == [True]
     assert pressed and set(pressed) == {signal.SIGINT}
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_call_blocked_where_ctrl_c_cannot_reach_is_left_and_the_interrupt_raised():
+    # the call waits on something no signal ends (as vLLM's constructor on its engine core's
+    # "ready"); Ctrl-C comes once it is waiting, and is raised in the waiting thread
+    waiting, release, ended = threading.Event(), threading.Event(), []
+
+    def blocked():
+        waiting.set()
+        release.wait(60)
+        return "built"
+
+    def press_once_waiting():
+        waiting.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_once_waiting, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interruptible(blocked, on_interrupt=lambda: ended.append(True), name="blocked")
+        assert ended == [True]  # what the call waited on was ended before the interrupt went on
+    finally:
+        release.set()  # the call's thread, left to its wait, returns
+
+
+def test_the_calls_result_and_its_exception_come_back():
+    assert interruptible(lambda: 42, on_interrupt=lambda: None, name="answer") == 42
+
+    def fails():
+        raise ValueError("no engine")
+
+    with pytest.raises(ValueError, match="no engine"):
+        interruptible(fails, on_interrupt=lambda: None, name="fails")
 
 
 def test_outside_the_main_thread_nothing_changes():

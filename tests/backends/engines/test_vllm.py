@@ -8,7 +8,13 @@ points included.
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 from engine_helpers import ask
 
@@ -176,3 +182,58 @@ def test_ngram_speculation_reports_each_request_acceptance(tmp_path):
     assert all({"spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens"} <= set(s) for s in stats)
     assert all(0 <= s["spec_num_accepted_tokens"] <= s["spec_num_draft_tokens"] for s in stats)
     assert sum(s["spec_num_draft_tokens"] for s in stats) > 0  # the model repeats itself: n-grams to look up
+
+
+@pytest.mark.engine
+def test_ctrl_c_while_vllm_loads_ends_the_run_and_every_engine_process(tmp_path):
+    """vLLM's constructor waits in C for its engine core's "ready" (up to 600 s); a Ctrl-C there
+    once left the run waiting after its engine core had died (core/interrupts.py interruptible)."""
+    from conftest import VLLM, as_foreground_job
+
+    args = [*VLLM, "model=smollm2-135m", "workload=synthetic", "workload.num_requests=2", "progress=false"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal's foreground job of its own: Ctrl-C reaches its whole group
+        preexec_fn=as_foreground_job,
+    )
+    group = proc.pid
+
+    def engine_core_started() -> bool:
+        names = []
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                names.append(" ".join(child.cmdline()) or child.name())
+            except psutil.Error:
+                continue
+        return any("EngineCore" in name for name in names)
+
+    deadline = time.monotonic() + 120
+    while not engine_core_started():  # the load is under way: vLLM waits for its engine core
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    os.killpg(group, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted before the run started: nothing was measured" in err
+    # what the run started, the engine's processes and multiprocessing's resource tracker (which
+    # ends when it sees the run's end), is gone
+    _, left = psutil.wait_procs([p for p in psutil.process_iter() if _group_of(p) == group], timeout=10)
+    assert not left, [_command(p) for p in left]
+
+
+def _command(proc) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return "gone"
+
+
+def _group_of(proc) -> int:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return -1
