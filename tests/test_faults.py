@@ -242,6 +242,50 @@ def test_a_ctrl_c_while_the_harness_starts_is_not_lost(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# python -m harness, with a SIGINT sent the moment the event loop's runner sets its Ctrl-C handler
+# (ours, or asyncio.Runner's), before the loop runs the requests
+CTRL_C_AS_THE_LOOP_STARTS = """
+import os, runpy, signal, sys
+real = signal.signal
+def set_then_press(signum, handler):
+    previous = real(signum, handler)
+    module = getattr(getattr(handler, "func", handler), "__module__", "")
+    if signum == signal.SIGINT and module in ("harness.client.event_loops", "asyncio.runners"):
+        signal.signal = real
+        os.kill(os.getpid(), signal.SIGINT)
+    return previous
+signal.signal = set_then_press
+sys.argv = ["harness", *sys.argv[1:]]
+runpy.run_module("harness", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_as_the_event_loop_starts_ends_the_run_as_interrupted(tmp_path):
+    """asyncio.Runner forgot a Ctrl-C landing just after it set its handler: the run ended
+    "failed", exit 1, with a CancelledError's traceback (harness/client/event_loops.py)."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CTRL_C_AS_THE_LOOP_STARTS,
+            *REF,
+            *FAST,
+            "workload.num_requests=4",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=as_foreground_job,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and f"interrupted: what was measured is in {run_dir}" in proc.stderr
+    assert load_summary(run_dir)["status"] == "interrupted"
+
+
 @pytest.mark.slow
 def test_an_interrupted_timed_run_measures_its_stages_and_window_over_the_time_it_ran(tmp_path):
     """Stages and the steady-state window end where the run ended, not where the schedule would

@@ -16,7 +16,6 @@ when the next point needs another engine (or the engine died).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -27,7 +26,7 @@ from backends import Backend
 from backends.factory import check_backend_available, create_backend
 from core.errors import HarnessError, ModelError
 from core.model import ModelFiles
-from harness.client.event_loops import new_loop
+from harness.client.event_loops import LoopRunner
 from harness.config import RunConfig, engine_key
 from harness.run.adapter_store import resolve_adapters
 from harness.run.model_store import resolve_model
@@ -52,7 +51,7 @@ class EngineSession:
         self.import_s = 0.0  # the engine's libraries, imported in open() before the tokenizer
         self._load_began: Optional[float] = None  # when a server's launch began (in open())
         self.points_served = 0
-        self._loop_runner: Optional[_LoopRunner] = None
+        self._loop_runner: Optional[LoopRunner] = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -120,7 +119,7 @@ class EngineSession:
                 ) from exc
             raise
         self.load_s = self.import_s + time.perf_counter() - t - self.backend.ready_unused_s
-        self._loop_runner = _LoopRunner(self.cfg.client.event_loop)
+        self._loop_runner = LoopRunner(self.cfg.client.event_loop)
         return self.load_s
 
     def close(self) -> None:
@@ -234,41 +233,6 @@ class SessionCache:
         session, self.session = self.session, None
         if session is not None:
             session.close()
-
-
-class _LoopRunner:
-    """One event loop for many ``run`` calls: asyncio.Runner (Python ≥ 3.11) or its equivalent."""
-
-    def __init__(self, event_loop: str = "asyncio") -> None:
-        runner_cls = getattr(asyncio, "Runner", None)
-        self._runner = runner_cls(loop_factory=lambda: new_loop(event_loop)) if runner_cls is not None else None
-        self._loop = new_loop(event_loop) if self._runner is None else None
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._runner is not None:
-            return self._runner.run(coro)
-        assert self._loop is not None
-        task = self._loop.create_task(coro)
-        try:
-            return self._loop.run_until_complete(task)
-        except KeyboardInterrupt:
-            task.cancel()
-            try:
-                self._loop.run_until_complete(task)
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the Ctrl-C is what gets raised
-                pass
-            raise
-
-    def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-        elif self._loop is not None:
-            pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
-            for t in pending:
-                t.cancel()
-            if pending:
-                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self._loop.close()
 
 
 def _context_length(hf_config: dict[str, Any]) -> Optional[int]:
