@@ -1,5 +1,6 @@
 """Ctrl-C held off while a step that must finish runs (the last writes of a run, ending workers),
-never lost where Python swallows it, and an entry module ended by it while it starts."""
+never lost where Python swallows it or a library turns it into another error, and an entry
+module ended by it while it starts."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn, TypeVar
+from typing import NoReturn, Optional, TypeVar
 
 T = TypeVar("T")
 # how often the waiting thread wakes: the longest a Ctrl-C waits to be raised there
@@ -31,6 +32,38 @@ def interrupts_held() -> Iterator[list[int]]:
         yield pressed
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_behind(exc: BaseException) -> Optional[KeyboardInterrupt]:
+    """The KeyboardInterrupt ``exc`` was raised while unwinding from, if any: the first one in its
+    chain of causes and contexts."""
+    seen: set[int] = set()
+    link: Optional[BaseException] = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return None
+
+
+@contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """A Ctrl-C stays a Ctrl-C: an error raised while a KeyboardInterrupt unwound is raised as
+    that KeyboardInterrupt (from the error, so both tracebacks stay).
+
+    A KeyboardInterrupt can land at any bytecode, and code that is not written for it turns it
+    into another error: OmegaConf's ``finally`` reads a variable its ``try`` never set
+    (UnboundLocalError), or an object half made (AttributeError), in about 1 % of the places a
+    Ctrl-C can land while it makes a structured config; asyncio.Runner's close fails on the stop
+    a Ctrl-C left queued. Such an error would end an interrupted run as "failed", exit 1."""
+    try:
+        yield
+    except Exception as exc:
+        interrupt = interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        raise type(interrupt)(*interrupt.args) from exc
 
 
 def interruptible(build: Callable[[], T], on_interrupt: Callable[[], None], name: str) -> T:

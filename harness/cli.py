@@ -29,6 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from core.errors import HarnessError
+from core.interrupts import interrupts_kept
 from core.parent import take_back_ctrl_c
 from harness.preflight import CONF_DIR, GROUPS, check_group_choices, check_overrides, group_choices
 
@@ -127,40 +128,42 @@ def hydra_main(cfg: DictConfig) -> None:
     global _job_started
     hc = HydraConfig.get()
     _job_started = "sweep" if hc.mode == RunMode.MULTIRUN else "run"
-    if hc.mode == RunMode.MULTIRUN:
-        if cfg.get("search", {}).get("enabled"):
-            fail("search.enabled=true runs as one command, not as a sweep's point: drop -m")
-        _sweep_point(cfg, hc)
-    else:
-        _single_run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
+    with interrupts_kept():  # a Ctrl-C that a library turned into another error still ends as one
+        if hc.mode == RunMode.MULTIRUN:
+            if cfg.get("search", {}).get("enabled"):
+                fail("search.enabled=true runs as one command, not as a sweep's point: drop -m")
+            _sweep_point(cfg, hc)
+        else:
+            _single_run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
 
 
 def _single_run(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> None:
     try:
-        from harness.config import to_run_config
-        from harness.next_run import next_steps
-        from harness.reports.console import format_summary, format_sweep, pages_lines
-        from harness.results.schema import RunSummary
-        from harness.results.store import load_summary
-        from harness.results.sweep_file import read_sweep
-        from harness.run.sweep import run_sweep_point
+        with interrupts_kept():
+            from harness.config import to_run_config
+            from harness.next_run import next_steps
+            from harness.reports.console import format_summary, format_sweep, pages_lines
+            from harness.results.schema import RunSummary
+            from harness.results.store import load_summary
+            from harness.results.sweep_file import read_sweep
+            from harness.run.sweep import run_sweep_point
 
-        run_cfg = to_run_config(cfg)
-        if run_cfg.search.enabled:
-            from harness.run.search import run_search, summary_lines
+            run_cfg = to_run_config(cfg)
+            if run_cfg.search.enabled:
+                from harness.run.search import run_search, summary_lines
 
-            record = run_search(run_cfg, run_dir, overrides)
-            print("\n".join(summary_lines(record)))
-            print(f"results: {run_dir}", flush=True)
-            return
-        if run_cfg.slo_search.enabled:
-            from harness.run.slo_search import run_slo_search
+                record = run_search(run_cfg, run_dir, overrides)
+                print("\n".join(summary_lines(record)))
+                print(f"results: {run_dir}", flush=True)
+                return
+            if run_cfg.slo_search.enabled:
+                from harness.run.slo_search import run_slo_search
 
-            run_slo_search(run_cfg, run_dir)
-            print(format_sweep(read_sweep(run_dir)))
-            print("\n".join([*pages_lines(run_dir), f"results: {run_dir}"]), flush=True)
-            return
-        entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, overrides, single=True, keep_engine=False)
+                run_slo_search(run_cfg, run_dir)
+                print(format_sweep(read_sweep(run_dir)))
+                print("\n".join([*pages_lines(run_dir), f"results: {run_dir}"]), flush=True)
+                return
+            entry = run_sweep_point(run_cfg, run_dir, run_dir, 0, overrides, single=True, keep_engine=False)
     except HarnessError as exc:
         _discard_if_empty(run_dir)
         fail(str(exc))

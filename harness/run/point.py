@@ -39,7 +39,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from core.errors import EngineFailed
-from core.interrupts import interrupts_held
+from core.interrupts import interrupts_held, interrupts_kept
 from core.structured import describe_constraint
 from harness.client.client_load import ClientLoad
 from harness.client.driver import Driver
@@ -200,15 +200,16 @@ def run_point(
             hosts.close()
         raise
     try:
-        try:
-            point.duration_s = session.run(_warm_up_then_measure(point, measurement))
-        finally:
-            point.stop_machine_monitor()  # already stopped unless the measured phase was cut short
-            close_progress()
-            if driver.t0:  # the measured phase began (also when it was interrupted)
-                point.t_measured, point.t_stopped = driver.t0, time.perf_counter()
-        _check_engine(session, writer, run_dir)
-        point.status = SATURATED if driver.saturated else COMPLETE
+        with interrupts_kept():
+            try:
+                point.duration_s = session.run(_warm_up_then_measure(point, measurement))
+            finally:
+                point.stop_machine_monitor()  # already stopped unless the measured phase was cut short
+                close_progress()
+                if driver.t0:  # the measured phase began (also when it was interrupted)
+                    point.t_measured, point.t_stopped = driver.t0, time.perf_counter()
+            _check_engine(session, writer, run_dir)
+            point.status = SATURATED if driver.saturated else COMPLETE
     except KeyboardInterrupt:
         point.status, point.error = INTERRUPTED, INTERRUPTED_ERROR
         raise

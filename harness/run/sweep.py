@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from core.errors import DiskFull, EngineFailed, HarnessError
+from core.interrupts import interrupts_kept
 from harness.config import RunConfig, config_sha256
 from harness.history.store import add_run
 from harness.reports.compare.outputs import write_comparison
@@ -170,30 +171,31 @@ def run_sweep_point(
     disk_full = False
     rep_dir: Optional[Path] = None
     try:
-        for i in range(1, cfg.repeat + 1):
-            rep_dir = run_dir if cfg.repeat == 1 else run_dir / f"repeat-{i}"
-            if i in done:
-                log.info(
-                    "resume: point %d%s already finished in %s",
-                    index,
-                    f" repeat {i}" if cfg.repeat > 1 else "",
-                    done[i],
+        with interrupts_kept():
+            for i in range(1, cfg.repeat + 1):
+                rep_dir = run_dir if cfg.repeat == 1 else run_dir / f"repeat-{i}"
+                if i in done:
+                    log.info(
+                        "resume: point %d%s already finished in %s",
+                        index,
+                        f" repeat {i}" if cfg.repeat > 1 else "",
+                        done[i],
+                    )
+                    entry["run_dirs"].append(str(done[i]))
+                    summaries.append(RunSummary.from_dict(load_summary(done[i])))
+                    continue
+                if cfg.resume:
+                    set_aside_unfinished(rep_dir)
+                outcome = _run_once(
+                    cfg, rep_dir, run_dir if single else sweep_dir, sweep_dir if write_sweep else None, entry, i
                 )
-                entry["run_dirs"].append(str(done[i]))
-                summaries.append(RunSummary.from_dict(load_summary(done[i])))
-                continue
-            if cfg.resume:
-                set_aside_unfinished(rep_dir)
-            outcome = _run_once(
-                cfg, rep_dir, run_dir if single else sweep_dir, sweep_dir if write_sweep else None, entry, i
-            )
-            summaries.append(outcome.summary)
-            entry["run_dirs"].append(str(rep_dir))
-            if write_sweep and i < cfg.repeat:
-                record_point(sweep_dir, dict(entry, status="running", figures=combine_repeats(summaries)))
-        entry.update(_entry_status(summaries, skipped=len(done) >= cfg.repeat), figures=combine_repeats(summaries))
-        if any(s.stages for s in summaries):
-            entry["stages"] = combine_stages(summaries)
+                summaries.append(outcome.summary)
+                entry["run_dirs"].append(str(rep_dir))
+                if write_sweep and i < cfg.repeat:
+                    record_point(sweep_dir, dict(entry, status="running", figures=combine_repeats(summaries)))
+            entry.update(_entry_status(summaries, skipped=len(done) >= cfg.repeat), figures=combine_repeats(summaries))
+            if any(s.stages for s in summaries):
+                entry["stages"] = combine_stages(summaries)
     except KeyboardInterrupt:
         entry.update(status=INTERRUPTED, error=INTERRUPTED_ERROR)
         if rep_dir is not None and str(rep_dir) not in entry["run_dirs"] and is_run_dir(rep_dir):

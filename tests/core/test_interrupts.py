@@ -7,7 +7,7 @@ import threading
 import pytest
 from conftest import as_foreground_job
 
-from core.interrupts import interruptible, interrupts_held
+from core.interrupts import interrupt_behind, interruptible, interrupts_held, interrupts_kept
 
 
 def test_a_press_is_recorded_not_raised_and_the_handler_comes_back():
@@ -122,3 +122,45 @@ def test_a_ctrl_c_swallowed_in_a_callback_is_sent_again(tmp_path):
         preexec_fn=as_foreground_job,  # Ctrl-C as a terminal's foreground job has it
     )
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "interrupted", "")
+
+
+def set_then_restore(step):
+    """A library's pattern that a Ctrl-C breaks: its ``finally`` reads what its ``try`` had not set yet."""
+    try:
+        step()
+        old = "set"
+    finally:
+        print(old)  # UnboundLocalError when step() raised
+
+
+def ctrl_c():
+    raise KeyboardInterrupt
+
+
+def test_an_error_raised_as_a_ctrl_c_unwinds_is_raised_as_the_ctrl_c():
+    with pytest.raises(KeyboardInterrupt) as raised, interrupts_kept():
+        set_then_restore(ctrl_c)
+    assert isinstance(raised.value.__cause__, UnboundLocalError)  # both tracebacks are kept
+
+
+def test_a_ctrl_c_wrapped_twice_and_its_kind_are_kept():
+    class Terminated(KeyboardInterrupt):  # as SIGTERM's Interrupted (harness/run/held.py)
+        pass
+
+    def sigterm():
+        raise Terminated("SIGTERM")
+
+    def wrapped():
+        try:
+            set_then_restore(sigterm)
+        except UnboundLocalError as exc:
+            raise ValueError("while formatting the config") from exc
+
+    with pytest.raises(Terminated, match="SIGTERM"), interrupts_kept():
+        wrapped()
+
+
+def test_an_error_of_its_own_is_left_as_it_is():
+    with pytest.raises(UnboundLocalError) as raised, interrupts_kept():
+        set_then_restore(lambda: 1 / 0)  # the ZeroDivisionError behind it is no Ctrl-C
+    assert interrupt_behind(raised.value) is None
