@@ -1,13 +1,18 @@
 """The client's event loops: asyncio's own, or uvloop's (``client.event_loop``), and the runner
 that runs a session's coroutines on one of them, a Ctrl-C cancelling what runs.
 
-Why not ``asyncio.Runner``: its ``run`` installs its SIGINT handler, then sets its count of
-presses to 0. A Ctrl-C landing between the two (CPython 3.11 to 3.13) cancels the coroutine and
-is then forgotten: ``run`` raises CancelledError, not KeyboardInterrupt, and a run stopped by
-Ctrl-C ended as "failed" with exit 1 instead of "interrupted" with 130 (seen once in ~600 tries
-of tests/test_faults.py's interrupted SLO search; ``tests/harness/client/test_event_loops.py``
-sends the SIGINT into that very window). Python 3.10 has no Runner at all. :class:`LoopRunner`
-does the same on every version, with the press counted before its handler can be called.
+Why not ``asyncio.Runner`` (CPython 3.11 to 3.13), in two windows a Ctrl-C can land in:
+
+- its ``run`` installs its SIGINT handler, then sets its count of presses to 0: a Ctrl-C in
+  between cancels the coroutine and is forgotten, ``run`` raises CancelledError, and the run
+  ended as "failed" with exit 1 instead of "interrupted" with 130;
+- a Ctrl-C once the coroutine is done is raised inside the loop, which leaves the loop's stop
+  queued: the ``close`` that follows fails ("Event loop stopped before Future completed").
+
+Together they were 2 of the 4 failures in 150 tries of tests/test_faults.py's interrupted SLO
+search (docs/internals/testing.md); ``tests/harness/client/test_event_loops.py`` sends the
+SIGINT into each window, against this runner and against asyncio.Runner. Python 3.10 has no
+Runner at all. :class:`LoopRunner` does the same on every version without either window.
 """
 
 from __future__ import annotations
