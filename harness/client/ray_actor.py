@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from backends.base import RequestStream
 from core.errors import HarnessError
-from harness.client.event_loops import new_loop
+from harness.client.event_loops import LoopRunner
 from harness.client.worker_loop import WorkerLoop
 from workloads.base import SessionSpec, WorkloadPlan
 from workloads.prompts import PromptRenderer
@@ -129,6 +129,7 @@ class ClientHost:
         self.lock = threading.Lock()  # control() calls, and the sessions they bring
         self.next_seq = 0
         self.waiting: dict[int, tuple[list[tuple], list[tuple[int, SessionSpec, int]]]] = {}
+        self.runner: Optional[LoopRunner] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.work: Optional[WorkerLoop] = None
         self.thread: Optional[threading.Thread] = None
@@ -155,7 +156,8 @@ class ClientHost:
         waiting for ``go``. ``share``: its slots (0: no cap)."""
         for url in job.urls:
             probe_url(url)
-        self.loop = new_loop(job.event_loop)
+        self.runner = LoopRunner(job.event_loop)
+        self.loop = self.runner.loop
         self.work = WorkerLoop(
             job.client,
             job.renderer,
@@ -212,30 +214,17 @@ class ClientHost:
             return self.sessions.pop(index)
 
     def _run_loop(self) -> None:
-        loop, work = self.loop, self.work
-        assert loop is not None and work is not None
+        runner, work = self.runner, self.work
+        assert runner is not None and work is not None
         gc.freeze()  # the job (tokenizer, plan) is never collected: a full pass would stall the loop
-        asyncio.set_event_loop(loop)
+        asyncio.set_event_loop(runner.loop)
         try:
-            loop.run_until_complete(work.run())
+            runner.run(work.run())  # on this thread, not the main one: no Ctrl-C handler is set
         except BaseException as exc:  # noqa: BLE001 - the driver must hear why, then the stream ends
             self.outbox.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
             self.outbox.put(("bye",))
         finally:
-            _close(loop)
-
-
-def _close(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what is left on the loop (the connection pool closes with it), then close it."""
-    try:
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    finally:
-        loop.close()
+            runner.close()  # what is left on the loop is cancelled (the connection pool closes with it)
 
 
 def probe_url(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
